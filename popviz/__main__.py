@@ -1,0 +1,3 @@
+from popviz.cli import entry
+
+entry()

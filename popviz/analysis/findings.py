@@ -1,0 +1,106 @@
+"""The shapes every analysis returns and every renderer reads."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from popviz.model import Report
+
+SEVERITIES = ("info", "warning", "error")
+"""In increasing order of gravity."""
+
+
+def severity_rank(severity: str) -> int:
+    return SEVERITIES.index(severity)
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One thing an analysis found, with the numbers behind it and what to do."""
+
+    code: str
+    """Stable identifier, e.g. ``PIPE001`` (documented in docs/analyses.md)."""
+    severity: str
+    analysis: str
+    """``pipeline``, ``memory``, ``host_io``, ..."""
+    title: str
+    evidence: str
+    """The numbers, with units."""
+    recommendation: str
+    """The PopTorch option or code change, concretely."""
+
+    def __post_init__(self) -> None:
+        if self.severity not in SEVERITIES:
+            raise ValueError(f"severity must be one of {SEVERITIES}, got {self.severity!r}")
+
+    def to_dict(self) -> dict[str, str]:
+        return {"code": self.code, "severity": self.severity, "analysis": self.analysis,
+                "title": self.title, "evidence": self.evidence,
+                "recommendation": self.recommendation}
+
+
+@dataclass(frozen=True)
+class NotChecked:
+    """A check an analysis could not make, and why (missing data, unsupported layout...)."""
+
+    analysis: str
+    check: str
+    reason: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"analysis": self.analysis, "check": self.check, "reason": self.reason}
+
+
+@dataclass
+class AnalysisOutput:
+    """What one analysis returns for one Report."""
+
+    metrics: dict[str, Any] = field(default_factory=dict)
+    """JSON-compatible figures (units in the keys); null where the data is missing."""
+    findings: list[Finding] = field(default_factory=list)
+    not_checked: list[NotChecked] = field(default_factory=list)
+    table: pd.DataFrame | None = None
+    """A compact table for the console / Markdown renderers (units in column names)."""
+
+
+@dataclass
+class EngineResult:
+    """Every analysis of one engine."""
+
+    report: Report
+    outputs: dict[str, AnalysisOutput] = field(default_factory=dict)
+
+    @property
+    def findings(self) -> list[Finding]:
+        """All findings, most severe first (stable within a severity)."""
+        items = [f for out in self.outputs.values() for f in out.findings]
+        return sorted(items, key=lambda f: -severity_rank(f.severity))
+
+    @property
+    def not_checked(self) -> list[NotChecked]:
+        return [n for out in self.outputs.values() for n in out.not_checked]
+
+    @property
+    def metrics(self) -> dict[str, dict[str, Any]]:
+        return {name: out.metrics for name, out in self.outputs.items()}
+
+
+@dataclass
+class Result:
+    """What ``popviz analyse`` computed: one EngineResult per engine."""
+
+    root: str | None
+    engines: list[EngineResult]
+    analyses: list[str]
+
+    @property
+    def findings(self) -> list[Finding]:
+        return [f for e in self.engines for f in e.findings]
+
+    def worst_severity(self) -> str | None:
+        ranks = [severity_rank(f.severity) for f in self.findings]
+        return SEVERITIES[max(ranks)] if ranks else None

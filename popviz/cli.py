@@ -1,0 +1,85 @@
+"""Command-line entry point: argument parsing and error handling only.
+
+Each subcommand lives in ``popviz/commands/<name>.py`` with ``NAME``, ``HELP``,
+``add_arguments(parser)`` and ``run(args) -> int``.
+
+Exit codes: 0 success; 1 the command's own verdict (a finding at ``--fail-on`` severity, a
+regression); 2 bad input or usage (one line on stderr); 3 an internal error (a popviz bug);
+130 interrupted. ``popviz capture`` and ``popviz emulate`` exit with the child's code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from popviz import __version__
+from popviz.errors import PopvizError
+
+COMMANDS = ("analyse", "export")
+"""Subcommand modules under popviz.commands, in the order ``--help`` lists them."""
+
+EXIT_OK, EXIT_VERDICT, EXIT_USAGE, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+
+
+class Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose usage errors are one line and exit 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def build_parser() -> Parser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                        help="show the full traceback when something fails")
+    parser = Parser(prog="popviz", parents=[common],
+                    description="Profile and analyse PopTorch models on Graphcore IPUs.")
+    parser.add_argument("--version", action="version", version=f"popviz {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+    for name in COMMANDS:
+        module = importlib.import_module(f"popviz.commands.{name}")
+        p = sub.add_parser(module.NAME, help=module.HELP, description=module.__doc__,
+                           parents=[common], formatter_class=argparse.RawDescriptionHelpFormatter)
+        module.add_arguments(p)
+        p.set_defaults(run=module.run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    debug = getattr(args, "debug", False)
+    if not getattr(args, "run", None):
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    try:
+        return int(args.run(args) or 0)
+    except PopvizError as exc:
+        if debug:
+            raise
+        print(f"popviz: error: {exc.message}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        if debug:
+            raise
+        print("popviz: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:  # e.g. `popviz analyse --json dir | head`
+        sys.stderr.close()
+        return EXIT_OK
+    except Exception as exc:  # a bug: say so in one line, traceback with --debug
+        if debug:
+            raise
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        print(f"popviz: internal error: {type(exc).__name__}: {first} (this is a popviz bug; "
+              "rerun with --debug for the traceback and report it)", file=sys.stderr)
+        return EXIT_INTERNAL
+
+
+def entry() -> None:
+    """Console-script entry point."""
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""One module per ``popviz`` subcommand (see popviz.cli)."""

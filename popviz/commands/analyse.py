@@ -1,0 +1,53 @@
+"""Analyse the engines in a report directory: pipeline balance, memory pressure and host I/O.
+
+PATH is a report directory (autoReport.directory, popviz capture -o), one engine's directory,
+or a popviz bundle. Exit codes: 0 done (findings or not), 1 a finding at or above --fail-on,
+2 unreadable input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+NAME = "analyse"
+HELP = "analyse a report directory and print findings"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("path", metavar="PATH", help="report directory, engine directory or bundle")
+    fmt = p.add_mutually_exclusive_group()
+    fmt.add_argument("--json", action="store_true", help="print the result as JSON (docs/json.md)")
+    fmt.add_argument("--markdown", action="store_true", help="print the result as Markdown")
+    p.add_argument("--only", metavar="A,B", help="run only these analyses (comma-separated)")
+    p.add_argument("--fail-on", choices=("info", "warning", "error"),
+                   help="exit 1 when a finding reaches this severity")
+
+
+def run(args: argparse.Namespace) -> int:
+    from popviz.analysis import analyse
+    from popviz.analysis.findings import severity_rank
+    from popviz.sources.discover import load
+    from popviz.ui import status
+
+    only = [a.strip() for a in args.only.split(",") if a.strip()] if args.only else None
+    with status(f"reading {args.path}"):
+        reports = load(args.path)
+    with status("analysing"):
+        result = analyse(reports, only=only)
+    if args.json:
+        from popviz.render.json import render
+
+        sys.stdout.write(render(result) + "\n")
+    elif args.markdown:
+        from popviz.render.markdown import render as render_md
+
+        sys.stdout.write(render_md(result))
+    else:
+        from popviz.render.console import render as render_console
+
+        render_console(result)
+    worst = result.worst_severity()
+    if args.fail_on and worst and severity_rank(worst) >= severity_rank(args.fail_on):
+        return 1
+    return 0

@@ -1,0 +1,43 @@
+"""Export every engine of a report directory to popviz bundles, readable without the SDK.
+
+Run this on the IPU host, where libpva (the Poplar SDK's pva module) can read profile.pop;
+copy the output directory anywhere and run `popviz analyse` on it. The layout is kept:
+OUT/<engine>/ (and OUT/<instance>/<engine>/ for multi-instance runs).
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+NAME = "export"
+HELP = "convert profile.pop reports into portable popviz bundles"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("path", metavar="PATH", help="report directory (or one engine's directory)")
+    p.add_argument("-o", "--output", metavar="OUT",
+                   help="directory to write the bundles to (default: PATH-bundle); must not "
+                        "exist or be empty")
+
+
+def run(args: argparse.Namespace) -> int:
+    from popviz.errors import UsageError, shown
+    from popviz.sources.bundle import write_bundle
+    from popviz.sources.discover import load
+    from popviz.ui import status
+
+    src = Path(args.path)
+    out = Path(args.output) if args.output else src.with_name(src.resolve().name + "-bundle")
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise UsageError(f"{shown(out)} already exists and is not empty; pass -o with a new "
+                         "directory (popviz never overwrites)")
+    with status(f"reading {src}"):
+        reports = load(src)
+    for report in reports:
+        dest = out.joinpath(*(report.instance or "").split("/"), report.name)
+        with status(f"writing {dest}"):
+            write_bundle(report, dest)
+        print(f"{report.label}: {', '.join(report.present)} -> {shown(dest)}")
+    print(f"analyse anywhere with: popviz analyse {shown(out)}")
+    return 0

@@ -1,0 +1,65 @@
+"""The Markdown view (for CI job summaries and pull-request comments)."""
+
+from __future__ import annotations
+
+from popviz.analysis.findings import EngineResult, Result
+from popviz.render import text
+
+ICON = {"error": "❌", "warning": "⚠️", "info": "ℹ️"}
+
+
+def _esc(value: object) -> str:
+    return str(value).replace("|", "\\|").replace("\n", " ")
+
+
+def _table(frame) -> list[str]:
+    cols = [str(c) for c in frame.columns]
+    lines = ["| " + " | ".join(map(_esc, cols)) + " |",
+             "|" + "|".join("---:" if frame[c].dtype.kind in "iuf" else "---" for c in frame.columns) + "|"]
+    for row in frame.itertuples(index=False):
+        cells = []
+        for v in row:
+            if v is None or (isinstance(v, float) and v != v):
+                cells.append("–")
+            elif isinstance(v, float):
+                cells.append(f"{v:,.2f}" if abs(v) < 1000 else f"{v:,.0f}")
+            elif isinstance(v, int):
+                cells.append(f"{v:,}")
+            else:
+                cells.append(_esc(v))
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def _engine(engine: EngineResult) -> list[str]:
+    r = engine.report
+    est = " (estimated)" if r.provenance.estimated else ""
+    out = [f"## {r.label}{est}", ""]
+    out += [f"- **Figures:** {text.provenance_line(r)}", f"- **Target:** {text.target_line(r)}",
+            f"- **Strategy:** {text.strategy_line(r)}"]
+    out += [f"  - {line}" for line in text.stage_lines(r)]
+    out += [f"- **Batching:** {text.batching_line(r)}"]
+    out += ["- **Data:** " + "; ".join(f"{p}: {d}" for p, d in text.data_line(r)), ""]
+    for name, o in engine.outputs.items():
+        if o.table is not None and len(o.table):
+            out += [f"### {name.replace('_', ' ')}", "", *_table(o.table), ""]
+    if engine.findings:
+        out += ["### Findings", ""]
+        for f in engine.findings:
+            out += [f"- {ICON[f.severity]} **{f.severity}** `{f.code}` {_esc(f.title)}",
+                    f"  - {_esc(f.evidence)}", f"  - **Fix:** {_esc(f.recommendation)}"]
+        out.append("")
+    elif engine.outputs:
+        out += ["No findings.", ""]
+    if engine.not_checked:
+        out += ["<details><summary>Not checked</summary>", ""]
+        out += [f"- {n.analysis}: {_esc(n.check)} — {_esc(n.reason)}" for n in engine.not_checked]
+        out += ["", "</details>", ""]
+    return out
+
+
+def render(result: Result) -> str:
+    lines = [f"# popviz analysis of `{result.root}`", ""]
+    for engine in result.engines:
+        lines += _engine(engine)
+    return "\n".join(lines).rstrip() + "\n"

@@ -1,0 +1,109 @@
+"""Plain-text pieces shared by the console and Markdown renderers."""
+
+from __future__ import annotations
+
+from popviz.model import Report
+
+
+def fmt_bytes(n: float | None) -> str:
+    """``1536`` -> ``1.5 KiB``; binary units, as Poplar and PopVision print memory."""
+    if n is None:
+        return "n/a"
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(value) < 1024 or unit == "TiB":
+            return f"{value:,.0f} {unit}" if unit == "B" else f"{value:,.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} TiB"  # pragma: no cover
+
+
+def fmt_count(n: float | None) -> str:
+    """``12345678`` -> ``12.3M``."""
+    if n is None:
+        return "n/a"
+    value = float(n)
+    for unit, size in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(value) >= size:
+            return f"{value / size:.1f}{unit}"
+    return f"{value:,.0f}"
+
+
+def fmt_hz(hz: float) -> str:
+    return f"{hz / 1e9:.2f} GHz" if hz >= 1e9 else f"{hz / 1e6:.0f} MHz"
+
+
+def provenance_line(report: Report) -> str:
+    p = report.provenance
+    kind = "ESTIMATED" if p.estimated else ("measured" if p.source == "pva" else "as recorded")
+    tool = f" by {p.tool}" if p.tool else ""
+    when = f", {p.captured_at}" if p.captured_at else ""
+    return f"{kind} ({p.source}{tool}{when})"
+
+
+def target_line(report: Report) -> str:
+    t = report.target
+    if t is None:
+        return "unknown (no target in this report)"
+    replicas = f" · {t.num_replicas} replicas × {t.ipus_per_replica} IPUs" if t.num_replicas > 1 else ""
+    return (f"{t.architecture} · {t.num_ipus} IPU{'s' if t.num_ipus != 1 else ''} × "
+            f"{t.tiles_per_ipu:,} tiles · {fmt_bytes(t.bytes_per_tile)}/tile "
+            f"({fmt_bytes(t.bytes_per_ipu)}/IPU) · {fmt_hz(t.clock_hz)}{replicas}")
+
+
+def strategy_line(report: Report) -> str:
+    c = report.config
+    if c is None or c.is_empty():
+        return "unknown (no configuration recorded; capture with popviz capture to record it)"
+    mode = f"{c.mode}, " if c.mode else ""
+    strategy = c.execution_strategy or ("single IPU" if len(c.stage_ipus) <= 1 else "no strategy")
+    return f"{mode}{strategy}, {c.num_stages} stage{'s' if c.num_stages != 1 else ''}"
+
+
+def stage_lines(report: Report) -> list[str]:
+    c = report.config
+    if c is None:
+        return []
+    return [f"stage {s.index} → IPU{s.ipu}: {', '.join(s.blocks) or '(no blocks named)'}"
+            for s in c.stages]
+
+
+def batching_line(report: Report) -> str:
+    c = report.config
+    if c is None or c.is_empty():
+        return "unknown"
+
+    def v(x: object) -> str:
+        return "?" if x is None else str(x)
+
+    mode = c.output_mode or "?"
+    if c.output_mode == "Default" and c.effective_output_mode:
+        mode = f"Default (= {c.effective_output_mode})"
+    if c.output_mode == "EveryN":
+        mode += f"({v(c.output_return_period)})"
+    parts = [f"device iterations {v(c.device_iterations)}",
+             f"gradient accumulation {v(c.gradient_accumulation)}",
+             f"replication {v(c.replication_factor)}", f"output mode {mode}"]
+    if c.optimizer_state_on_chip is not None:
+        parts.append("optimizer state " + ("on chip" if c.optimizer_state_on_chip else "off chip"))
+    return " · ".join(parts)
+
+
+def data_line(report: Report) -> list[tuple[str, str]]:
+    """(part, description) for every part: what is there, or that it is missing."""
+    out = []
+    m = report.memory
+    out.append(("memory", f"per {m.level}, {len(m.frame):,} rows" + (
+        f", {len(m.categories)} categories" if m.categories else "") if m is not None else "missing"))
+    e = report.execution
+    out.append(("execution", f"{len(e.steps):,} steps over {len(e.runs)} run(s)"
+                if e is not None else "missing"))
+    h = report.host_io
+    if h is not None and report.has("host_io"):
+        desc = f"{len(h.inputs)} input(s), {len(h.outputs)} output(s)"
+        if h.calls is not None:
+            desc += f", {h.calls:,} calls timed"
+        out.append(("host I/O", desc))
+    else:
+        out.append(("host I/O", "missing"))
+    out.append(("config", "recorded" if report.has("config") else "missing"))
+    return out

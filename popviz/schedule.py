@@ -1,0 +1,197 @@
+"""Simulate the program steps of one executor call: what each IPU runs, for how many cycles.
+
+Used by the emulator (with cycles from its cost model) and by :mod:`popviz.testing` (with
+cycles the test chooses). Analyses never import it: they read execution steps from whatever
+source made them.
+
+The schedule follows PopART's pipelining as documented in ``docs/emulator.md``:
+
+* **Pipelined training**, N forward stages: S = 2N - 1 pipeline stages (forward 0..N-1, then the
+  backward stages in reverse; the last forward and first backward stage share a slot). Each
+  weight update pipelines G micro-batches through G + S - 1 pipeline cycles (ramp-up, steady
+  state, ramp-down), then every IPU runs its weight update. One call does D weight updates.
+* **Pipelined inference**: S = N; the D micro-batches of a call go through D + N - 1 cycles.
+* **Sharded** execution: each micro-batch runs the stages one after another; one IPU is busy
+  at a time. **No strategy** (single IPU) is the sharded case with one stage.
+
+A pipeline cycle ends with a ``Sync`` in which the IPUs that finished early wait for the
+slowest (idle time is Sync cycles), then the inter-IPU copy of activations and gradients
+(``GlobalExchange``, on every IPU). Sharded stages sync and copy between stages. Host
+transfers are ``StreamCopyBegin`` (waiting for the host), ``StreamCopyMid`` (the transfer) and
+``StreamCopyEnd`` steps: inputs on the first stage's IPU for every micro-batch, outputs on the
+last stage's IPU for every micro-batch the output mode returns (All: all; EveryN: those of every
+N-th device iteration; Final/Sum: one copy at the end of the call).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+@dataclass(frozen=True)
+class StageWork:
+    """Cycles one forward stage costs per micro-batch on its IPU."""
+
+    ipu: int
+    forward_cycles: int
+    backward_cycles: int = 0
+
+
+@dataclass(frozen=True)
+class HostTransfer:
+    """Cycles of one host transfer: ``wait_cycles`` split between StreamCopyBegin and End,
+    ``transfer_cycles`` in StreamCopyMid."""
+
+    wait_cycles: int
+    transfer_cycles: int
+
+
+@dataclass(frozen=True)
+class SchedulePlan:
+    stages: Sequence[StageWork]
+    mode: str = "training"
+    strategy: str | None = "PipelinedExecution"
+    gradient_accumulation: int = 1
+    device_iterations: int = 1
+    output_mode: str = "Final"
+    """The effective mode (Default already resolved): All, EveryN, Final or Sum."""
+    output_return_period: int = 1
+    copy_cycles: Sequence[int] = ()
+    """Inter-IPU copy cycles after each stage boundary (one per boundary, N - 1 values)."""
+    input_transfer: HostTransfer | None = None
+    output_transfer: HostTransfer | None = None
+    weight_update_cycles: Mapping[int, int] = field(default_factory=dict)
+    sync_cycles: int = 0
+    """Fixed cost of one Sync on every IPU (on top of the time spent waiting)."""
+
+
+class _Timeline:
+    """Appends steps and keeps each IPU's clock."""
+
+    def __init__(self, ipus: Sequence[int]) -> None:
+        self.ipus = list(ipus)
+        self.clock = {i: 0 for i in self.ipus}
+        self.rows: list[tuple[int, str, str, int, int, int]] = []
+        self.step = 0
+
+    def run(self, program: str, ptype: str, work: Mapping[int, int]) -> None:
+        """One step: every IPU in ``work`` runs ``program`` for its cycles."""
+        for ipu, cycles in work.items():
+            self.rows.append((self.step, program, ptype, ipu, int(cycles), self.clock[ipu]))
+            self.clock[ipu] += int(cycles)
+        self.step += 1
+
+    def host(self, program: str, ipu: int, transfer: HostTransfer | None) -> None:
+        if transfer is None:
+            return
+        begin = transfer.wait_cycles // 2
+        self.run(f"{program}/begin", "StreamCopyBegin", {ipu: begin})
+        self.run(f"{program}/mid", "StreamCopyMid", {ipu: transfer.transfer_cycles})
+        self.run(f"{program}/end", "StreamCopyEnd", {ipu: transfer.wait_cycles - begin})
+
+    def sync(self, fixed: int) -> None:
+        """Every IPU waits for the slowest, plus the fixed cost of the sync itself."""
+        end = max(self.clock.values())
+        self.run("sync", "Sync", {i: end - self.clock[i] + fixed for i in self.ipus})
+
+
+def _returned(plan: SchedulePlan, iteration: int, micro: int) -> bool:
+    """Whether the output of this micro-batch is copied to the host right after it is made."""
+    if plan.output_mode == "All":
+        return True
+    if plan.output_mode == "EveryN":
+        return (iteration + 1) % plan.output_return_period == 0
+    return False
+
+
+def simulate(plan: SchedulePlan) -> pd.DataFrame:
+    """The execution steps of one call, as an ``ExecutionTable``-shaped steps frame (run 0)."""
+    import pandas as pd
+
+    stages = list(plan.stages)
+    if not stages:
+        raise ValueError("a schedule needs at least one stage")
+    n = len(stages)
+    ipus = sorted({s.ipu for s in stages})
+    training = plan.mode == "training"
+    tl = _Timeline(ipus)
+    first_ipu, last_ipu = stages[0].ipu, stages[-1].ipu
+    copies = list(plan.copy_cycles) or [0] * (n - 1)
+    g = plan.gradient_accumulation if training else 1
+    pipelined = plan.strategy == "PipelinedExecution" and n > 1
+
+    def exchange(boundaries: Sequence[int]) -> None:
+        """Sync every IPU, then copy activations/gradients across the given stage boundaries."""
+        tl.sync(plan.sync_cycles)
+        cycles = max((copies[b] for b in boundaries), default=0)
+        if cycles:
+            tl.run("interIpuCopy", "GlobalExchange", {i: cycles for i in ipus})
+
+    def output_copy(name: str) -> None:
+        tl.host(name, last_ipu, plan.output_transfer)
+
+    def weight_update() -> None:
+        if training:
+            tl.run("weightUpdate", "OnTileExecute",
+                   {i: int(plan.weight_update_cycles.get(i, 0)) for i in ipus})
+            tl.sync(plan.sync_cycles)
+
+    if pipelined:
+        s_total = 2 * n - 1 if training else n
+        updates = plan.device_iterations if training else 1
+        micro_per_pipeline = g if training else plan.device_iterations
+        for it in range(updates):
+            for t in range(micro_per_pipeline + s_total - 1):
+                fwd = [(p, t - p) for p in range(n) if 0 <= t - p < micro_per_pipeline]
+                bwd = []
+                if training:
+                    # Pipeline slot p >= n-1 runs the backward pass of forward stage 2n-2-p.
+                    bwd = [(2 * n - 2 - p, t - p) for p in range(n - 1, s_total)
+                           if 0 <= t - p < micro_per_pipeline]
+                if fwd and fwd[0][0] == 0:
+                    tl.host("input", first_ipu, plan.input_transfer)
+                for stage, _m in fwd:
+                    tl.run(f"stage{stage}/forward", "OnTileExecute",
+                           {stages[stage].ipu: stages[stage].forward_cycles})
+                for stage, _m in bwd:
+                    tl.run(f"stage{stage}/backward", "OnTileExecute",
+                           {stages[stage].ipu: stages[stage].backward_cycles})
+                last = [m for s, m in fwd if s == n - 1]
+                if last:
+                    dev_it = it if training else last[0]
+                    if _returned(plan, dev_it, last[0]):
+                        output_copy("output")
+                exchange([s for s, _ in fwd if s < n - 1] + [s - 1 for s, _ in bwd if s > 0])
+            weight_update()
+    else:
+        iterations = plan.device_iterations
+        for it in range(iterations):
+            for m in range(g):
+                tl.host("input", first_ipu, plan.input_transfer)
+                for s, st in enumerate(stages):
+                    tl.run(f"stage{s}/forward", "OnTileExecute", {st.ipu: st.forward_cycles})
+                    if s < n - 1:
+                        exchange([s])
+                if _returned(plan, it, m):
+                    output_copy("output")
+                if training:
+                    for s in reversed(range(n)):
+                        tl.run(f"stage{s}/backward", "OnTileExecute",
+                               {stages[s].ipu: stages[s].backward_cycles})
+                        if s > 0:
+                            exchange([s - 1])
+                tl.sync(plan.sync_cycles)
+            weight_update()
+    if plan.output_mode in ("Final", "Sum"):
+        output_copy("output")
+        tl.sync(plan.sync_cycles)
+
+    frame = pd.DataFrame(tl.rows, columns=["step", "program", "program_type", "ipu", "cycles",
+                                           "start_cycle"])
+    frame.insert(0, "run", 0)
+    return frame

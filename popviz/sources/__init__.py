@@ -1,0 +1,1 @@
+"""Sources: everything that turns files into Reports (bundle, libpva, discovery)."""

@@ -1,0 +1,213 @@
+"""popviz's portable bundle: one Report as a directory of JSON metadata and Parquet tables.
+
+The format is documented field by field in ``docs/format.md``. Reading a bundle runs no code:
+JSON is parsed with :func:`json.loads`, tables with :func:`pyarrow.parquet.read_table`, and
+every value is checked against the model before a Report is built.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from popviz import __version__
+from popviz.errors import CorruptReportError, PopvizError, UnsupportedFormatError, shown
+from popviz.model import (
+    ExecutionTable,
+    HostIO,
+    MemoryTable,
+    ModelConfig,
+    ModelError,
+    Provenance,
+    Report,
+    Target,
+)
+
+FORMAT_NAME = "popviz-bundle"
+FORMAT_VERSION = 1
+METADATA_FILE = "popviz-report.json"
+MEMORY_FILE = "memory.parquet"
+STEPS_FILE = "execution.parquet"
+RUNS_FILE = "runs.parquet"
+TABLE_FILES = (MEMORY_FILE, STEPS_FILE, RUNS_FILE)
+
+
+def is_bundle(directory: str | Path) -> bool:
+    return (Path(directory) / METADATA_FILE).is_file()
+
+
+def _atomic_write_bytes(path: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _write_parquet(frame, path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.Table.from_pandas(frame, preserve_index=False)
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink, compression="zstd")
+    _atomic_write_bytes(path, sink.getvalue().to_pybytes())
+
+
+def write_bundle(report: Report, directory: str | Path, *, overwrite: bool = False) -> Path:
+    """Write ``report`` as a bundle in ``directory`` (created if needed) and return it.
+
+    Only popviz's own files are written; other files in the directory are left alone. An
+    existing bundle there is replaced only with ``overwrite=True``. The metadata file is written
+    last, so a reader never sees metadata pointing at tables not yet written.
+    """
+    directory = Path(directory)
+    meta_path = directory / METADATA_FILE
+    if meta_path.exists() and not overwrite:
+        raise PopvizError(f"{shown(meta_path)} already exists; choose another directory "
+                          "(popviz does not overwrite reports)")
+    directory.mkdir(parents=True, exist_ok=True)
+    meta: dict[str, Any] = {
+        "format": FORMAT_NAME,
+        "format_version": FORMAT_VERSION,
+        "written_by": f"popviz {__version__}",
+        "written_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "name": report.name,
+        "provenance": report.provenance.to_dict(),
+        "target": report.target.to_dict() if report.target else None,
+        "config": report.config.to_dict() if report.config is not None else None,
+        "host_io": report.host_io.to_dict() if report.host_io is not None else None,
+        "memory": None,
+        "execution": None,
+    }
+    written = set()
+    if report.memory is not None:
+        _write_parquet(report.memory.frame, directory / MEMORY_FILE)
+        meta["memory"] = {"level": report.memory.level, "file": MEMORY_FILE,
+                          "rows": len(report.memory.frame)}
+        written.add(MEMORY_FILE)
+    if report.execution is not None:
+        _write_parquet(report.execution.steps, directory / STEPS_FILE)
+        _write_parquet(report.execution.runs, directory / RUNS_FILE)
+        meta["execution"] = {"steps_file": STEPS_FILE, "runs_file": RUNS_FILE,
+                             "rows": len(report.execution.steps)}
+        written |= {STEPS_FILE, RUNS_FILE}
+    _atomic_write_bytes(meta_path, (json.dumps(meta, indent=1, allow_nan=False) + "\n").encode())
+    for stale in set(TABLE_FILES) - written:  # tables of a previous version of this bundle
+        (directory / stale).unlink(missing_ok=True)
+    return directory
+
+
+# --------------------------------------------------------------------------------- reading
+
+class _Reader:
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.meta_path = directory / METADATA_FILE
+
+    def fail(self, what: str, path: Path | None = None) -> CorruptReportError:
+        return CorruptReportError(f"{shown(path or self.meta_path)}: {what}; the bundle is damaged "
+                                  "or incomplete: write it again (popviz export / capture)")
+
+    def load_meta(self) -> dict[str, Any]:
+        try:
+            text = self.meta_path.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            raise self.fail("is not UTF-8 text") from None
+        except OSError as exc:
+            raise CorruptReportError(f"{shown(self.meta_path)}: cannot be read ({exc.strerror})") from None
+        try:
+            meta = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise self.fail(f"is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
+        if not isinstance(meta, dict):
+            raise self.fail("is not a JSON object")
+        if meta.get("format") != FORMAT_NAME:
+            raise self.fail(f"is not a popviz bundle (\"format\" is {meta.get('format')!r}, "
+                            f"expected {FORMAT_NAME!r})")
+        version = meta.get("format_version")
+        if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+            raise self.fail(f"has an invalid format_version {version!r}")
+        if version > FORMAT_VERSION:
+            raise UnsupportedFormatError(
+                f"{shown(self.meta_path)} is bundle format {version}, written by "
+                f"{meta.get('written_by', 'a newer popviz')}; this popviz {__version__} reads "
+                f"format {FORMAT_VERSION} and older: upgrade popviz (pip install -U popviz)")
+        return meta
+
+    def section(self, meta: dict[str, Any], key: str, kind: type) -> Any:
+        value = meta.get(key)
+        if value is not None and not isinstance(value, kind):
+            raise self.fail(f"field {key!r} must be a JSON {'object' if kind is dict else 'value'}")
+        return value
+
+    def table(self, file_name: Any, rows: Any, what: str):
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        if not isinstance(file_name, str) or "/" in file_name or "\\" in file_name or file_name.startswith("."):
+            raise self.fail(f"names an invalid {what} file {file_name!r}")
+        path = self.directory / file_name
+        if not path.is_file():
+            raise self.fail(f"refers to {file_name}, which is missing", path=path)
+        try:
+            frame = pq.read_table(path).to_pandas()
+        except (pa.ArrowException, OSError, ValueError) as exc:
+            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise self.fail(f"is not a readable Parquet file ({first})", path=path) from None
+        if isinstance(rows, int) and len(frame) != rows:
+            raise self.fail(f"has {len(frame)} rows, the metadata says {rows}", path=path)
+        return frame
+
+    def read(self) -> Report:
+        meta = self.load_meta()
+        try:
+            name = meta.get("name")
+            if not isinstance(name, str) or not name:
+                raise self.fail("has no engine \"name\"")
+            prov = self.section(meta, "provenance", dict)
+            if prov is None:
+                raise self.fail("has no \"provenance\"")
+            target = self.section(meta, "target", dict)
+            config = self.section(meta, "config", dict)
+            host_io = self.section(meta, "host_io", dict)
+            mem_meta = self.section(meta, "memory", dict)
+            exe_meta = self.section(meta, "execution", dict)
+            memory = None
+            if mem_meta is not None:
+                frame = self.table(mem_meta.get("file"), mem_meta.get("rows"), "memory")
+                memory = MemoryTable(frame, level=mem_meta.get("level", "tile"))
+            execution = None
+            if exe_meta is not None:
+                steps = self.table(exe_meta.get("steps_file"), exe_meta.get("rows"), "execution")
+                runs = self.table(exe_meta.get("runs_file"), None, "runs")
+                execution = ExecutionTable(steps, runs)
+            return Report(
+                name=name,
+                provenance=Provenance(**prov),
+                target=Target(**target) if target is not None else None,
+                memory=memory,
+                execution=execution,
+                config=ModelConfig(**config) if config is not None else None,
+                host_io=HostIO(**host_io) if host_io is not None else None,
+                path=str(self.directory),
+            )
+        except (ModelError, TypeError) as exc:
+            raise self.fail(f"does not match the bundle format ({exc})") from None
+
+
+def read_bundle(directory: str | Path) -> Report:
+    """Read the bundle in ``directory`` (or whose ``popviz-report.json`` is ``directory``)."""
+    path = Path(directory)
+    if path.name == METADATA_FILE:
+        path = path.parent
+    return _Reader(path).read()

@@ -1,0 +1,104 @@
+"""Find the engines under a report directory and read each with the right source.
+
+Layouts understood (``<engine>`` is ``training``, ``inference`` or a ``modelName``):
+
+* ``DIR/<engine>/profile.pop`` — what Poplar's autoReport writes (read through libpva);
+* ``DIR/<engine>/popviz-report.json`` + Parquet — a popviz bundle (exported or emulated);
+* ``DIR/<instance>/<engine>/...`` — one subdirectory per instance of a multi-instance run;
+* ``DIR`` itself being one engine directory or bundle.
+
+When an engine directory holds both a bundle and a ``profile.pop``, the bundle is read (it is
+what ``popviz export`` made from the profile, and needs no libpva).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from popviz.errors import ReportNotFoundError, shown
+from popviz.model import Report, ReportSet
+from popviz.sources import bundle, pva
+
+SKIP_DIRS = {"__pycache__", "node_modules"}
+
+
+@dataclass(frozen=True)
+class EngineDir:
+    """A directory holding one engine's report, and where it sits in the report tree."""
+
+    path: Path
+    kind: str
+    """``bundle`` or ``pva``."""
+    instance: str | None
+    name: str | None
+    """The directory's name, or None when the report directory is the engine itself."""
+
+
+def _kind(directory: Path, names: set[str]) -> str | None:
+    if bundle.METADATA_FILE in names:
+        return "bundle"
+    if pva.PROFILE_FILE in names:
+        return "pva"
+    return None
+
+
+def find_engines(root: str | Path) -> list[EngineDir]:
+    """Every engine directory under ``root`` (sorted by path), or a ReportNotFoundError."""
+    root = Path(root)
+    if not root.exists():
+        raise ReportNotFoundError(f"{shown(root)}: no such file or directory; pass a report "
+                                  "directory (from popviz capture or autoReport) or a bundle")
+    if root.is_file():
+        kind = {bundle.METADATA_FILE: "bundle", pva.PROFILE_FILE: "pva"}.get(root.name)
+        if kind is None:
+            raise ReportNotFoundError(f"{shown(root)} is not a report: pass the directory holding "
+                                      f"{pva.PROFILE_FILE} or {bundle.METADATA_FILE}")
+        return [EngineDir(root.parent, kind, None, None)]
+    try:
+        top = set(os.listdir(root))
+    except OSError as exc:
+        raise ReportNotFoundError(f"{shown(root)}: cannot be read ({exc.strerror})") from None
+    if not top:
+        raise ReportNotFoundError(f"{shown(root)} is empty: run the model with profiling on "
+                                  "(popviz capture -o DIR -- python train.py) and pass that DIR")
+    kind = _kind(root, top)
+    if kind:
+        return [EngineDir(root, kind, None, None)]
+    found = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d not in SKIP_DIRS)
+        here = Path(dirpath)
+        kind = _kind(here, set(filenames))
+        if kind is None or here == root:
+            continue
+        parts = here.relative_to(root).parts
+        instance = "/".join(parts[:-1]) or None
+        found.append(EngineDir(here, kind, instance, parts[-1]))
+        dirnames[:] = []  # an engine directory's subdirectories are not engines
+    if not found:
+        raise ReportNotFoundError(
+            f"{shown(root)}: no report found (looked for {pva.PROFILE_FILE} and "
+            f"{bundle.METADATA_FILE} in it and its subdirectories); pass the directory given to "
+            "autoReport.directory or popviz capture -o")
+    return sorted(found, key=lambda e: e.path.parts)
+
+
+def read_engine(engine: EngineDir) -> Report:
+    """Read one engine directory with the source its files call for."""
+    if engine.kind == "bundle":
+        report = bundle.read_bundle(engine.path)
+    else:
+        report = pva.read_profile(engine.path / pva.PROFILE_FILE, name=engine.name)
+    return report.replace(instance=engine.instance, path=str(engine.path))
+
+
+def load(path: str | os.PathLike[str]) -> ReportSet:
+    """Every engine found under ``path`` (a report directory, an engine directory or a bundle).
+
+    Raises a :class:`popviz.errors.PopvizError` subclass with a one-line message naming the file
+    when something cannot be read.
+    """
+    engines = find_engines(Path(path))
+    return ReportSet([read_engine(e) for e in engines], root=str(path))

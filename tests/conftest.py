@@ -1,0 +1,37 @@
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLES = ROOT / "sample_reports"
+FAKE_PVA = Path(__file__).resolve().parent / "fake_pva"
+
+
+def run_cli(*args: str, cwd: str | Path | None = None, env: dict[str, str] | None = None,
+            timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """Run the real CLI (``python -m popviz``) in a subprocess."""
+    full_env = {**os.environ, "COLUMNS": "100", **(env or {})}
+    return subprocess.run([sys.executable, "-m", "popviz", *args], cwd=cwd, env=full_env,
+                          capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+def assert_one_line_error(proc: subprocess.CompletedProcess[str], *needles: str) -> str:
+    """Exit 2, exactly one line on stderr naming what it must, no traceback."""
+    assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+    return lines[0]
+
+
+@pytest.fixture
+def fake_pva_env() -> dict[str, str]:
+    """Environment in which ``import pva`` finds the test double in tests/fake_pva."""
+    return {"PYTHONPATH": os.pathsep.join([str(FAKE_PVA), os.environ.get("PYTHONPATH", "")])}

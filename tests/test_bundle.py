@@ -1,0 +1,147 @@
+from __future__ import annotations
+
+import json
+import uuid
+
+import pandas as pd
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from popviz import testing
+from popviz.errors import CorruptReportError, PopvizError, UnsupportedFormatError
+from popviz.model import CallStats, ExecutionTable, HostIO, Provenance, Report
+from popviz.sources.bundle import METADATA_FILE, read_bundle, write_bundle
+
+
+@st.composite
+def reports(draw):
+    n = draw(st.integers(1, 4))
+    mode = draw(st.sampled_from(["training", "inference"]))
+    out = draw(st.sampled_from(["All", "EveryN", "Final", "Sum", "Default"]))
+    level = draw(st.sampled_from(["tile", "ipu", None]))
+    report = testing.pipeline_report(
+        [1000 * (i + 1) for i in range(n)], mode=mode,
+        strategy=draw(st.sampled_from(["PipelinedExecution", "ShardedExecution"])) if n > 1 else None,
+        output_mode=out, output_return_period=2 if out == "EveryN" else None,
+        device_iterations=4 if out == "EveryN" or mode == "inference" else None,
+        memory_level=level, execution=draw(st.booleans()), with_config=draw(st.booleans()),
+        with_host_io=draw(st.booleans()), tiles_per_ipu=8,
+        source=draw(st.sampled_from(["pva", "emulator", "bundle"])), estimated=draw(st.booleans()),
+        hot_tiles={0: [(2, 1.2)]} if level == "tile" else None)
+    if draw(st.booleans()):
+        stats = (CallStats("wall_seconds", 7, 0.7, 0.08, 0.12, 0.1, 0.11, None),)
+        report = report.replace(host_io=HostIO(tensors=(), calls=7, compile_seconds=12.5, call_stats=stats))
+    return report
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(report=reports())
+def test_round_trip_gives_an_equal_report(tmp_path, report):
+    directory = tmp_path / uuid.uuid4().hex
+    write_bundle(report, directory)
+    back = read_bundle(directory)
+    assert back == report
+    assert back.path == str(directory)
+    if report.memory is not None:
+        assert back.memory.frame.dtypes.equals(report.memory.frame.dtypes)
+    if report.execution is not None:
+        assert str(back.execution.steps["program_type"].dtype) == "category"
+
+
+def test_round_trip_of_a_bare_report(tmp_path):
+    bare = Report("inference", Provenance("pva", notes=("no execution",)))
+    write_bundle(bare, tmp_path / "b")
+    assert read_bundle(tmp_path / "b") == bare
+    assert sorted(p.name for p in (tmp_path / "b").iterdir()) == [METADATA_FILE]
+
+
+def test_write_refuses_to_overwrite_and_keeps_other_files(tmp_path):
+    r = testing.pipeline_report([10, 20], tiles_per_ipu=4)
+    (tmp_path / "profile.pop").write_bytes(b"\0" * 16)
+    write_bundle(r, tmp_path)
+    with pytest.raises(PopvizError, match="already exists"):
+        write_bundle(r, tmp_path)
+    # overwrite replaces only popviz's files, and drops tables the new version no longer has
+    write_bundle(r.replace(execution=None), tmp_path, overwrite=True)
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == ["memory.parquet", "popviz-report.json", "profile.pop"]
+    assert (tmp_path / "profile.pop").read_bytes() == b"\0" * 16
+    assert read_bundle(tmp_path).execution is None
+
+
+def test_metadata_is_documented_json(tmp_path):
+    r = testing.pipeline_report([10, 20], tiles_per_ipu=4)
+    write_bundle(r, tmp_path)
+    meta = json.loads((tmp_path / METADATA_FILE).read_text())
+    assert meta["format"] == "popviz-bundle" and meta["format_version"] == 1
+    assert meta["memory"] == {"level": "tile", "file": "memory.parquet", "rows": 8}
+    assert meta["execution"]["rows"] == len(r.execution.steps)
+    assert meta["config"]["stages"][1] == {"index": 1, "ipu": 1, "blocks": ["B2"]}
+
+
+@pytest.fixture
+def bundle_dir(tmp_path):
+    write_bundle(testing.pipeline_report([10, 20], tiles_per_ipu=4), tmp_path / "training")
+    return tmp_path / "training"
+
+
+def test_truncated_json(bundle_dir):
+    path = bundle_dir / METADATA_FILE
+    path.write_text(path.read_text()[:200])
+    with pytest.raises(CorruptReportError, match=r"popviz-report.json: is not valid JSON \(line"):
+        read_bundle(bundle_dir)
+
+
+def test_newer_format_version(bundle_dir):
+    path = bundle_dir / METADATA_FILE
+    meta = json.loads(path.read_text())
+    meta["format_version"] = 2
+    path.write_text(json.dumps(meta))
+    with pytest.raises(UnsupportedFormatError, match="format 2.*upgrade popviz"):
+        read_bundle(bundle_dir)
+
+
+def test_corrupt_and_missing_parquet(bundle_dir):
+    data = (bundle_dir / "execution.parquet").read_bytes()
+    (bundle_dir / "execution.parquet").write_bytes(data[: len(data) // 2])
+    with pytest.raises(CorruptReportError, match="execution.parquet: is not a readable Parquet file"):
+        read_bundle(bundle_dir)
+    (bundle_dir / "execution.parquet").unlink()
+    with pytest.raises(CorruptReportError, match="refers to execution.parquet, which is missing"):
+        read_bundle(bundle_dir)
+
+
+def test_rows_mismatch_and_bad_fields(bundle_dir):
+    path = bundle_dir / METADATA_FILE
+    meta = json.loads(path.read_text())
+    meta["memory"]["rows"] = 3
+    path.write_text(json.dumps(meta))
+    with pytest.raises(CorruptReportError, match="has 8 rows, the metadata says 3"):
+        read_bundle(bundle_dir)
+    meta["memory"]["rows"] = 8
+    meta["config"]["output_mode"] = "Sometimes"
+    path.write_text(json.dumps(meta))
+    with pytest.raises(CorruptReportError, match="does not match the bundle format.*output_mode"):
+        read_bundle(bundle_dir)
+    meta["config"]["output_mode"] = "All"
+    meta["memory"]["file"] = "../../etc/passwd"
+    path.write_text(json.dumps(meta))
+    with pytest.raises(CorruptReportError, match="invalid memory file"):
+        read_bundle(bundle_dir)
+
+
+def test_wrong_table_columns(bundle_dir):
+    steps = read_bundle(bundle_dir).execution.steps.drop(columns="cycles")
+    steps.to_parquet(bundle_dir / "execution.parquet")
+    with pytest.raises(CorruptReportError, match="lacks column.*cycles"):
+        read_bundle(bundle_dir)
+
+
+def test_execution_table_round_trip_keeps_unknown_start_cycles(tmp_path):
+    steps = pd.DataFrame({"run": [0], "step": [0], "program": ["p"], "program_type": ["Repeat"],
+                          "ipu": [0], "cycles": [5]})
+    r = Report("x", Provenance("pva"), execution=ExecutionTable(steps))
+    write_bundle(r, tmp_path)
+    back = read_bundle(tmp_path)
+    assert back == r and back.execution.steps["start_cycle"].isna().all()

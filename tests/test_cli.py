@@ -1,0 +1,119 @@
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from popviz import __version__, testing
+from popviz.sources.bundle import write_bundle
+
+from conftest import ROOT, SAMPLES, assert_one_line_error, run_cli
+
+
+def test_version():
+    proc = run_cli("--version")
+    assert proc.returncode == 0 and proc.stdout.strip() == f"popviz {__version__}"
+
+
+def test_analyse_sample_prints_summary():
+    proc = run_cli("analyse", "sample_reports/bert_pipeline", cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    for text in ("training", "inference", "Mk2 · 4 IPUs × 1,472 tiles", "PipelinedExecution, 4 stages",
+                 "ShardedExecution", "stage 3 → IPU3: encoder.layer.9-11, qa_outputs",
+                 "device iterations 4 · gradient accumulation 12", "output mode All",
+                 "per tile, 5,888 rows"):
+        assert text in out, text
+
+
+def test_analyse_json_is_valid():
+    proc = run_cli("analyse", str(SAMPLES / "bert_pipeline"), "--json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["schema"] == 1
+    [inference, training] = doc["engines"]
+    assert training["name"] == "training" and training["present"] == [
+        "target", "memory", "execution", "config", "host_io"]
+    assert training["config"]["gradient_accumulation"] == 12
+    assert training["provenance"]["source"] == "bundle"
+    assert inference["config"]["execution_strategy"] == "ShardedExecution"
+
+
+def test_memory_only_sample_says_execution_missing():
+    proc = run_cli("analyse", str(SAMPLES / "oom_compile"), "--json")
+    doc = json.loads(proc.stdout)
+    assert doc["engines"][0]["missing"] == ["execution"]
+
+
+def test_markdown(tmp_path):
+    proc = run_cli("analyse", str(SAMPLES / "oom_compile"), "--markdown")
+    assert proc.returncode == 0
+    assert proc.stdout.startswith("# popviz analysis of")
+    assert "execution: missing" in proc.stdout
+
+
+# ---------------------------------------------------------------- every bad input: exit 2, one line
+
+@pytest.fixture
+def bundle(tmp_path):
+    write_bundle(testing.pipeline_report([10, 20], tiles_per_ipu=4), tmp_path / "r" / "training")
+    return tmp_path / "r"
+
+
+def test_missing_path(tmp_path):
+    assert_one_line_error(run_cli("analyse", str(tmp_path / "nope")), "nope", "no such file")
+
+
+def test_empty_dir(tmp_path):
+    assert_one_line_error(run_cli("analyse", str(tmp_path)), str(tmp_path), "is empty")
+
+
+def test_dir_without_report(tmp_path):
+    (tmp_path / "train.py").write_text("print()")
+    assert_one_line_error(run_cli("analyse", str(tmp_path)), "no report found", "profile.pop")
+
+
+def test_truncated_json(bundle):
+    meta = bundle / "training" / "popviz-report.json"
+    meta.write_text(meta.read_text()[:100])
+    assert_one_line_error(run_cli("analyse", str(bundle)), "popviz-report.json", "not valid JSON")
+
+
+def test_truncated_parquet(bundle):
+    table = bundle / "training" / "memory.parquet"
+    table.write_bytes(table.read_bytes()[:300])
+    assert_one_line_error(run_cli("analyse", str(bundle)), "memory.parquet", "not a readable Parquet")
+
+
+def test_newer_format(bundle):
+    meta = bundle / "training" / "popviz-report.json"
+    doc = json.loads(meta.read_text())
+    doc["format_version"] = 99
+    meta.write_text(json.dumps(doc))
+    assert_one_line_error(run_cli("analyse", str(bundle)), "format 99", "pip install -U popviz")
+
+
+def test_profile_without_pva(tmp_path):
+    (tmp_path / "training").mkdir()
+    (tmp_path / "training" / "profile.pop").write_bytes(b"\0" * 4096)
+    line = assert_one_line_error(run_cli("analyse", str(tmp_path)),
+                                 "training/profile.pop", "needs libpva", "popviz export")
+    assert line.startswith("popviz: error: ")
+
+
+def test_debug_shows_traceback(tmp_path):
+    proc = run_cli("analyse", str(tmp_path / "nope"), "--debug")
+    assert proc.returncode != 0 and "Traceback" in proc.stderr
+
+
+def test_usage_errors_are_one_line():
+    assert_one_line_error(run_cli("analyse"), "required", "--help")
+    assert_one_line_error(run_cli("analyse", ".", "--fail-on", "sometimes"), "invalid choice")
+    assert_one_line_error(run_cli("frobnicate"), "invalid choice")
+    assert_one_line_error(run_cli("analyse", str(SAMPLES / "oom_compile"), "--only", "nonsense"),
+                          "unknown analysis 'nonsense'")
+
+
+def test_no_command_prints_help():
+    proc = run_cli()
+    assert proc.returncode == 2 and "analyse" in proc.stderr

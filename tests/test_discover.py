@@ -1,0 +1,79 @@
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+import popviz
+from popviz import testing
+from popviz.errors import MissingDependencyError, ReportNotFoundError
+from popviz.sources.bundle import write_bundle
+from popviz.sources.discover import find_engines
+
+
+def _bundle(path, name="training", **kw):
+    kw.setdefault("tiles_per_ipu", 4)
+    mode = "inference" if name == "inference" else "training"
+    write_bundle(testing.pipeline_report([10, 20], name=name, mode=mode, **kw), path)
+
+
+def test_report_dir_with_engines(tmp_path):
+    _bundle(tmp_path / "training")
+    _bundle(tmp_path / "inference", name="inference")
+    (tmp_path / "debug.cbor").write_bytes(b"\xa0")  # PopTorch may leave it at the top
+    reports = popviz.load(tmp_path)
+    assert reports.labels == ["inference", "training"]
+    assert reports["training"].path == str(tmp_path / "training")
+    assert reports.root == str(tmp_path)
+
+
+def test_engine_dir_and_metadata_file(tmp_path):
+    _bundle(tmp_path / "training")
+    assert popviz.load(tmp_path / "training").labels == ["training"]
+    assert popviz.load(tmp_path / "training" / "popviz-report.json").labels == ["training"]
+
+
+def test_multi_instance_layout(tmp_path):
+    for i in range(2):
+        _bundle(tmp_path / f"instance-{i}" / "training")
+        _bundle(tmp_path / f"instance-{i}" / "inference", name="inference")
+    reports = popviz.load(tmp_path)
+    assert reports.labels == ["instance-0/inference", "instance-0/training",
+                              "instance-1/inference", "instance-1/training"]
+    assert reports.instances == ["instance-0", "instance-1"]
+
+
+def test_hidden_and_nested_dirs_are_skipped(tmp_path):
+    _bundle(tmp_path / "training")
+    _bundle(tmp_path / ".trash" / "training")
+    _bundle(tmp_path / "training" / "old")  # inside an engine: not an engine of its own
+    assert popviz.load(tmp_path).labels == ["training"]
+
+
+def test_bundle_preferred_over_profile(tmp_path):
+    _bundle(tmp_path / "training")
+    (tmp_path / "training" / "profile.pop").write_bytes(b"\0" * 4096)
+    [engine] = find_engines(tmp_path)
+    assert engine.kind == "bundle"
+    assert popviz.load(tmp_path)["training"].provenance.source == "bundle"
+
+
+def test_missing_empty_and_reportless(tmp_path):
+    with pytest.raises(ReportNotFoundError, match="no such file or directory"):
+        popviz.load(tmp_path / "nope")
+    with pytest.raises(ReportNotFoundError, match="is empty"):
+        popviz.load(tmp_path)
+    (tmp_path / "notes.txt").write_text("hi")
+    (tmp_path / "sub").mkdir()
+    with pytest.raises(ReportNotFoundError, match="no report found"):
+        popviz.load(tmp_path)
+    with pytest.raises(ReportNotFoundError, match="is not a report"):
+        popviz.load(tmp_path / "notes.txt")
+
+
+def test_profile_without_pva(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "pva", None)  # make `import pva` fail even if installed
+    (tmp_path / "training").mkdir()
+    (tmp_path / "training" / "profile.pop").write_bytes(b"\0" * 4096)
+    with pytest.raises(MissingDependencyError, match="needs libpva.*popviz export"):
+        popviz.load(tmp_path)
