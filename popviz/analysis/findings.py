@@ -65,6 +65,9 @@ class AnalysisOutput:
     not_checked: list[NotChecked] = field(default_factory=list)
     table: pd.DataFrame | None = None
     """A compact table for the console / Markdown renderers (units in column names)."""
+    caption: str | None = None
+    """One or two lines of key figures printed under the table (the same figures are in
+    ``metrics``)."""
 
 
 @dataclass
