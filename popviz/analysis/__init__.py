@@ -14,7 +14,9 @@ Analysis = Callable[[Report], AnalysisOutput]
 
 def registry() -> dict[str, Analysis]:
     """Every analysis by name, in the order they are reported."""
-    return {}
+    from popviz.analysis import host_io, memory, pipeline
+
+    return {pipeline.NAME: pipeline.analyse, memory.NAME: memory.analyse, host_io.NAME: host_io.analyse}
 
 
 def analyse(reports: ReportSet, only: Sequence[str] | None = None) -> Result:

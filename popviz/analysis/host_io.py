@@ -1,0 +1,276 @@
+"""Host-transfer overhead: stream-copy share of each IPU's cycles (waiting for the host vs
+transferring), what the output mode returns per call and what the others would, and whether
+device iterations are high enough for the call's duration.
+
+Output counts follow PopART's definitions (docs/analyses.md): All returns D·G·R copies of every
+output per call, EveryN(N) (D/N)·G·R, Final and Sum R. Host tensor sizes are per micro-batch.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from popviz.analysis._common import call_runs, ceil_exact, elapsed_cycles, nbytes, pct, run_cycles
+from popviz.analysis.findings import AnalysisOutput, Finding, NotChecked
+from popviz.analysis.thresholds import (
+    CALL_DEVICE_SECONDS_MIN,
+    CALL_DEVICE_SECONDS_TARGET,
+    HOST_WAIT_DOMINANT_FRAC,
+    OUTPUT_BYTES_SAVED_INFO,
+    OUTPUT_BYTES_SAVED_WARN,
+    STREAM_COPY_WARN_FRAC,
+)
+from popviz.model import Report
+
+NAME = "host_io"
+WAIT_TYPES = ("StreamCopyBegin", "StreamCopyEnd")
+TRANSFER_TYPES = ("StreamCopyMid",)
+STREAM_COPY_PREFIX = "StreamCopy"
+MODES = ("All", "EveryN", "Final", "Sum")
+
+
+def empty_metrics() -> dict[str, Any]:
+    return {
+        "output_mode": None, "output_mode_set": None, "output_return_period": None,
+        "device_iterations": None, "gradient_accumulation": None, "replication_factor": None,
+        "outputs_per_call": None, "output_bytes_per_micro_batch": None, "output_bytes_per_call": None,
+        "input_bytes_per_call": None, "alternatives": None,
+        "stream_copy_frac": None, "host_wait_frac": None, "transfer_frac": None, "stream_copy_ipu": None,
+        "ipus": [], "call_device_seconds": None, "recommended_device_iterations": None,
+    }
+
+
+def outputs_per_call(mode: str, d: int, g: int, r: int, period: int | None = None) -> int:
+    """How many copies of each output one call returns (PopART's anchor return types)."""
+    if mode == "All":
+        return d * g * r
+    if mode == "EveryN":
+        return (d // (period or 1)) * g * r
+    if mode in ("Final", "Sum"):
+        return r
+    raise ValueError(f"unknown output mode {mode!r}")
+
+
+class _Out:
+    def __init__(self) -> None:
+        self.out = AnalysisOutput(metrics=empty_metrics())
+
+    def skip(self, check: str, reason: str) -> None:
+        self.out.not_checked.append(NotChecked(NAME, check, reason))
+
+    def find(self, code: str, severity: str, title: str, evidence: str, recommendation: str) -> None:
+        self.out.findings.append(Finding(code, severity, NAME, title, evidence, recommendation))
+
+
+def analyse(report: Report) -> AnalysisOutput:
+    o = _Out()
+    captions = [_outputs(report, o)]
+    captions.append(_stream_copies(report, o))
+    o.out.caption = "\n".join(c for c in captions if c) or None
+    return o.out
+
+
+# ----------------------------------------------------------------------------------------- outputs
+
+def _outputs(report: Report, o: _Out) -> str | None:
+    m = o.out.metrics
+    if not report.has("config"):
+        o.skip("output mode", "no configuration recorded (output mode, device iterations); record it "
+               "by running under `popviz capture` or `popviz emulate`")
+        return None
+    cfg = report.cfg
+    mode = cfg.effective_output_mode
+    training = cfg.mode == "training"
+    d = cfg.device_iterations
+    g = cfg.gradient_accumulation if training else 1
+    r = cfg.replication_factor or (report.target.num_replicas if report.target else None)
+    m.update(output_mode=mode, output_mode_set=cfg.output_mode, output_return_period=cfg.output_return_period,
+             device_iterations=d, gradient_accumulation=g, replication_factor=r)
+    if mode is None:
+        o.skip("output mode", "output mode not recorded" if cfg.output_mode is None else
+               "output mode Default with unknown training/inference mode")
+        return None
+    if d is None or g is None or r is None or cfg.mode is None:
+        missing = [n for n, v in (("device iterations", d), ("gradient accumulation", g),
+                                  ("replication factor", r), ("mode", cfg.mode)) if v is None]
+        o.skip("outputs per call", f"{', '.join(missing)} not recorded")
+        return None
+    period = cfg.output_return_period if mode == "EveryN" else None
+    count = outputs_per_call(mode, d, g, r, period)
+    m["outputs_per_call"] = count
+    host = report.host_io
+    out_bytes = sum(t.bytes for t in host.outputs) if host is not None and host.outputs else None
+    in_bytes = sum(t.bytes for t in host.inputs) if host is not None and host.inputs else None
+    if out_bytes is None:
+        o.skip("output bytes per call", "output tensor sizes not recorded (run under `popviz capture` "
+               "to record them)")
+    m["output_bytes_per_micro_batch"] = out_bytes
+    m["output_bytes_per_call"] = count * out_bytes if out_bytes is not None else None
+    m["input_bytes_per_call"] = d * g * r * in_bytes if in_bytes is not None else None
+    alternatives: dict[str, Any] = {}
+    for alt in MODES:
+        p = (period if mode == "EveryN" else d) if alt == "EveryN" else None
+        if alt == "EveryN" and (p is None or p < 1 or (mode != "EveryN" and d < 2)):
+            alternatives[alt] = None
+            continue
+        n_alt = outputs_per_call(alt, d, g, r, p)
+        alternatives[alt] = {"outputs_per_call": n_alt, "return_period": p,
+                             "output_bytes_per_call": n_alt * out_bytes if out_bytes is not None else None}
+    m["alternatives"] = alternatives
+    _output_finding(report, o, mode, count, out_bytes, d, g, r)
+    label = f"EveryN({period})" if mode == "EveryN" else mode
+    set_note = " (Default)" if cfg.output_mode == "Default" else ""
+    line = f"OutputMode.{label}{set_note}: {count:,} cop{'y' if count == 1 else 'ies'} of each output per call"
+    if out_bytes is not None:
+        line += f", {nbytes(count * out_bytes)}"
+        final = alternatives["Final"]["output_bytes_per_call"]
+        if mode in ("All", "EveryN") and count > r:
+            line += f"; Final/Sum: {nbytes(final)}"
+    if in_bytes is not None:
+        line += f" · inputs {nbytes(d * g * r * in_bytes)} per call"
+    return line
+
+
+def _output_finding(report: Report, o: _Out, mode: str, count: int, out_bytes: int | None,
+                    d: int, g: int, r: int) -> None:
+    if mode not in ("All", "EveryN") or count <= r:
+        return
+    training = report.cfg.mode == "training"
+    saved = (count - r) * out_bytes if out_bytes is not None else None
+    if training:
+        severity = "warning"
+    elif saved is not None and saved >= OUTPUT_BYTES_SAVED_WARN:
+        severity = "warning"
+    elif saved is not None and saved >= OUTPUT_BYTES_SAVED_INFO:
+        severity = "info"
+    else:
+        return
+    label = f"EveryN({report.cfg.output_return_period})" if mode == "EveryN" else mode
+    formula = "D·G·R" if mode == "All" else "(D/N)·G·R"
+    moved = f"{count:,} × {nbytes(out_bytes)} = {nbytes(count * out_bytes)}" if out_bytes is not None \
+        else f"{count:,} copies (sizes not recorded)"
+    evidence = (f"OutputMode.{label} returns {formula} = {count:,} copies of each output per call "
+                f"(D = {d}, G = {g}, R = {r}): {moved}; Final or Sum would return {r:,}"
+                + (f" ({nbytes(r * out_bytes)}), saving {nbytes(saved)} per call" if saved is not None
+                   else ""))
+    save = f", saving {nbytes(saved)} per call" if saved is not None else ""
+    if training:
+        title = f"Training returns every micro-batch's outputs (OutputMode.{label})"
+        rec = (f"Set opts.outputMode(poptorch.OutputMode.Final) (the last micro-batch's values) or "
+               f"opts.outputMode(poptorch.OutputMode.Sum) (summed over the call, for monitoring){save}.")
+    else:
+        title = f"OutputMode.{label} moves {nbytes(count * out_bytes)} per call"
+        rec = (f"If only the last micro-batch or a total is needed, set opts.outputMode("
+               f"poptorch.OutputMode.Final) or poptorch.OutputMode.Sum{save}; if every prediction is "
+               "needed, return less per micro-batch (e.g. argmax or top-k computed on the IPU, float16).")
+    o.find("HIO002", severity, title, evidence, rec)
+
+
+# ----------------------------------------------------------------------------------- stream copies
+
+def _stream_copies(report: Report, o: _Out) -> str | None:
+    import pandas as pd
+
+    m = o.out.metrics
+    if report.execution is None:
+        o.skip("stream-copy share, device time per call", "no execution profile in this report (the "
+               "compile ran out of memory or the engine never ran)")
+        return None
+    agg = run_cycles(report.execution)
+    runs = call_runs(agg) or sorted(int(r) for r in agg["run"].unique())
+    part = agg[agg["run"].isin(runs)]
+    types = part["program_type"].astype(str)
+    per_ipu = part.groupby("ipu")["cycles"].sum()
+    copy = part[types.str.startswith(STREAM_COPY_PREFIX)].groupby("ipu")["cycles"].sum()
+    wait = part[types.isin(WAIT_TYPES)].groupby("ipu")["cycles"].sum()
+    transfer = part[types.isin(TRANSFER_TYPES)].groupby("ipu")["cycles"].sum()
+    rows = []
+    for ipu, total in per_ipu.items():
+        c, w, x = (int(s.get(ipu, 0)) for s in (copy, wait, transfer))
+        rows.append({"ipu": int(ipu), "total_cycles": int(total), "stream_copy_cycles": c,
+                     "stream_copy_frac": c / total if total else None,
+                     "host_wait_frac": w / total if total else None,
+                     "transfer_frac": x / total if total else None})
+    m["ipus"] = rows
+    worst = max(rows, key=lambda r: r["stream_copy_frac"] or 0.0) if rows else None
+    if worst is not None:
+        m.update(stream_copy_frac=worst["stream_copy_frac"], host_wait_frac=worst["host_wait_frac"],
+                 transfer_frac=worst["transfer_frac"], stream_copy_ipu=worst["ipu"])
+        shown = [r for r in rows if r["stream_copy_cycles"]]
+        if shown:
+            o.out.table = pd.DataFrame({
+                "IPU": [r["ipu"] for r in shown],
+                "stream copy %": [round(100 * (r["stream_copy_frac"] or 0), 1) for r in shown],
+                "waiting %": [round(100 * (r["host_wait_frac"] or 0), 1) for r in shown],
+                "transfer %": [round(100 * (r["transfer_frac"] or 0), 1) for r in shown],
+            })
+        if worst["stream_copy_frac"] and worst["stream_copy_frac"] >= STREAM_COPY_WARN_FRAC:
+            _copy_finding(o, worst, m["output_mode"])
+    seconds = _call_seconds(report, agg, runs)
+    m["call_device_seconds"] = seconds
+    if seconds is None:
+        o.skip("device iterations", "no clock frequency (target) or run duration to turn cycles into time")
+        return None
+    _device_iterations(report, o, seconds)
+    quiet = [r["ipu"] for r in m["ipus"] if not r["stream_copy_cycles"]]
+    return (f"one call keeps the IPUs busy {_ms(seconds)} (mean over {len(runs)} call"
+            f"{'s' if len(runs) != 1 else ''}) · waiting = StreamCopyBegin + End, transfer = StreamCopyMid"
+            + (f" · no stream copies on {', '.join(f'IPU{i}' for i in quiet)}" if quiet else ""))
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:,.1f} ms" if seconds < 1 else f"{seconds:,.2f} s"
+
+
+def _call_seconds(report: Report, agg, runs: list[int]) -> float | None:
+    """Mean device time of one call: the profile's run durations where known, else cycles / clock."""
+    durations = report.execution.runs.set_index("run")["duration_seconds"].reindex(runs)
+    if len(durations) and durations.notna().all():
+        return float(durations.mean())
+    if report.target is None:
+        return None
+    return report.target.cycles_to_seconds(elapsed_cycles(agg, runs)) / len(runs)
+
+
+def _copy_finding(o: _Out, worst: dict[str, Any], mode: str | None) -> None:
+    k = worst["ipu"]
+    c, w, x = worst["stream_copy_frac"], worst["host_wait_frac"], worst["transfer_frac"]
+    evidence = (f"stream copies take {pct(c)} of IPU{k}'s cycles in a call: {pct(w)} waiting for the "
+                f"host (StreamCopyBegin/End), {pct(x)} transferring (StreamCopyMid)")
+    if c and w / c >= HOST_WAIT_DOMINANT_FRAC:
+        title = f"IPU{k} waits for the host: {pct(c)} of its cycles in stream copies"
+        rec = ("The host does not keep up: raise opts.deviceIterations(...) so each call does more work "
+               "per host round trip, prefetch deeper with opts._Popart.set(\"defaultPrefetchBufferingDepth\", 3), "
+               "load data with poptorch.DataLoader(opts, ..., mode=poptorch.DataLoaderMode.Async); "
+               "opts.enableSyntheticData(True) measures the upper bound without host I/O.")
+    else:
+        title = f"Host transfers take {pct(c)} of IPU{k}'s cycles"
+        fewer = ("return fewer outputs (opts.outputMode(poptorch.OutputMode.Final) or Sum), "
+                 if mode in ("All", "EveryN") else "")
+        rec = (f"The transfers themselves take the time: move fewer bytes — {fewer}send inputs in "
+               "narrower dtypes (int32 or float16 instead of int64 or float32), return outputs in "
+               "float16, or do preprocessing on the IPU.")
+    o.find("HIO001", "warning", title, evidence, rec)
+
+
+def _device_iterations(report: Report, o: _Out, seconds: float) -> None:
+    m = o.out.metrics
+    d = report.cfg.device_iterations
+    if seconds >= CALL_DEVICE_SECONDS_MIN or seconds <= 0:
+        return
+    wall = report.host_io.stat("wall_seconds") if report.host_io is not None else None
+    measured = f"; measured wall time per call {_ms(wall.mean)}" if wall is not None and wall.count else ""
+    evidence = (f"one call keeps the IPUs busy for {_ms(seconds)}"
+                + (f" with D = {d}" if d else "")
+                + f", under {_ms(CALL_DEVICE_SECONDS_MIN)}: the fixed host cost of every call "
+                f"(Python, PopTorch, host sync) weighs heavily{measured}")
+    if d is not None:
+        n = max(d + 1, ceil_exact(d * CALL_DEVICE_SECONDS_TARGET, seconds))
+        m["recommended_device_iterations"] = n
+        rec = (f"Set opts.deviceIterations({n}) (about {_ms(CALL_DEVICE_SECONDS_TARGET)} per call); "
+               "poptorch.DataLoader built with the same options then yields batches "
+               f"{n / d:.0f}× larger.")
+    else:
+        rec = ("Raise opts.deviceIterations(...) so one call runs for at least "
+               f"{_ms(CALL_DEVICE_SECONDS_TARGET)}.")
+    o.find("HIO003", "warning", "Device iterations too low for the step time", evidence, rec)

@@ -1,0 +1,309 @@
+"""Memory pressure per IPU: bytes used against capacity, the fullest tile, nearly full and
+overflowing tiles, liveness, categories, the spread across IPUs, and the lever that fits.
+
+"Used" is the total including gaps (what the tile's memory really holds, as Poplar's
+out-of-memory check counts it). Capacity is ``target.bytes_per_ipu`` / ``bytes_per_tile``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from popviz.analysis._common import mib, nbytes, pct
+from popviz.analysis.findings import AnalysisOutput, Finding, NotChecked
+from popviz.analysis.thresholds import (
+    DEFAULT_AVAILABLE_MEMORY_PROPORTION,
+    IPU_FULL_FRAC,
+    MAX_MEMORY_LEVERS,
+    MEMORY_SPREAD_WARN_FRAC,
+    MIN_AVAILABLE_MEMORY_PROPORTION,
+    NOT_ALWAYS_LIVE_DOMINANT_FRAC,
+    TILE_FULL_FRAC,
+    VARIABLE_DOMINANT_FRAC,
+)
+from popviz.model import CATEGORY_PREFIX, CATEGORY_SUFFIX, Report
+
+NAME = "memory"
+TILE_CHECK = "fullest tile, tiles above 90%, overflowing tiles"
+
+
+def empty_metrics() -> dict[str, Any]:
+    return {"level": None, "bytes_per_tile": None, "capacity_bytes_per_ipu": None, "ipus": [],
+            "fullest_ipu": None, "spread_pct": None}
+
+
+class _Out:
+    def __init__(self) -> None:
+        self.out = AnalysisOutput(metrics=empty_metrics())
+
+    def skip(self, check: str, reason: str) -> None:
+        self.out.not_checked.append(NotChecked(NAME, check, reason))
+
+    def find(self, code: str, severity: str, title: str, evidence: str, recommendation: str) -> None:
+        self.out.findings.append(Finding(code, severity, NAME, title, evidence, recommendation))
+
+
+def analyse(report: Report) -> AnalysisOutput:
+    o = _Out()
+    m = o.out.metrics
+    mem = report.memory
+    if mem is None:
+        o.skip("memory pressure", "no memory data in this report")
+        return o.out
+    t = report.target
+    m["level"] = mem.level
+    if t is None:
+        o.skip("capacity, fullest tile", "no target in this report: tile and IPU capacity are unknown, "
+               "so only bytes are reported")
+    else:
+        m["bytes_per_tile"] = t.bytes_per_tile
+        m["capacity_bytes_per_ipu"] = t.bytes_per_ipu
+    rows = _per_ipu(report)
+    m["ipus"] = rows
+    if mem.level == "ipu":
+        o.skip(TILE_CHECK, "the memory figures are per IPU only"
+               + (" (an estimate)" if report.provenance.estimated else "")
+               + ": how full single tiles get is unknown; confirm the fit with a real compile")
+    fracs = {r["ipu"]: r["used_pct"] / 100 for r in rows if r["used_pct"] is not None}
+    if fracs:
+        full = max(fracs, key=lambda k: fracs[k])
+        m["fullest_ipu"] = full
+        m["spread_pct"] = 100 * (fracs[full] - min(fracs.values()))
+    pressured = []
+    for row in rows:
+        if _ipu_findings(report, o, row, rows):
+            pressured.append(row)
+    _spread(report, o, pressured, rows)
+    _table(report, o, rows)
+    return o.out
+
+
+# ---------------------------------------------------------------------------------------- figures
+
+def _per_ipu(report: Report) -> list[dict[str, Any]]:
+    """One dict per IPU (the JSON ``memory.ipus`` rows), computed with a few vectorised passes."""
+    mem = report.memory
+    t = report.target
+    per = mem.per_ipu().set_index("ipu")
+    cats = [c for c in per.columns if c.startswith(CATEGORY_PREFIX)]
+    tile_stats = None
+    if mem.level == "tile" and t is not None:
+        f = mem.frame
+        inc = f["total_bytes_including_gaps"]
+        by_ipu = f["ipu"]
+        over = (inc > TILE_FULL_FRAC * t.bytes_per_tile).groupby(by_ipu).sum()
+        oom = ((f["overflow_bytes"] > 0) | (inc > t.bytes_per_tile)).groupby(by_ipu).sum()
+        counts = by_ipu.value_counts()
+        top = f.loc[inc.groupby(by_ipu).idxmax(), ["ipu", "tile", "total_bytes_including_gaps"]]
+        tile_stats = {int(r.ipu): (int(r.tile), int(r.total_bytes_including_gaps), int(over[r.ipu]),
+                                   int(oom[r.ipu]), int(counts[r.ipu]))
+                      for r in top.itertuples(index=False)}
+    rows = []
+    for ipu, r in per.iterrows():
+        used = int(r["total_bytes_including_gaps"])
+        row: dict[str, Any] = {
+            "ipu": int(ipu),
+            "used_bytes": used,
+            "capacity_bytes": t.bytes_per_ipu if t else None,
+            "used_pct": 100 * used / t.bytes_per_ipu if t else None,
+            "max_tile": None, "max_tile_bytes": None, "max_tile_pct": None,
+            "tiles": None, "tiles_over_90pct": None, "tiles_overflowing": None,
+            "overflow_bytes": int(r["overflow_bytes"]),
+            "always_live_bytes": int(r["always_live_bytes"]),
+            "not_always_live_bytes": int(r["not_always_live_bytes"]),
+            "categories": {c[len(CATEGORY_PREFIX):-len(CATEGORY_SUFFIX)]: int(r[c]) for c in cats} or None,
+        }
+        if tile_stats is not None and int(ipu) in tile_stats:
+            tile, tile_bytes, n_over, n_oom, n_tiles = tile_stats[int(ipu)]
+            row.update(max_tile=tile, max_tile_bytes=tile_bytes,
+                       max_tile_pct=100 * tile_bytes / t.bytes_per_tile, tiles=n_tiles,
+                       tiles_over_90pct=n_over, tiles_overflowing=n_oom)
+        rows.append(row)
+    return rows
+
+
+def _shares(row: dict[str, Any]) -> tuple[float | None, float | None, str | None, float | None]:
+    """(not-always-live share, variable share, largest category, its share) of the IPU's bytes."""
+    live = row["always_live_bytes"] + row["not_always_live_bytes"]
+    nal = row["not_always_live_bytes"] / live if live else None
+    cats = row["categories"]
+    if not cats:
+        return nal, None, None, None
+    total = sum(cats.values())
+    if not total:
+        return nal, None, None, None
+    top = max(cats, key=lambda k: cats[k])
+    return nal, cats.get("variable", 0) / total, top, cats[top] / total
+
+
+# ---------------------------------------------------------------------------------------- findings
+
+def _ipu_findings(report: Report, o: _Out, row: dict[str, Any], rows: list[dict[str, Any]]) -> bool:
+    """Findings for one IPU; True when it is under pressure."""
+    t = report.target
+    k = row["ipu"]
+    mem_level = report.memory.level
+    nal, _var, top, top_share = _shares(row)
+    liveness = (f"{pct(1 - nal, 0)} always-live / {pct(nal, 0)} not-always-live" if nal is not None
+                else "liveness unknown")
+    cat = f"; largest category {top} ({pct(top_share, 0)})" if top else ""
+    used = (f"IPU{k} uses {pct(row['used_pct'] / 100)} of {nbytes(t.bytes_per_ipu)}" if t
+            else f"IPU{k} uses {nbytes(row['used_bytes'])}")
+    if mem_level == "tile" and t is not None:
+        if row["tiles_overflowing"]:
+            o.find("MEM001", "error", f"IPU{k} is out of memory: {row['tiles_overflowing']:,} tiles overflow",
+                   f"{row['tiles_overflowing']:,} of {row['tiles']:,} tiles on IPU{k} exceed their "
+                   f"{nbytes(t.bytes_per_tile)} (overflow {nbytes(row['overflow_bytes'])} in total); "
+                   f"fullest tile {row['max_tile']} holds {nbytes(row['max_tile_bytes'])} "
+                   f"({pct(row['max_tile_pct'] / 100)}); {used}; {liveness}{cat}",
+                   _recommend(report, row, rows))
+            return True
+        if row["tiles_over_90pct"]:
+            o.find("MEM002", "warning",
+                   f"IPU{k} is nearly full: fullest tile at {pct(row['max_tile_pct'] / 100)}",
+                   f"fullest tile {row['max_tile']} holds {nbytes(row['max_tile_bytes'])} of "
+                   f"{nbytes(t.bytes_per_tile)} ({pct(row['max_tile_pct'] / 100)}); "
+                   f"{row['tiles_over_90pct']:,} of {row['tiles']:,} tiles are above "
+                   f"{pct(TILE_FULL_FRAC, 0)}; {used}; {liveness}{cat}",
+                   _recommend(report, row, rows))
+            return True
+        return False
+    if row["overflow_bytes"]:
+        o.find("MEM001", "error", f"IPU{k} is out of memory",
+               f"IPU{k} needs {nbytes(row['used_bytes'])}, {nbytes(row['overflow_bytes'])} more than "
+               f"its capacity{' (per-IPU estimate)' if report.provenance.estimated else ''}; "
+               f"{liveness}{cat}", _recommend(report, row, rows))
+        return True
+    if t is not None and row["used_pct"] / 100 > IPU_FULL_FRAC:
+        o.find("MEM003", "warning", f"IPU{k} is {pct(row['used_pct'] / 100, 0)} full",
+               f"{used} (per-IPU figures: single tiles are fuller than the mean and may not fit); "
+               f"{liveness}{cat}", _recommend(report, row, rows))
+        return True
+    return False
+
+
+def _spread(report: Report, o: _Out, pressured: list[dict[str, Any]], rows: list[dict[str, Any]]) -> None:
+    if not pressured or report.target is None or len(rows) < 2:
+        return
+    full = max(pressured, key=lambda r: r["used_pct"])
+    empty = min(rows, key=lambda r: r["used_pct"])
+    gap = (full["used_pct"] - empty["used_pct"]) / 100
+    if gap < MEMORY_SPREAD_WARN_FRAC:
+        return
+    free = report.target.bytes_per_ipu - empty["used_bytes"]
+    o.find("MEM004", "warning",
+           f"Memory unevenly spread: IPU{full['ipu']} is under pressure, IPU{empty['ipu']} is not",
+           f"IPU{full['ipu']} uses {pct(full['used_pct'] / 100)} of its memory, IPU{empty['ipu']} "
+           f"{pct(empty['used_pct'] / 100)} ({100 * gap:.1f} points less, {nbytes(free)} free)",
+           f"Move blocks from IPU{full['ipu']} towards IPU{empty['ipu']}: "
+           f"{_move_hint(report, full['ipu'], empty['ipu'])} (then re-check pipeline balance: "
+           "moving layers moves cycles too).")
+
+
+def _move_hint(report: Report, src: int, dst: int) -> str:
+    stages = report.cfg.stages
+    on_src = [s for s in stages if s.ipu == src]
+    if not on_src:
+        return "change the ipu_id of poptorch.BeginBlock / poptorch.Block (optimum-graphcore: layers_per_ipu)"
+    blocks = ", ".join(b for s in on_src for b in s.blocks) or f"stage {on_src[0].index}"
+    return (f"IPU{src} holds {blocks}; shift the poptorch.BeginBlock(layer, ipu_id=...) boundary so "
+            "that its first or last layers run on the neighbouring stage (optimum-graphcore: "
+            "layers_per_ipu)")
+
+
+def _recommend(report: Report, row: dict[str, Any], rows: list[dict[str, Any]]) -> str:
+    levers = _levers(report, row, rows)
+    if len(levers) == 1:
+        return levers[0][0].upper() + levers[0][1:] + "."
+    return "Levers that fit: " + "; ".join(f"({i}) {lev}" for i, lev in enumerate(levers, 1)) + "."
+
+
+def _levers(report: Report, row: dict[str, Any], rows: list[dict[str, Any]]) -> list[str]:
+    """The levers that fit this IPU's evidence, best first, at most MAX_MEMORY_LEVERS."""
+    cfg = report.cfg
+    k = row["ipu"]
+    nal, var, _top, _share = _shares(row)
+    training = cfg.mode == "training"
+    pipelined = cfg.execution_strategy == "PipelinedExecution" and cfg.num_stages > 1
+    stages = [s for s in cfg.stages if s.ipu == k]
+    out = []
+    if training and cfg.optimizer_state_on_chip and var is not None and var >= VARIABLE_DOMINANT_FRAC:
+        out.append(f"variables are {pct(var, 0)} of IPU{k}'s bytes and the optimizer state is on chip: "
+                   "offload it with opts.TensorLocations.setOptimizerLocation("
+                   "poptorch.TensorLocationSettings().useOnChipStorage(False))")
+    if row["used_pct"] is not None:
+        roomy = [r for r in rows if r["used_pct"] is not None
+                 and r["used_pct"] <= row["used_pct"] - 100 * MEMORY_SPREAD_WARN_FRAC]
+        if roomy:
+            order = [s.ipu for s in cfg.stages]
+            if k in order:  # prefer the IPU of a neighbouring stage
+                pos = order.index(k)
+                near = {order[p] for p in (pos - 1, pos + 1) if 0 <= p < len(order)}
+                roomy = [r for r in roomy if r["ipu"] in near] or roomy
+            dst = min(roomy, key=lambda r: r["used_pct"])
+            out.append(f"move blocks off IPU{k} to IPU{dst['ipu']} ({pct(dst['used_pct'] / 100, 0)} used)")
+    if nal is not None and nal >= NOT_ALWAYS_LIVE_DOMINANT_FRAC:
+        set_amp = cfg.available_memory_proportion.get(k)
+        cur = set_amp if set_amp is not None else DEFAULT_AVAILABLE_MEMORY_PROPORTION
+        new = max(MIN_AVAILABLE_MEMORY_PROPORTION, round(cur / 2, 2))
+        if new < cur:
+            now = f"now {cur:g}" if set_amp is not None else f"PopTorch's default {cur:g}"
+            out.append(f"not-always-live memory is {pct(nal, 0)}: lower the available memory proportion "
+                       f"({now}) with opts.setAvailableMemoryProportion({{\"IPU{k}\": {new:g}}})")
+    if any("embed" in b.lower() for s in stages for b in s.blocks):
+        out.append(f"serialize the embedding on IPU{k} (optimum-graphcore: "
+                   "embedding_serialization_factor; PopTorch: poptorch.serializedMatMul for the "
+                   "vocabulary projection)")
+    if training and nal is not None and nal >= NOT_ALWAYS_LIVE_DOMINANT_FRAC:
+        if pipelined:
+            out.append("recompute more: PopTorch already recomputes each pipeline stage; add "
+                       "poptorch.recomputationCheckpoint(x) on layer outputs inside "
+                       f"the stage{'s' if len(stages) != 1 else ''} on IPU{k}")
+        else:
+            out.append("enable recomputation: opts._Popart.set(\"autoRecomputation\", 1)")
+    if training and pipelined and stages and min(s.index for s in stages) < cfg.num_stages - 1:
+        i = min(s.index for s in stages)
+        out.append(f"fewer micro-batches in flight: stage {i} stashes activations of about "
+                   f"{2 * (cfg.num_stages - i) - 1} micro-batches; halve the micro-batch size and "
+                   "double gradientAccumulation to keep the global batch")
+    if not out:
+        out.append("lower the available memory proportion (opts.setAvailableMemoryProportion) or "
+                   f"move blocks off IPU{k} (poptorch.BeginBlock ipu_id)")
+    return out[:MAX_MEMORY_LEVERS]
+
+
+# ------------------------------------------------------------------------------------------- table
+
+def _table(report: Report, o: _Out, rows: list[dict[str, Any]]) -> None:
+    import pandas as pd
+
+    if not rows:
+        return
+    tile = report.memory.level == "tile"
+    data: dict[str, Any] = {
+        "IPU": [r["ipu"] for r in rows],
+        "used %": [None if r["used_pct"] is None else round(r["used_pct"], 1) for r in rows],
+    }
+    if tile:
+        data["max tile %"] = [None if r["max_tile_pct"] is None else round(r["max_tile_pct"], 1)
+                              for r in rows]
+        data["tiles >90%"] = pd.array([r["tiles_over_90pct"] for r in rows], dtype="Int64")
+        data["OOM tiles"] = pd.array([r["tiles_overflowing"] for r in rows], dtype="Int64")
+    data["always live %"] = [None if s[0] is None else round(100 * (1 - s[0]), 1)
+                             for s in map(_shares, rows)]
+    if any(r["categories"] for r in rows):
+        data["top category"] = [f"{s[2]} {pct(s[3], 0)}" if s[2] else "–" for s in map(_shares, rows)]
+    frame = pd.DataFrame(data)
+    for col in ("used %", "max tile %", "always live %"):
+        if col in frame:
+            frame[col] = frame[col].astype("float64")
+    o.out.table = frame
+    t = report.target
+    lines = []
+    if t is not None:
+        lines.append(f"capacity {mib(t.bytes_per_ipu):,.1f} MiB per IPU ({t.tiles_per_ipu:,} tiles × "
+                     f"{t.bytes_per_tile / 1024:,.1f} KiB); used = bytes including gaps")
+    if not tile:
+        lines.append("per-IPU figures only" + (" (estimated)" if report.provenance.estimated else "")
+                     + ": tile columns unknown")
+    o.out.caption = "\n".join(lines) or None

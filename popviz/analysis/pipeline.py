@@ -1,0 +1,306 @@
+"""Pipeline balance: cycles per stage, the bottleneck, ramp efficiency, sharded utilisation.
+
+Per-stage cycles are source-independent: the ``OnTileExecute`` and ``DoExchange`` cycles of the
+stage's IPU, summed over the runs that are executor calls and divided by the micro-batches those
+calls processed. Every micro-batch passes every stage exactly once, ramp-up and ramp-down
+included, so this equals the work a stage does in one steady-state pipeline cycle. Syncs (waiting),
+inter-IPU copies (``GlobalExchange``) and host transfers (``StreamCopy*``) are not stage work and
+are not counted. docs/analyses.md lists the limits.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from popviz.analysis._common import call_runs, ceil_exact, elapsed_cycles, num, pct, run_cycles
+from popviz.analysis.findings import AnalysisOutput, Finding, NotChecked
+from popviz.analysis.thresholds import (
+    IMBALANCE_WARN_RATIO,
+    RAMP_EFFICIENCY_TARGET_FRAC,
+    RAMP_EFFICIENCY_WARN_FRAC,
+)
+from popviz.model import ModelConfig, Report
+
+NAME = "pipeline"
+COUNTED_TYPES = ("OnTileExecute", "DoExchange")
+"""Program types counted as a stage's work."""
+PHASED = ("SerialPhasedExecution", "ParallelPhasedExecution")
+
+
+def empty_metrics(cfg: ModelConfig) -> dict[str, Any]:
+    return {
+        "mode": cfg.mode,
+        "strategy": cfg.execution_strategy,
+        "num_stages": cfg.num_stages or None,
+        "pipeline_stages": None,
+        "counted_program_types": list(COUNTED_TYPES),
+        "calls_counted": None,
+        "micro_batches_per_call": None,
+        "stages": [],
+        "imbalance_ratio": None,
+        "bottleneck_stage": None,
+        "idle_frac_other_ipus": None,
+        "balanced_gain_frac": None,
+        "utilisation_frac": None,
+        "ramp_efficiency_frac": None,
+        "ramp_target_frac": RAMP_EFFICIENCY_TARGET_FRAC,
+        "micro_batches_for_target": None,
+        "pipelining_speedup_ratio": None,
+    }
+
+
+def ramp_efficiency(micro_batches: int, pipeline_stages: int) -> float:
+    """G / (G + S - 1): the share of pipeline cycles in which the pipeline is full."""
+    return micro_batches / (micro_batches + pipeline_stages - 1)
+
+
+def micro_batches_for(target_frac: float, pipeline_stages: int) -> int:
+    """The smallest G with G / (G + S - 1) >= target_frac."""
+    return max(pipeline_stages, ceil_exact(target_frac * (pipeline_stages - 1), 1 - target_frac))
+
+
+def _micro_batches_per_call(cfg: ModelConfig) -> int | None:
+    d = cfg.device_iterations
+    if cfg.mode == "training":
+        g = cfg.gradient_accumulation
+        return d * g if d is not None and g is not None else None
+    if cfg.mode == "inference":
+        return d
+    return None
+
+
+def _blocks(stage) -> str:
+    return ", ".join(stage.blocks) or f"stage {stage.index}"
+
+
+class _Out:
+    def __init__(self, cfg: ModelConfig) -> None:
+        self.out = AnalysisOutput(metrics=empty_metrics(cfg))
+
+    def skip(self, check: str, reason: str) -> None:
+        self.out.not_checked.append(NotChecked(NAME, check, reason))
+
+    def find(self, code: str, severity: str, title: str, evidence: str, recommendation: str) -> None:
+        self.out.findings.append(Finding(code, severity, NAME, title, evidence, recommendation))
+
+
+def analyse(report: Report) -> AnalysisOutput:
+    cfg = report.cfg
+    o = _Out(cfg)
+    m = o.out.metrics
+    if not report.has("config"):
+        if report.target is not None and report.target.ipus_per_replica == 1:
+            o.skip("pipeline checks", "the model runs on one IPU: there are no stages to balance "
+                   "and no pipeline to fill")
+        else:
+            o.skip("stage balance, ramp efficiency, sharding",
+                   "no configuration recorded (execution strategy, stages, batching); record it by "
+                   "running under `popviz capture` or `popviz emulate`")
+        return o.out
+    strategy = cfg.execution_strategy
+    if strategy in PHASED:
+        o.skip("stage balance, ramp efficiency", f"{strategy} is not analysed by popviz yet "
+               "(phases run one after another, not as a pipeline)")
+        return o.out
+    if len(cfg.stage_ipus) <= 1 and strategy is None:
+        where = f"IPU{cfg.stage_ipus[0]}" if cfg.stage_ipus else "one IPU"
+        o.skip("pipeline checks", f"the model runs on {where} with no execution strategy: there are "
+               "no stages to balance and no pipeline to fill")
+        return o.out
+    if cfg.num_stages < 2:
+        o.skip("stage balance, ramp efficiency",
+               f"{strategy or 'the configuration'} has {cfg.num_stages} stage(s) recorded; the stage "
+               "to IPU map is needed")
+        return o.out
+    pipelined = strategy == "PipelinedExecution"
+    if pipelined:
+        _ramp(report, o)
+    _stage_cycles(report, o, pipelined)
+    if strategy == "ShardedExecution":
+        _sharded(report, o)
+    m["num_stages"] = cfg.num_stages
+    return o.out
+
+
+# ------------------------------------------------------------------------------------------- ramp
+
+def _ramp(report: Report, o: _Out) -> None:
+    cfg = report.cfg
+    m = o.out.metrics
+    n = cfg.num_stages
+    if cfg.mode not in ("training", "inference"):
+        o.skip("ramp efficiency", "mode (training or inference) not recorded")
+        return
+    training = cfg.mode == "training"
+    s = 2 * n - 1 if training else n
+    m["pipeline_stages"] = s
+    g = cfg.gradient_accumulation if training else cfg.device_iterations
+    what = "gradient accumulation" if training else "device iterations"
+    if g is None:
+        o.skip("ramp efficiency", f"{what} not recorded")
+        return
+    eff = ramp_efficiency(g, s)
+    target = micro_batches_for(RAMP_EFFICIENCY_TARGET_FRAC, s)
+    m["ramp_efficiency_frac"] = eff
+    m["micro_batches_for_target"] = target
+    letter = "G" if training else "D"
+    setter = ("opts.Training.gradientAccumulation({})" if training
+              else "opts.deviceIterations({})")
+    depth = (f"S = 2N - 1 = {s} pipeline stages for N = {n} forward stages" if training
+             else f"S = N = {s} pipeline stages")
+    if g < s:
+        o.find("PIPE002", "error", f"{what.capitalize()} below the pipeline depth: PopART rejects this",
+               f"{letter} = {g} < {depth}; PopART refuses to compile a pipeline that cannot be filled "
+               f"({what} must be at least {s})",
+               f"Set {setter.format(s)} or more; {setter.format(target)} reaches "
+               f"{pct(RAMP_EFFICIENCY_TARGET_FRAC, 0)} ramp efficiency.")
+        return
+    if eff < RAMP_EFFICIENCY_TARGET_FRAC:
+        severity = "warning" if eff < RAMP_EFFICIENCY_WARN_FRAC else "info"
+        lost = s - 1
+        batch_note = (" The global batch grows with G: keep it by lowering the micro-batch size, "
+                      "or retune the learning rate." if training else
+                      " Each call then consumes more samples (the DataLoader given the same options "
+                      "follows).")
+        o.find("PIPE003", severity, f"Low pipeline ramp efficiency: {pct(eff)}",
+               f"{letter} = {g} micro-batches per {'weight update' if training else 'call'} take "
+               f"{letter} + S - 1 = {g + s - 1} pipeline cycles ({depth}); {lost} of them only fill "
+               f"or drain the pipeline: ramp efficiency {letter}/({letter}+S-1) = {pct(eff)}",
+               f"Set {setter.format(target)} to reach {pct(RAMP_EFFICIENCY_TARGET_FRAC, 0)} "
+               f"({letter} = {target}).{batch_note}")
+
+
+# ------------------------------------------------------------------------------------ stage cycles
+
+def _stage_cycles(report: Report, o: _Out, pipelined: bool) -> None:
+    cfg = report.cfg
+    m = o.out.metrics
+    stages = cfg.stages
+    check = "stage cycles and balance"
+    m["stages"] = [{**s.to_dict(), "cycles": None, "total_cycles": None, "idle_frac": None}
+                   for s in stages]
+    shared = sorted({s.ipu for s in stages if sum(t.ipu == s.ipu for t in stages) > 1})
+    if shared:
+        names = ", ".join(f"IPU{i} (stages {', '.join(str(s.index) for s in stages if s.ipu == i)})"
+                          for i in shared)
+        o.skip(check, f"stages share an IPU: {names}; the profile's cycles are per IPU, so they "
+               "cannot be split between those stages")
+        return
+    if report.execution is None:
+        o.skip(check, "no execution profile in this report (the compile ran out of memory or the "
+               "engine never ran): cycles per stage are unknown")
+        return
+    agg = run_cycles(report.execution)
+    runs = call_runs(agg)
+    if not runs:
+        o.skip(check, "no run in the execution profile executes on-tile compute")
+        return
+    part = agg[agg["run"].isin(runs) & agg["program_type"].isin(COUNTED_TYPES)]
+    per_ipu = part.groupby("ipu")["cycles"].sum()
+    missing = [s for s in stages if int(per_ipu.get(s.ipu, 0)) <= 0]
+    if missing:
+        o.skip(check, "the execution profile has no compute on "
+               + ", ".join(f"IPU{s.ipu} (stage {s.index})" for s in missing))
+        return
+    totals = [int(per_ipu[s.ipu]) for s in stages]
+    calls = len(runs)
+    mb = _micro_batches_per_call(cfg)
+    m["calls_counted"] = calls
+    m["micro_batches_per_call"] = mb
+    per_mb = [t / (calls * mb) for t in totals] if mb else [None] * len(totals)
+    biggest = max(totals)
+    mean = sum(totals) / len(totals)
+    b = totals.index(biggest)
+    idle = [1 - t / biggest for t in totals]
+    for row, t, c, i in zip(m["stages"], totals, per_mb, idle, strict=True):
+        row.update(cycles=c, total_cycles=t, idle_frac=i)
+    others = [i for k, i in enumerate(idle) if k != b]
+    elapsed = elapsed_cycles(agg, runs)
+    ipus = cfg.stage_ipus
+    m.update(imbalance_ratio=biggest / mean, bottleneck_stage=stages[b].index,
+             idle_frac_other_ipus=sum(others) / len(others), balanced_gain_frac=biggest / mean - 1,
+             utilisation_frac=sum(totals) / (len(ipus) * elapsed) if elapsed else None)
+    if cfg.execution_strategy == "ShardedExecution":
+        m["pipelining_speedup_ratio"] = sum(totals) / biggest
+    _table(report, o, per_mb, totals, idle, b)
+    ratio = biggest / mean
+    if pipelined and ratio >= IMBALANCE_WARN_RATIO:
+        st = stages[b]
+        neighbours = [k for k in (b - 1, b + 1) if 0 <= k < len(stages)]
+        to = min(neighbours, key=lambda k: totals[k])
+        unit = "cycles per micro-batch" if mb else "cycles in the profile"
+        values = per_mb if mb else totals
+        shed = values[b] - sum(values) / len(values)
+        o.find("PIPE001", "warning",
+               f"Unbalanced pipeline: stage {st.index} (IPU{st.ipu}) is the bottleneck",
+               f"stage {st.index} ({_blocks(st)}) takes {num(round(values[b]))} {unit}, "
+               f"{ratio:.2f}× the mean over {len(stages)} stages ({num(round(sum(values) / len(values)))});"
+               f" the other IPUs idle {pct(sum(others) / len(others))} of each pipeline cycle "
+               f"(counted: {' + '.join(COUNTED_TYPES)})",
+               f"Move about {num(round(shed))} {unit} ({pct(shed / values[b], 0)} of its work) out of "
+               f"stage {st.index} into stage {stages[to].index} (IPU{stages[to].ipu}, "
+               f"{pct(idle[to], 0)} idle): move its poptorch.BeginBlock(layer, ipu_id=...) boundary "
+               f"by a layer or more (optimum-graphcore: layers_per_ipu). Balanced stages would raise "
+               f"throughput by up to {pct(ratio - 1, 0)}.")
+
+
+def _table(report: Report, o: _Out, per_mb: list, totals: list[int], idle: list[float], b: int) -> None:
+    import pandas as pd
+
+    stages = report.cfg.stages
+    m = o.out.metrics
+    marked = m["imbalance_ratio"] > 1.0
+    has_mb = per_mb[0] is not None
+    col = "cycles/micro-batch" if has_mb else "cycles (profile)"
+    values = [round(v) for v in per_mb] if has_mb else totals
+    o.out.table = pd.DataFrame({
+        "stage": [f"{s.index}{' ◀' if k == b and marked else ''}" for k, s in enumerate(stages)],
+        "IPU": [s.ipu for s in stages],
+        "blocks": [_blocks(s) for s in stages],
+        col: pd.array(values, dtype="int64"),
+        "idle %": [round(100 * i, 1) for i in idle],
+    })
+    parts = [f"{'◀ bottleneck · ' if marked else ''}imbalance {m['imbalance_ratio']:.2f} (max/mean)"]
+    if report.cfg.execution_strategy == "PipelinedExecution" and marked:
+        parts.append(f"balanced: up to +{pct(m['balanced_gain_frac'], 0)} throughput")
+    if m["utilisation_frac"] is not None:
+        parts.append(f"IPU utilisation {pct(m['utilisation_frac'], 0)}")
+    lines = [" · ".join(parts)]
+    if m["ramp_efficiency_frac"] is not None:
+        letter = "G" if report.cfg.mode == "training" else "D"
+        lines.append(f"ramp efficiency {pct(m['ramp_efficiency_frac'])} (S = {m['pipeline_stages']}; "
+                     f"{letter} = {m['micro_batches_for_target']} reaches "
+                     f"{pct(RAMP_EFFICIENCY_TARGET_FRAC, 0)})")
+    calls = m["calls_counted"]
+    lines.append(f"counted: {' + '.join(COUNTED_TYPES)} over {calls} call{'s' if calls != 1 else ''}")
+    o.out.caption = "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------- sharded
+
+def _sharded(report: Report, o: _Out) -> None:
+    cfg = report.cfg
+    m = o.out.metrics
+    n = cfg.num_stages
+    ipus = len(cfg.stage_ipus)
+    util = m["utilisation_frac"]
+    speedup = m["pipelining_speedup_ratio"]
+    evidence = (f"ShardedExecution runs the {n} stages one after another, so one of the {ipus} IPUs "
+                f"works at a time: ")
+    if util is not None:
+        evidence += f"IPU utilisation {pct(util)} (at most {pct(1 / ipus)} even if balanced)"
+    else:
+        evidence += f"utilisation at most {pct(1 / ipus)} (no execution profile to measure it)"
+    training = cfg.mode == "training"
+    need = f"gradientAccumulation ≥ {2 * n - 1}" if training else f"deviceIterations ≥ {n}"
+    rec = "Pipeline the same stages: opts.setExecutionStrategy(poptorch.PipelinedExecution(...))"
+    if speedup is not None:
+        rec += f"; with the measured stage cycles a full pipeline gives up to {speedup:.1f}× the throughput"
+        g = cfg.gradient_accumulation if training else cfg.device_iterations
+        s = 2 * n - 1 if training else n
+        if g is not None and g >= s:
+            rec += (f" ({speedup * ramp_efficiency(g, s):.1f}× at the current "
+                    f"{'G' if training else 'D'} = {g} after ramp-up and ramp-down)")
+    rec += f". It needs {need}"
+    rec += (" and memory for the activations stashed by the earlier stages." if training else ".")
+    o.find("PIPE004", "warning", "Sharded execution: one IPU works at a time", evidence, rec)

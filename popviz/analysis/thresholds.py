@@ -1,0 +1,81 @@
+"""Every number the analyses compare against, in one place.
+
+Each constant says what it bounds; docs/analyses.md gives the reasoning behind its value. Change a
+value here and in that document together.
+"""
+
+from __future__ import annotations
+
+# ------------------------------------------------------------------------------ execution runs
+
+MAIN_RUN_MIN_COMPUTE_FRAC = 0.5
+"""A run counts as one executor call when its OnTileExecute cycles are at least this fraction of
+the busiest run's. Calls of one engine repeat the same program, so their compute is nearly equal;
+host weight/optimizer copy runs execute a small fraction of it and are left out."""
+
+# ------------------------------------------------------------------------------------ pipeline
+
+IMBALANCE_WARN_RATIO = 1.2
+"""Pipelined stages: warn when the slowest stage's cycles per micro-batch exceed the mean over
+stages by this ratio (balanced stages would then be up to 20% faster)."""
+
+RAMP_EFFICIENCY_WARN_FRAC = 0.8
+"""Pipelined: warn when G / (G + S - 1) is below this (a fifth or more of every weight update
+spent filling and draining the pipeline)."""
+
+RAMP_EFFICIENCY_TARGET_FRAC = 0.9
+"""The ramp efficiency the recommendation aims for, and below which an info finding is given."""
+
+# -------------------------------------------------------------------------------------- memory
+
+TILE_FULL_FRAC = 0.9
+"""A tile above this fraction of its capacity counts as nearly full (``tiles_over_90pct``); any
+such tile makes a warning."""
+
+IPU_FULL_FRAC = 0.8
+"""Per-IPU memory only (no tile figures): warn when an IPU's mean fill is above this."""
+
+MEMORY_SPREAD_WARN_FRAC = 0.2
+"""Warn when an IPU under pressure is this much (fraction of capacity) fuller than the emptiest
+IPU of the same replica: blocks can move there."""
+
+VARIABLE_DOMINANT_FRAC = 0.3
+"""Variables at or above this share of an IPU's bytes count as dominant: offloading optimizer
+state is then the lever that fits."""
+
+NOT_ALWAYS_LIVE_DOMINANT_FRAC = 0.5
+"""Not-always-live bytes at or above this share of an IPU's bytes point at temporaries and
+activations: lower available memory proportion and recomputation are then the levers."""
+
+DEFAULT_AVAILABLE_MEMORY_PROPORTION = 0.6
+"""PopTorch's default available memory proportion (used when the report does not record one)."""
+
+MIN_AVAILABLE_MEMORY_PROPORTION = 0.05
+"""Never suggest an available memory proportion below this."""
+
+MAX_MEMORY_LEVERS = 3
+"""At most this many levers are listed in one memory recommendation (the best-fitting first)."""
+
+# ------------------------------------------------------------------------------------- host I/O
+
+STREAM_COPY_WARN_FRAC = 0.1
+"""Warn when stream copies (host transfers, waiting included) take this share of an IPU's
+cycles in a call."""
+
+HOST_WAIT_DOMINANT_FRAC = 0.5
+"""When StreamCopyBegin + End (waiting for the host) are at least this share of the stream-copy
+cycles, the host is the bottleneck, not the transfer itself."""
+
+OUTPUT_BYTES_SAVED_WARN = 64 * 2**20
+"""Bytes per call that another output mode would save, above which inference gets a warning
+(training with All or EveryN always does)."""
+
+OUTPUT_BYTES_SAVED_INFO = 2**20
+"""Bytes per call another output mode would save, above which inference gets an info finding."""
+
+CALL_DEVICE_SECONDS_MIN = 0.01
+"""Warn when one executor call keeps the IPUs busy for less than this (device iterations too
+low: the fixed host cost per call dominates)."""
+
+CALL_DEVICE_SECONDS_TARGET = 0.05
+"""The device time per call the device-iterations recommendation aims for."""
