@@ -8,38 +8,42 @@ from popviz.analysis.findings import EngineResult, Result
 from popviz.render import text
 
 SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
+PROSE_WIDTH = 120
+"""Findings and captions wrap at most this wide, even on a wider terminal (long lines read badly)."""
 
 
 def _frame_table(title: str, frame):  # -> rich.table.Table
+    from rich import box
     from rich.table import Table
 
     table = Table(title=title, title_justify="left", title_style="bold", show_edge=False,
-                  pad_edge=False, expand=False)
+                  pad_edge=False, expand=False, box=box.SIMPLE_HEAD)
     for col in frame.columns:
         numeric = frame[col].dtype.kind in "iuf"
-        table.add_column(str(col), justify="right" if numeric else "left", overflow="fold")
+        # Numbers never wrap (a folded number misreads); headers and text wrap when narrow.
+        table.add_column(str(col), justify="right" if numeric else "left", overflow="fold",
+                         min_width=_widest(frame[col]) if numeric else None)
     for row in frame.itertuples(index=False):
         table.add_row(*(_cell(v) for v in row))
     return table
 
 
+def _widest(column) -> int:
+    return max((len(_cell(v)) for v in column), default=1)
+
+
 def _cell(value: object) -> str:
-    if value is None:
-        return "–"
-    if isinstance(value, float):
-        if value != value:
-            return "–"
-        return f"{value:,.2f}" if abs(value) < 1000 else f"{value:,.0f}"
-    if isinstance(value, int):
-        return f"{value:,}"
-    return str(value)
+    return text.fmt_cell(value)
 
 
 def _engine(console, engine: EngineResult) -> None:
+    from rich.padding import Padding
     from rich.panel import Panel
     from rich.table import Table
+    from rich.text import Text
 
     r = engine.report
+    prose = min(console.width, PROSE_WIDTH)
     head = Table.grid(padding=(0, 2))
     head.add_column(style="bold", no_wrap=True)
     head.add_column(overflow="fold")
@@ -57,20 +61,45 @@ def _engine(console, engine: EngineResult) -> None:
     title = f"[bold]{r.label}[/]" + ("  [bold magenta](estimated)[/]" if est else "")
     console.print(Panel(head, title=title, title_align="left", expand=False))
     for name, out in engine.outputs.items():
-        if out.table is not None and len(out.table):
+        has_table = out.table is not None and len(out.table)
+        if has_table:
             console.print(_frame_table(name.replace("_", " "), out.table))
+        elif out.caption:
+            console.print(f"[bold]{name.replace('_', ' ')}[/]")
+        if out.caption:
+            console.print(Padding(Text(out.caption, style="dim"), (0, 0, 0, 1), expand=False),
+                          width=prose)
+        if has_table or out.caption:
             console.print()
     for f in engine.findings:
-        style = SEVERITY_STYLE[f.severity]
-        console.print(f"[{style}]{f.severity.upper():7}[/] [bold]{f.code}[/] {f.title}",
-                      highlight=False)
-        console.print(f"         {f.evidence}", highlight=False, soft_wrap=False)
-        console.print(f"         [green]→[/] {f.recommendation}", highlight=False)
-    for n in engine.not_checked:
-        console.print(f"[dim]not checked ({n.analysis}): {n.check} — {n.reason}[/]", highlight=False)
+        console.print(_finding(f), width=prose)
+    if engine.not_checked:
+        console.print("[dim]not checked:[/]")
+        for n in engine.not_checked:
+            console.print(Padding(Text(f"{n.analysis}: {n.check} — {n.reason}", style="dim"),
+                                  (0, 0, 0, 2), expand=False), width=prose)
     if result_has_analyses(engine) and not engine.findings:
         console.print("[green]no findings[/]")
     console.print()
+
+
+def _finding(f):  # -> rich.table.Table
+    """Severity label in a fixed-width column; title, evidence and recommendation wrap beside it."""
+    from rich.table import Table
+    from rich.text import Text
+
+    grid = Table.grid(padding=(0, 1))
+    grid.add_column(width=7, no_wrap=True)
+    grid.add_column(overflow="fold")
+    body = Text()
+    body.append(f"{f.code} ", style="bold")
+    body.append(f.title, style="bold")
+    body.append(f"\n{f.evidence}")
+    body.append("\n→ ", style="green")
+    for piece, code in text.code_spans(f.recommendation):
+        body.append(piece, style="cyan" if code else None)
+    grid.add_row(Text(f.severity.upper(), style=SEVERITY_STYLE[f.severity]), body)
+    return grid
 
 
 def result_has_analyses(engine: EngineResult) -> bool:

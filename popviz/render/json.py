@@ -14,6 +14,15 @@ from popviz import __version__
 from popviz.analysis.findings import EngineResult, Result
 
 SCHEMA = 1
+SCHEMA_FILE = "schema_v1.json"
+"""JSON Schema of the document (beside this module; ``schema()`` loads it)."""
+
+
+def schema() -> dict[str, Any]:
+    """The JSON Schema that ``popviz analyse --json`` output validates against."""
+    from importlib.resources import files
+
+    return json.loads(files("popviz.render").joinpath(SCHEMA_FILE).read_text(encoding="utf-8"))
 
 
 def _clean(value: Any) -> Any:

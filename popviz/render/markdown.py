@@ -12,22 +12,17 @@ def _esc(value: object) -> str:
     return str(value).replace("|", "\\|").replace("\n", " ")
 
 
+def _prose(value: str) -> str:
+    """Escaped text with its PopTorch code in backticks."""
+    return "".join(f"`{piece}`" if code else _esc(piece) for piece, code in text.code_spans(value))
+
+
 def _table(frame) -> list[str]:
     cols = [str(c) for c in frame.columns]
     lines = ["| " + " | ".join(map(_esc, cols)) + " |",
              "|" + "|".join("---:" if frame[c].dtype.kind in "iuf" else "---" for c in frame.columns) + "|"]
     for row in frame.itertuples(index=False):
-        cells = []
-        for v in row:
-            if v is None or (isinstance(v, float) and v != v):
-                cells.append("–")
-            elif isinstance(v, float):
-                cells.append(f"{v:,.2f}" if abs(v) < 1000 else f"{v:,.0f}")
-            elif isinstance(v, int):
-                cells.append(f"{v:,}")
-            else:
-                cells.append(_esc(v))
-        lines.append("| " + " | ".join(cells) + " |")
+        lines.append("| " + " | ".join(_esc(text.fmt_cell(v)) for v in row) + " |")
     return lines
 
 
@@ -41,13 +36,18 @@ def _engine(engine: EngineResult) -> list[str]:
     out += [f"- **Batching:** {text.batching_line(r)}"]
     out += ["- **Data:** " + "; ".join(f"{p}: {d}" for p, d in text.data_line(r)), ""]
     for name, o in engine.outputs.items():
-        if o.table is not None and len(o.table):
-            out += [f"### {name.replace('_', ' ')}", "", *_table(o.table), ""]
+        has_table = o.table is not None and len(o.table)
+        if has_table or o.caption:
+            out += [f"### {name.replace('_', ' ')}", ""]
+        if has_table:
+            out += [*_table(o.table), ""]
+        if o.caption:
+            out += [*(f"{_esc(line)}  " for line in o.caption.splitlines()), ""]
     if engine.findings:
         out += ["### Findings", ""]
         for f in engine.findings:
             out += [f"- {ICON[f.severity]} **{f.severity}** `{f.code}` {_esc(f.title)}",
-                    f"  - {_esc(f.evidence)}", f"  - **Fix:** {_esc(f.recommendation)}"]
+                    f"  - {_esc(f.evidence)}", f"  - **Fix:** {_prose(f.recommendation)}"]
         out.append("")
     elif engine.outputs:
         out += ["No findings.", ""]

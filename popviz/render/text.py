@@ -17,6 +17,69 @@ def fmt_bytes(n: float | None) -> str:
     return f"{value:.1f} TiB"  # pragma: no cover
 
 
+def fmt_cell(value: object) -> str:
+    """A table cell: ``–`` for missing values (None, NaN, pd.NA), thousands separators for
+    numbers (two decimals below 1,000)."""
+    if value is None or type(value).__name__ == "NAType":  # pandas.NA, without importing pandas
+        return "–"
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
+        value = value.item()  # numpy scalars
+    if isinstance(value, bool):
+        return str(value)
+    if isinstance(value, float):
+        if value != value:
+            return "–"
+        if abs(value) >= 1000:
+            return f"{value:,.0f}"
+        cell = f"{value:,.2f}".rstrip("0")  # 31.70 -> 31.7, 0.00 -> 0.0
+        return cell + "0" if cell.endswith(".") else cell
+    if isinstance(value, int):
+        return f"{value:,}"
+    return str(value)
+
+
+CODE_PREFIXES = ("opts.", "poptorch.")
+
+
+def code_spans(prose: str) -> list[tuple[str, bool]]:
+    """Split a recommendation into (text, is_code) pieces: a code piece starts with ``opts.`` or
+    ``poptorch.`` and runs through identifier characters and balanced parentheses, so
+    ``opts.outputMode(poptorch.OutputMode.Final)`` is one piece."""
+    pieces: list[tuple[str, bool]] = []
+    i = start = 0
+    n = len(prose)
+    while i < n:
+        at_word = i == 0 or not (prose[i - 1].isalnum() or prose[i - 1] in "._")
+        prefix = next((p for p in CODE_PREFIXES if at_word and prose.startswith(p, i)), None)
+        if prefix is None:
+            i += 1
+            continue
+        j, depth = i + len(prefix), 0
+        while j < n:
+            c = prose[j]
+            if c == "(":
+                depth += 1
+            elif c == ")":
+                if depth == 0:
+                    break
+                depth -= 1
+            elif depth == 0 and not (c.isalnum() or c in "._"):
+                break
+            j += 1
+        if depth:  # unbalanced: not code after all
+            i += 1
+            continue
+        while j > i and prose[j - 1] == ".":  # a sentence's full stop is not code
+            j -= 1
+        if start < i:
+            pieces.append((prose[start:i], False))
+        pieces.append((prose[i:j], True))
+        i = start = j
+    if start < n:
+        pieces.append((prose[start:], False))
+    return pieces
+
+
 def fmt_count(n: float | None) -> str:
     """``12345678`` -> ``12.3M``."""
     if n is None:
