@@ -15,12 +15,48 @@ if TYPE_CHECKING:
     from popviz.model import ExecutionTable
 
 
-def run_cycles(execution: ExecutionTable) -> pd.DataFrame:
-    """Cycles summed per ``run``, ``ipu`` and ``program_type`` (one vectorised pass over the
-    steps; everything else works from this small frame)."""
+MAX_DENSE_BINS = 20_000_000
+"""Above this many (run, ipu, program type) combinations, aggregate with a pandas groupby instead
+of a dense array."""
+
+
+def run_cycles(execution: ExecutionTable, max_dense_bins: int = MAX_DENSE_BINS) -> pd.DataFrame:
+    """Cycles summed per ``run``, ``ipu`` and ``program_type``, sorted, zero sums left out.
+
+    One pass over the steps (``numpy.bincount`` on a combined key: several times faster than a
+    groupby on millions of rows); everything else works from this small frame."""
+    import numpy as np
+    import pandas as pd
+
     steps = execution.steps
-    return (steps.groupby(["run", "ipu", "program_type"], observed=True, sort=True)["cycles"].sum()
-            .reset_index())
+    if steps.empty:
+        return pd.DataFrame({"run": pd.Series(dtype="int32"), "ipu": pd.Series(dtype="int32"),
+                             "program_type": pd.Series(dtype="str"), "cycles": pd.Series(dtype="int64")})
+    ptype = steps["program_type"]
+    types = np.asarray(ptype.cat.categories, dtype=object)
+    code = ptype.cat.codes.to_numpy().astype("int64")
+    run = steps["run"].to_numpy().astype("int64")
+    ipu = steps["ipu"].to_numpy().astype("int64")
+    n_run, n_ipu, n_type = int(run.max()) + 1, int(ipu.max()) + 1, len(types)
+    if run.min() < 0 or ipu.min() < 0 or n_run * n_ipu * n_type > max_dense_bins:
+        agg = steps.groupby(["run", "ipu", "program_type"], observed=True, sort=True)["cycles"].sum()
+        agg = agg.reset_index()
+        agg["program_type"] = agg["program_type"].astype("str")
+        return agg[agg["cycles"] != 0].reset_index(drop=True)
+    key = (run * n_ipu + ipu) * n_type + code
+    cycles = steps["cycles"].to_numpy()
+    # Integer sums: bincount's float weights are exact below 2**53 cycles; check and fall back.
+    sums = np.bincount(key, weights=cycles, minlength=n_run * n_ipu * n_type)
+    if sums.max(initial=0) >= 2**53:
+        sums = np.zeros(n_run * n_ipu * n_type, dtype="int64")
+        np.add.at(sums, key, cycles)
+    nz = np.flatnonzero(sums)
+    return pd.DataFrame({
+        "run": (nz // (n_ipu * n_type)).astype("int32"),
+        "ipu": ((nz // n_type) % n_ipu).astype("int32"),
+        "program_type": pd.Series(types[nz % n_type], dtype="str"),
+        "cycles": np.rint(sums[nz]).astype("int64"),
+    })
 
 
 def call_runs(agg: pd.DataFrame) -> list[int]:

@@ -53,7 +53,7 @@ DEFAULT_AVAILABLE_MEMORY_PROPORTION = 0.6
 MIN_AVAILABLE_MEMORY_PROPORTION = 0.05
 """Never suggest an available memory proportion below this."""
 
-MAX_MEMORY_LEVERS = 3
+MAX_MEMORY_LEVERS = 4
 """At most this many levers are listed in one memory recommendation (the best-fitting first)."""
 
 # ------------------------------------------------------------------------------------- host I/O
