@@ -20,13 +20,13 @@ def registry() -> dict[str, Analysis]:
 
 
 def analyse(reports: ReportSet, only: Sequence[str] | None = None) -> Result:
-    """Run the analyses named in ``only`` (all by default) on every report."""
+    """Run the analyses named in ``only`` (all by default) on every report, in registry order."""
     available = registry()
-    names = list(available) if not only else list(dict.fromkeys(only))
-    unknown = [n for n in names if n not in available]
+    unknown = [n for n in dict.fromkeys(only or ()) if n not in available]
     if unknown:
         raise UsageError(f"unknown analysis {', '.join(map(repr, unknown))}; choose from "
                          f"{', '.join(available) or '(none yet)'}")
+    names = [n for n in available if not only or n in only]  # always in registry order
     engines = [EngineResult(r, {n: available[n](r) for n in names}) for r in reports]
     return Result(root=reports.root, engines=engines, analyses=names)
 

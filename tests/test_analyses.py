@@ -1,0 +1,495 @@
+"""The three analyses on Reports built with popviz.testing, with exact expected numbers.
+
+The numbers follow from the builder rules in docs/testing.md: a forward stage costing c cycles per
+micro-batch costs 2c backward, each weight update c/2, so a training stage's work per micro-batch is
+3c + (c/2)/G.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from popviz import testing
+from popviz.analysis import host_io, memory, pipeline, thresholds
+from popviz.analysis._common import call_runs, run_cycles
+from popviz.model import ExecutionTable, ModelConfig, Provenance, Report, Stage
+
+ROOT = Path(__file__).resolve().parent.parent
+TILE = 638_976  # Mk2 bytes per tile
+
+
+def codes(out, severity=None):
+    return [f.code for f in out.findings if severity is None or f.severity == severity]
+
+
+def only(out, code):
+    [f] = [f for f in out.findings if f.code == code]
+    return f
+
+
+# -------------------------------------------------------------------------------------- pipeline
+
+def test_one_stage_three_times_the_others():
+    r = testing.pipeline_report([1000, 3000, 1000, 1000], gradient_accumulation=64,
+                                blocks=[["embed"], ["layer1-4"], ["layer5-8"], ["head"]])
+    out = pipeline.analyse(r)
+    m = out.metrics
+    # per micro-batch: 3c + (c/2)/64
+    assert [s["cycles"] for s in m["stages"]] == [3007.8125, 9023.4375, 3007.8125, 3007.8125]
+    assert [s["total_cycles"] for s in m["stages"]] == [192_500, 577_500, 192_500, 192_500]
+    assert m["micro_batches_per_call"] == 64 and m["calls_counted"] == 1
+    assert m["bottleneck_stage"] == 1
+    assert m["imbalance_ratio"] == 2.0
+    assert m["balanced_gain_frac"] == 1.0
+    assert m["idle_frac_other_ipus"] == pytest.approx(2 / 3)
+    assert [round(s["idle_frac"], 6) for s in m["stages"]] == [0.666667, 0.0, 0.666667, 0.666667]
+    assert m["counted_program_types"] == ["OnTileExecute", "DoExchange"]
+    assert codes(out) == ["PIPE001"]  # G = 64: ramp efficiency 64/70 = 91.4%, no PIPE003
+    f = only(out, "PIPE001")
+    assert f.severity == "warning"
+    assert "stage 1 (IPU1)" in f.title
+    assert "stage 1 (layer1-4) takes 9,023 cycles per micro-batch, 2.00× the mean over 4 stages (4,512)" \
+        in f.evidence
+    assert "idle 66.7% of each pipeline cycle" in f.evidence
+    assert "Move about 4,512 cycles per micro-batch (50% of its work) out of stage 1 into stage 0" \
+        in f.recommendation
+    assert "poptorch.BeginBlock" in f.recommendation and "up to 100%" in f.recommendation
+    assert list(out.table.columns) == ["stage", "IPU", "blocks", "cycles/micro-batch", "idle %"]
+    assert out.table["cycles/micro-batch"].tolist() == [3008, 9023, 3008, 3008]
+    assert out.table["stage"].tolist() == ["0", "1 ◀", "2", "3"]
+
+
+def test_balanced_pipeline_has_no_pipeline_warning():
+    out = pipeline.analyse(testing.pipeline_report([1000] * 4, gradient_accumulation=64))
+    m = out.metrics
+    assert m["imbalance_ratio"] == 1.0 and m["balanced_gain_frac"] == 0.0
+    assert m["ramp_efficiency_frac"] == 64 / 70
+    assert out.findings == []
+    assert "◀" not in "".join(out.table["stage"])
+
+
+def test_gradient_accumulation_below_pipeline_depth_is_an_error():
+    out = pipeline.analyse(testing.pipeline_report([1000] * 4, gradient_accumulation=6))
+    m = out.metrics
+    assert m["pipeline_stages"] == 7
+    assert m["ramp_efficiency_frac"] == 0.5
+    assert codes(out) == ["PIPE002"]  # the error replaces the ramp warning
+    f = only(out, "PIPE002")
+    assert f.severity == "error"
+    assert "G = 6 < S = 2N - 1 = 7 pipeline stages for N = 4 forward stages" in f.evidence
+    assert "opts.Training.gradientAccumulation(7)" in f.recommendation
+    assert "opts.Training.gradientAccumulation(54) reaches 90%" in f.recommendation
+
+
+def test_gradient_accumulation_equal_to_depth_has_low_efficiency():
+    out = pipeline.analyse(testing.pipeline_report([1000] * 4, gradient_accumulation=7))
+    m = out.metrics
+    assert m["ramp_efficiency_frac"] == 7 / 13
+    assert m["micro_batches_for_target"] == 54
+    f = only(out, "PIPE003")
+    assert f.severity == "warning" and f.title == "Low pipeline ramp efficiency: 53.8%"
+    assert "G + S - 1 = 13 pipeline cycles" in f.evidence
+    assert "opts.Training.gradientAccumulation(54)" in f.recommendation
+    assert "PIPE002" not in codes(out)
+
+
+@pytest.mark.parametrize("g,expected", [(23, ["warning"]), (24, ["info"]), (28, ["info"]), (54, [])])
+def test_ramp_efficiency_thresholds(g, expected):
+    # S = 7: 23/29 = 79.3% < 80% warning; 24/30 = 80.0% and 28/34 = 82.4% info; 54/60 = 90% none
+    out = pipeline.analyse(testing.pipeline_report([1000] * 4, gradient_accumulation=g))
+    assert [f.severity for f in out.findings if f.code == "PIPE003"] == expected
+
+
+def test_micro_batches_for_target_is_exact():
+    for s, expected in [(1, 1), (3, 18), (7, 54), (15, 126)]:
+        assert pipeline.micro_batches_for(0.9, s) == max(s, expected)
+        g = pipeline.micro_batches_for(0.9, s)
+        assert pipeline.ramp_efficiency(g, s) >= 0.9
+        assert g == s or pipeline.ramp_efficiency(g - 1, s) < 0.9
+
+
+def test_pipelined_inference_with_too_few_device_iterations():
+    out = pipeline.analyse(testing.pipeline_report([1000] * 4, mode="inference", device_iterations=3))
+    f = only(out, "PIPE002")
+    assert f.severity == "error" and "D = 3 < S = N = 4 pipeline stages" in f.evidence
+    assert "opts.deviceIterations(4)" in f.recommendation
+    assert out.metrics["micro_batches_per_call"] == 3
+
+
+def test_pipelined_inference_ramp_uses_device_iterations():
+    out = pipeline.analyse(testing.pipeline_report([1000] * 4, mode="inference", device_iterations=8))
+    m = out.metrics
+    assert m["pipeline_stages"] == 4 and m["ramp_efficiency_frac"] == 8 / 11
+    assert m["micro_batches_for_target"] == 27
+    assert [s["cycles"] for s in m["stages"]] == [1000.0] * 4
+    assert "opts.deviceIterations(27)" in only(out, "PIPE003").recommendation
+
+
+def test_sharded_execution_uses_one_ipu_at_a_time():
+    r = testing.pipeline_report([140_000, 126_000, 126_000, 205_000], mode="inference",
+                                strategy="ShardedExecution", device_iterations=32)
+    out = pipeline.analyse(r)
+    m = out.metrics
+    assert [s["cycles"] for s in m["stages"]] == [140_000.0, 126_000.0, 126_000.0, 205_000.0]
+    assert m["pipelining_speedup_ratio"] == 597_000 / 205_000
+    assert m["ramp_efficiency_frac"] is None  # not a pipeline
+    # elapsed per call: 32 micro-batches of (input 2000 + 8363, stages 597,000, 3 syncs of 50
+    # and 3 copies of 400, output 2000 + 107, final sync 50)
+    elapsed = 32 * (10_363 + 597_000 + 3 * 450 + 2_107 + 50)
+    assert m["utilisation_frac"] == pytest.approx(32 * 597_000 / (4 * elapsed))
+    f = only(out, "PIPE004")
+    assert f.severity == "warning"
+    assert f"IPU utilisation {100 * m['utilisation_frac']:.1f}%" in f.evidence
+    assert "at most 25.0% even if balanced" in f.evidence
+    assert "poptorch.PipelinedExecution" in f.recommendation and "up to 2.9×" in f.recommendation
+    assert "2.7× at the current D = 32" in f.recommendation  # 2.912 × 32/35
+    assert "PIPE001" not in codes(out)  # balance does not limit a sharded model
+
+
+def test_single_ipu_model_has_no_pipeline_findings():
+    out = pipeline.analyse(testing.single_ipu_report(5000))
+    assert out.findings == []
+    [nc] = out.not_checked
+    assert nc.check == "pipeline checks" and "runs on IPU0 with no execution strategy" in nc.reason
+    assert out.table is None and out.metrics["stages"] == []
+
+
+def test_memory_only_report_checks_config_but_not_cycles():
+    out = pipeline.analyse(testing.pipeline_report([1000] * 4, gradient_accumulation=16, execution=False))
+    assert [n.check for n in out.not_checked] == ["stage cycles and balance"]
+    assert "no execution profile" in out.not_checked[0].reason
+    assert out.metrics["ramp_efficiency_frac"] == 16 / 22  # from the configuration alone
+    assert out.metrics["imbalance_ratio"] is None
+    assert [s["cycles"] for s in out.metrics["stages"]] == [None] * 4
+    assert codes(out) == ["PIPE003"]
+
+
+def test_stages_sharing_an_ipu_are_not_checked():
+    r = testing.pipeline_report([1000, 1000, 1000], stage_ipus=[0, 1, 0], gradient_accumulation=64)
+    out = pipeline.analyse(r)
+    [nc] = out.not_checked
+    assert "IPU0 (stages 0, 2)" in nc.reason
+    assert out.metrics["ramp_efficiency_frac"] == 64 / 68
+    assert out.metrics["imbalance_ratio"] is None
+
+
+def test_missing_config_is_not_checked():
+    r = testing.pipeline_report([1000] * 4, with_config=False)
+    out = pipeline.analyse(r)
+    assert out.findings == [] and out.metrics["stages"] == []
+    assert "no configuration recorded" in out.not_checked[0].reason
+    out = host_io.analyse(r)  # stream copies need no configuration; output counts do
+    assert out.not_checked[0].check == "output mode"
+    assert "no configuration recorded" in out.not_checked[0].reason
+    assert out.metrics["outputs_per_call"] is None and out.metrics["stream_copy_frac"] > 0.7
+
+
+def test_weight_copy_runs_are_not_counted_as_calls():
+    r = testing.pipeline_report([1000, 3000, 1000, 1000], gradient_accumulation=64)
+    copy = pd.DataFrame({"run": 1, "step": [0, 0, 0, 0, 1, 1, 1, 1],
+                         "program": ["weightsFromHost"] * 4 + ["rearrange"] * 4,
+                         "program_type": ["StreamCopyMid"] * 4 + ["OnTileExecute"] * 4,
+                         "ipu": [0, 1, 2, 3] * 2, "cycles": [90_000] * 4 + [500] * 4})
+    r2 = r.replace(execution=ExecutionTable(pd.concat([r.execution.steps, copy], ignore_index=True)))
+    agg = run_cycles(r2.execution)
+    assert call_runs(agg) == [0]
+    a, b = pipeline.analyse(r).metrics, pipeline.analyse(r2).metrics
+    assert b["calls_counted"] == 1 and b["stages"] == a["stages"]
+    assert host_io.analyse(r2).metrics["ipus"] == host_io.analyse(r).metrics["ipus"]
+
+
+def test_two_identical_calls_give_the_same_per_micro_batch_cycles():
+    r = testing.pipeline_report([1000, 3000], gradient_accumulation=8)
+    second = r.execution.steps.assign(run=1)
+    r2 = r.replace(execution=ExecutionTable(pd.concat([r.execution.steps, second], ignore_index=True)))
+    a, b = pipeline.analyse(r).metrics, pipeline.analyse(r2).metrics
+    assert b["calls_counted"] == 2
+    assert [s["cycles"] for s in b["stages"]] == [s["cycles"] for s in a["stages"]]
+    assert [s["total_cycles"] for s in b["stages"]] == [2 * s["total_cycles"] for s in a["stages"]]
+
+
+def test_run_cycles_dense_and_groupby_paths_agree():
+    r = testing.pipeline_report([1000, 3000, 1000], output_mode="All", gradient_accumulation=8,
+                                device_iterations=2)
+    dense = run_cycles(r.execution)
+    grouped = run_cycles(r.execution, max_dense_bins=0)
+    assert dense.equals(grouped)
+    by_type = r.execution.cycles_by_type()
+    assert dense.groupby(["ipu", "program_type"])["cycles"].sum().unstack(fill_value=0) \
+        .astype("int64").equals(by_type.astype("int64").rename_axis(columns="program_type")
+                                .reindex(columns=sorted(by_type.columns)))
+
+
+def test_empty_report_is_not_checked_everywhere():
+    r = Report(name="x", provenance=Provenance(source="bundle"))
+    for mod in (pipeline, memory, host_io):
+        out = mod.analyse(r)
+        assert out.findings == [] and out.not_checked, mod.NAME
+
+
+def test_phased_execution_is_not_analysed():
+    cfg = ModelConfig(mode="training", execution_strategy="SerialPhasedExecution",
+                      stages=(Stage(0, 0), Stage(1, 1)), gradient_accumulation=4)
+    r = testing.pipeline_report([1000, 1000]).replace(config=cfg)
+    out = pipeline.analyse(r)
+    assert out.findings == [] and "SerialPhasedExecution" in out.not_checked[0].reason
+
+
+# ---------------------------------------------------------------------------------------- memory
+
+def test_ipu_with_fullest_tile_at_97pct_and_12_tiles_over_90pct():
+    r = testing.pipeline_report([1000] * 4, memory_frac=0.5, hot_tiles={1: [(11, 0.93), (1, 0.97)]})
+    out = memory.analyse(r)
+    m = out.metrics
+    ipu1 = m["ipus"][1]
+    assert ipu1["tiles"] == 1472
+    assert ipu1["tiles_over_90pct"] == 12
+    assert ipu1["tiles_overflowing"] == 0
+    assert ipu1["max_tile_bytes"] == 619_807  # round(0.97 * 638,976)
+    assert ipu1["max_tile_pct"] == 100 * 619_807 / TILE
+    assert round(ipu1["max_tile_pct"], 2) == 97.0
+    assert ipu1["used_bytes"] == 1460 * 319_488 + 11 * 594_248 + 619_807
+    assert ipu1["capacity_bytes"] == 1472 * TILE
+    assert [i["tiles_over_90pct"] for i in m["ipus"]] == [0, 12, 0, 0]
+    assert codes(out) == ["MEM002"]
+    f = only(out, "MEM002")
+    assert f.severity == "warning" and f.title == "IPU1 is nearly full: fullest tile at 97.0%"
+    assert "619,807 B (605.3 KiB) of 638,976 B (624.0 KiB) (97.0%); 12 of 1,472 tiles are above 90%" \
+        in f.evidence
+    assert "40% always-live / 60% not-always-live" in f.evidence
+    # training, optimizer on chip, variables 38%: offload first; not-always-live 60%: lower AMP
+    assert f.recommendation.startswith("Levers that fit: (1) variables are 38% of IPU1's bytes")
+    assert "useOnChipStorage(False)" in f.recommendation
+    assert 'opts.setAvailableMemoryProportion({"IPU1": 0.3})' in f.recommendation
+    row = out.table.iloc[1]
+    assert (row["IPU"], row["max tile %"], row["tiles >90%"], row["OOM tiles"]) == (1, 97.0, 12, 0)
+
+
+def test_overflowing_tile_is_an_error_naming_the_ipu():
+    r = testing.pipeline_report([1000] * 4, memory_frac=[0.5, 0.5, 0.6, 0.5], hot_tiles={2: [(3, 1.05)]})
+    out = memory.analyse(r)
+    ipu2 = out.metrics["ipus"][2]
+    assert ipu2["tiles_overflowing"] == 3
+    assert ipu2["overflow_bytes"] == 3 * (670_925 - TILE)
+    assert ipu2["max_tile_pct"] == 100 * 670_925 / TILE
+    f = only(out, "MEM001")
+    assert f.severity == "error" and f.title == "IPU2 is out of memory: 3 tiles overflow"
+    assert "3 of 1,472 tiles on IPU2 exceed their 638,976 B" in f.evidence
+    assert "overflow 95,847 B (93.6 KiB) in total" in f.evidence
+    assert codes(out, "error") == ["MEM001"]
+
+
+def test_spread_between_ipus_is_a_finding_and_names_where_to_move():
+    r = testing.pipeline_report([1000, 1000], memory_frac=[0.85, 0.5], hot_tiles={0: [(5, 0.95)]},
+                                blocks=[["embeddings", "layer0-5"], ["layer6-11"]])
+    out = memory.analyse(r)
+    assert out.metrics["fullest_ipu"] == 0
+    f = only(out, "MEM004")
+    assert f.severity == "warning"
+    assert "IPU0 uses 85.0% of its memory, IPU1 50.0% (35.0 points less" in f.evidence
+    assert "IPU0 holds embeddings, layer0-5" in f.recommendation
+    assert round(out.metrics["spread_pct"], 1) == 35.0
+    levers = only(out, "MEM002").recommendation
+    assert "(2) move blocks off IPU0 to IPU1 (50% used)" in levers
+    assert "serialize the embedding on IPU0" in levers
+
+
+def test_levers_follow_the_evidence():
+    # inference: no optimizer offload, no recomputation; always-live dominant: no AMP lever
+    r = testing.pipeline_report([1000, 1000], mode="inference", memory_frac=[0.6, 0.6],
+                                hot_tiles={0: [(1, 0.95)]}, blocks=[["layer0"], ["layer1"]])
+    mem = testing.tile_memory(r.target, [0.6, 0.6], hot_tiles={0: [(1, 0.95)]}, always_live_frac=0.8)
+    out = memory.analyse(r.replace(memory=mem))
+    rec = only(out, "MEM002").recommendation
+    assert "TensorLocations" not in rec and "recompute" not in rec and "in flight" not in rec
+    assert rec == ("Lower the available memory proportion (opts.setAvailableMemoryProportion) or move "
+                   "blocks off IPU0 (poptorch.BeginBlock ipu_id).")  # the generic fallback
+    # optimizer already off chip: no offload lever
+    r2 = testing.pipeline_report([1000, 1000], hot_tiles={0: [(1, 0.95)]}, optimizer_state_on_chip=False,
+                                 available_memory_proportion={0: 0.2})
+    rec2 = only(memory.analyse(r2), "MEM002").recommendation
+    assert "TensorLocations" not in rec2
+    assert 'lower the available memory proportion (now 0.2) with opts.setAvailableMemoryProportion({"IPU0": 0.1})' \
+        in rec2
+    assert "poptorch.recomputationCheckpoint" in rec2
+    assert "fewer micro-batches in flight: stage 0 stashes activations of about 3 micro-batches" in rec2
+
+
+def test_per_ipu_memory_skips_tile_checks():
+    r = testing.pipeline_report([1000, 1000], memory_level="ipu", memory_frac=[0.85, 1.02],
+                                source="emulator", estimated=True)
+    out = memory.analyse(r)
+    m = out.metrics
+    assert m["level"] == "ipu"
+    assert [i["max_tile_pct"] for i in m["ipus"]] == [None, None]
+    assert [i["tiles_over_90pct"] for i in m["ipus"]] == [None, None]
+    assert [n.check for n in out.not_checked] == ["fullest tile, tiles above 90%, overflowing tiles"]
+    assert "(an estimate)" in out.not_checked[0].reason
+    assert codes(out) == ["MEM003", "MEM001"]
+    assert only(out, "MEM001").title == "IPU1 is out of memory"
+    assert "18,811,453 B (17.9 MiB) more than its capacity (per-IPU estimate)" in only(out, "MEM001").evidence
+    assert only(out, "MEM003").title == "IPU0 is 85% full"
+    assert "max tile %" not in out.table.columns
+    assert "per-IPU figures only (estimated)" in out.caption
+
+
+def test_memory_without_target_or_memory():
+    r = testing.pipeline_report([1000, 1000])
+    out = memory.analyse(r.replace(target=None))
+    assert out.metrics["ipus"][0]["used_pct"] is None and out.metrics["ipus"][0]["used_bytes"] > 0
+    assert out.findings == [] and "no target" in out.not_checked[0].reason
+    out = memory.analyse(r.replace(memory=None))
+    assert out.metrics["ipus"] == [] and out.not_checked[0].reason == "no memory data in this report"
+
+
+def test_memory_categories_and_liveness():
+    out = memory.analyse(testing.pipeline_report([1000], memory_frac=0.5, strategy=None))
+    ipu0 = out.metrics["ipus"][0]
+    excluding = 1472 * round(319_488 * 0.98)
+    assert sum(ipu0["categories"].values()) == excluding
+    assert ipu0["always_live_bytes"] + ipu0["not_always_live_bytes"] == excluding
+    assert out.table.iloc[0]["top category"] == "variable 38%"
+
+
+# -------------------------------------------------------------------------------------- host I/O
+
+FOUR_MB = {"out": ((1000, 1000), "float32")}  # 4,000,000 B per micro-batch
+
+
+def test_output_mode_all_with_100_device_iterations_and_a_4mb_output():
+    r = testing.single_ipu_report(2_000_000, mode="inference", device_iterations=100, output_mode="All",
+                                  outputs=FOUR_MB)
+    out = host_io.analyse(r)
+    m = out.metrics
+    assert m["output_mode"] == "All" and m["outputs_per_call"] == 100
+    assert m["output_bytes_per_micro_batch"] == 4_000_000
+    assert m["output_bytes_per_call"] == 400_000_000
+    assert m["input_bytes_per_call"] == 100 * 16 * 784 * 4
+    assert m["alternatives"]["Final"] == {"outputs_per_call": 1, "return_period": None,
+                                          "output_bytes_per_call": 4_000_000}
+    assert m["alternatives"]["Sum"]["output_bytes_per_call"] == 4_000_000
+    assert m["alternatives"]["EveryN"] == {"outputs_per_call": 1, "return_period": 100,
+                                           "output_bytes_per_call": 4_000_000}
+    f = only(out, "HIO002")
+    assert f.severity == "warning"
+    assert f.title == "OutputMode.All moves 400,000,000 B (381.5 MiB) per call"
+    assert "D·G·R = 100 copies of each output per call (D = 100, G = 1, R = 1)" in f.evidence
+    assert "saving 396,000,000 B (377.7 MiB) per call" in f.evidence
+    assert "opts.outputMode(poptorch.OutputMode.Final)" in f.recommendation
+    assert "saving 396,000,000 B (377.7 MiB) per call" in f.recommendation
+    # each output copy: 2000 wait + round(4e6 / 6) transfer, beside 2M cycles of compute
+    assert m["ipus"][0]["stream_copy_cycles"] == 100 * (2000 + 8363 + 2000 + 666_667)
+    assert codes(out) == ["HIO002", "HIO001"]
+
+
+def test_output_mode_final_has_no_host_io_warning():
+    r = testing.single_ipu_report(2_000_000, mode="inference", device_iterations=100, output_mode="Final",
+                                  outputs=FOUR_MB)
+    out = host_io.analyse(r)
+    m = out.metrics
+    assert m["outputs_per_call"] == 1 and m["output_bytes_per_call"] == 4_000_000
+    copies = 100 * (2000 + 8363) + 2000 + 666_667
+    total = 100 * (10_363 + 2_000_000 + 50) + 668_667 + 50
+    assert m["ipus"][0]["stream_copy_cycles"] == copies and m["ipus"][0]["total_cycles"] == total
+    assert m["stream_copy_frac"] == copies / total
+    assert m["call_device_seconds"] == total / 1.33e9
+    assert out.findings == []
+
+
+def test_training_with_output_mode_all_warns_whatever_the_size():
+    r = testing.pipeline_report([400_000] * 4, gradient_accumulation=64, device_iterations=4,
+                                output_mode="All")
+    out = host_io.analyse(r)
+    assert out.metrics["outputs_per_call"] == 256 and out.metrics["output_bytes_per_call"] == 1024
+    f = only(out, "HIO002")
+    assert f.severity == "warning" and "Training returns every micro-batch's outputs" in f.title
+    assert "saving 1,020 B per call" in f.recommendation
+    assert codes(out) == ["HIO002"]
+
+
+def test_default_output_mode_resolves_per_mode():
+    t = host_io.analyse(testing.pipeline_report([400_000] * 2, gradient_accumulation=8))
+    assert t.metrics["output_mode"] == "Final" and t.metrics["output_mode_set"] == "Default"
+    i = host_io.analyse(testing.single_ipu_report(2_000_000, mode="inference", device_iterations=10))
+    assert i.metrics["output_mode"] == "All" and i.metrics["outputs_per_call"] == 10
+    assert i.findings == []  # 10 × 640 B: inference below the info threshold
+
+
+@pytest.mark.parametrize("mode,period,expected", [("All", None, 64), ("EveryN", 2, 32), ("Final", None, 2),
+                                                  ("Sum", None, 2)])
+def test_outputs_per_call_by_mode(mode, period, expected):
+    # D = 4, G = 8, R = 2
+    r = testing.pipeline_report([400_000] * 2, gradient_accumulation=8, device_iterations=4,
+                                replication_factor=2, output_mode=mode, output_return_period=period)
+    m = host_io.analyse(r).metrics
+    assert m["outputs_per_call"] == expected
+    assert m["output_bytes_per_call"] == 4 * expected
+    assert m["replication_factor"] == 2
+
+
+def test_host_wait_dominated_copies():
+    r = testing.single_ipu_report(100_000, mode="inference", device_iterations=64, host_wait_cycles=60_000)
+    out = host_io.analyse(r)
+    f = only(out, "HIO001")
+    assert f.title.startswith("IPU0 waits for the host")
+    assert "defaultPrefetchBufferingDepth" in f.recommendation
+    m = out.metrics
+    assert m["host_wait_frac"] / m["stream_copy_frac"] > 0.5
+
+
+def test_device_iterations_too_low():
+    r = testing.single_ipu_report(5000, mode="inference", device_iterations=1, output_mode="All")
+    out = host_io.analyse(r)
+    m = out.metrics
+    # input 2000 + 8363, forward 5000, output 2000 + 107, sync 50
+    assert m["call_device_seconds"] == 17_520 / 1.33e9
+    assert m["recommended_device_iterations"] == 3796  # ceil(0.05 s / 13.2 µs)
+    f = only(out, "HIO003")
+    assert "opts.deviceIterations(3796)" in f.recommendation
+    assert "0.0 ms with D = 1" in f.evidence
+
+
+def test_run_durations_take_precedence_over_cycles():
+    r = testing.single_ipu_report(5000, mode="inference", device_iterations=1)
+    runs = pd.DataFrame({"run": [0], "name": ["main"], "duration_seconds": [0.2]})
+    r2 = r.replace(execution=ExecutionTable(r.execution.steps, runs))
+    out = host_io.analyse(r2)
+    assert out.metrics["call_device_seconds"] == 0.2 and "HIO003" not in codes(out)
+
+
+def test_memory_only_report_host_io():
+    out = host_io.analyse(testing.pipeline_report([1000] * 2, execution=False))
+    assert [n.check for n in out.not_checked] == ["stream-copy share, device time per call"]
+    assert out.metrics["outputs_per_call"] == 1 and out.metrics["stream_copy_frac"] is None
+
+
+def test_output_sizes_not_recorded():
+    out = host_io.analyse(testing.pipeline_report([400_000] * 2, output_mode="All", with_host_io=False))
+    assert out.metrics["outputs_per_call"] == 16 and out.metrics["output_bytes_per_call"] is None
+    assert "output tensor sizes not recorded" in out.not_checked[0].reason
+    f = only(out, "HIO002")
+    assert "16 copies (sizes not recorded)" in f.evidence
+
+
+# ----------------------------------------------------------------------------------- consistency
+
+def test_every_finding_code_and_threshold_is_documented():
+    doc = (ROOT / "docs" / "analyses.md").read_text()
+    source = "".join((ROOT / "popviz" / "analysis" / f"{n}.py").read_text()
+                     for n in ("pipeline", "memory", "host_io"))
+    emitted = set(re.findall(r'"((?:PIPE|MEM|HIO)\d{3})"', source))
+    assert emitted == {"PIPE001", "PIPE002", "PIPE003", "PIPE004", "MEM001", "MEM002", "MEM003", "MEM004",
+                       "HIO001", "HIO002", "HIO003"}
+    for code in emitted:
+        assert f"`{code}`" in doc, code
+    names = [n for n in vars(thresholds) if n.isupper()]
+    assert len(names) >= 15
+    for name in names:
+        assert f"`{name}" in doc, name
+        assert isinstance(getattr(thresholds, name), (int, float))
+    assert math.isclose(thresholds.RAMP_EFFICIENCY_TARGET_FRAC, 0.9)
