@@ -35,7 +35,7 @@ def test_sample_is_readable_at_80_and_200_columns(columns):
     out = proc.stdout
     lines = out.splitlines()
     assert max(len(line) for line in lines) <= columns
-    for title in ("pipeline", "memory", "host io"):
+    for title in ("pipeline", "memory", "host I/O"):
         assert sum(line.strip() == title for line in lines) == 2, title  # one table per engine
     for code in ("PIPE001", "PIPE003", "PIPE004", "MEM002", "MEM004", "HIO002"):
         assert f"WARNING {code} " in out, code
@@ -59,7 +59,7 @@ def test_markdown_has_tables_findings_and_code():
     proc = run_cli("analyse", str(SAMPLES / "bert_pipeline"), "--markdown")
     assert proc.returncode == 0
     md = proc.stdout
-    assert md.count("### pipeline") == 2 and md.count("### memory") == 2 and md.count("### host io") == 2
+    assert md.count("### pipeline") == 2 and md.count("### memory") == 2 and md.count("### host I/O") == 2
     assert "| stage | IPU | blocks | cycles/micro-batch | idle % |" in md
     assert "| 3 ◀ | 3 | encoder.layer.9-11, qa_outputs | 1,855,417 | 0.0 |" in md
     assert "`opts.Training.gradientAccumulation(54)`" in md

@@ -137,6 +137,9 @@ def test_sharded_execution_uses_one_ipu_at_a_time():
     m = out.metrics
     assert [s["cycles"] for s in m["stages"]] == [140_000.0, 126_000.0, 126_000.0, 205_000.0]
     assert m["pipelining_speedup_ratio"] == 597_000 / 205_000
+    # sharded: each IPU waits while the others run their stages
+    assert [s["idle_frac"] for s in m["stages"]] == [1 - c / 597_000 for c in (140_000, 126_000, 126_000,
+                                                                             205_000)]
     assert m["ramp_efficiency_frac"] is None  # not a pipeline
     # elapsed per call: 32 micro-batches of (input 2000 + 8363, stages 597,000, 3 syncs of 50
     # and 3 copies of 400, output 2000 + 107, final sync 50)
@@ -259,8 +262,9 @@ def test_ipu_with_fullest_tile_at_97pct_and_12_tiles_over_90pct():
     assert codes(out) == ["MEM002"]
     f = only(out, "MEM002")
     assert f.severity == "warning" and f.title == "IPU1 is nearly full: fullest tile at 97.0%"
-    assert "619,807 B (605.3 KiB) of 638,976 B (624.0 KiB) (97.0%); 12 of 1,472 tiles are above 90%" \
-        in f.evidence
+    assert f.evidence.startswith("fullest tile 1349 holds 619,807 B (605.3 KiB), 97.0% of its 624.0 KiB; "
+                                 "12 of 1,472 tiles are above 90%; IPU1 is 50.4% full overall "
+                                 "(451.7 MiB of 897.0 MiB)")
     assert "40% always-live / 60% not-always-live" in f.evidence
     # training, optimizer on chip, variables 38%: offload first; not-always-live 60%: lower AMP
     assert f.recommendation.startswith("Levers that fit: (1) variables are 38% of IPU1's bytes")
@@ -279,8 +283,9 @@ def test_overflowing_tile_is_an_error_naming_the_ipu():
     assert ipu2["max_tile_pct"] == 100 * 670_925 / TILE
     f = only(out, "MEM001")
     assert f.severity == "error" and f.title == "IPU2 is out of memory: 3 tiles overflow"
-    assert "3 of 1,472 tiles on IPU2 exceed their 638,976 B" in f.evidence
-    assert "overflow 95,847 B (93.6 KiB) in total" in f.evidence
+    assert f.evidence.startswith("3 of 1,472 tiles on IPU2 exceed their 624.0 KiB, by 95,847 B (93.6 KiB) "
+                                 "in total; fullest tile 0 holds 670,925 B (655.2 KiB), 105.0% of its "
+                                 "capacity; IPU2 is 60.1% full overall")
     assert codes(out, "error") == ["MEM001"]
 
 

@@ -138,6 +138,14 @@ def _shares(row: dict[str, Any]) -> tuple[float | None, float | None, str | None
 
 # ---------------------------------------------------------------------------------------- findings
 
+def _kib(n: int) -> str:
+    return f"{n / 1024:,.1f} KiB"
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:,.1f} MiB"
+
+
 def _ipu_findings(report: Report, o: _Out, row: dict[str, Any], rows: list[dict[str, Any]]) -> bool:
     """Findings for one IPU; True when it is under pressure."""
     t = report.target
@@ -147,22 +155,22 @@ def _ipu_findings(report: Report, o: _Out, row: dict[str, Any], rows: list[dict[
     liveness = (f"{pct(1 - nal, 0)} always-live / {pct(nal, 0)} not-always-live" if nal is not None
                 else "liveness unknown")
     cat = f"; largest category {top} ({pct(top_share, 0)})" if top else ""
-    used = (f"IPU{k} uses {pct(row['used_pct'] / 100)} of {nbytes(t.bytes_per_ipu)}" if t
-            else f"IPU{k} uses {nbytes(row['used_bytes'])}")
+    used = (f"IPU{k} is {pct(row['used_pct'] / 100)} full overall ({_mib(row['used_bytes'])} of "
+            f"{_mib(t.bytes_per_ipu)})" if t else f"IPU{k} uses {nbytes(row['used_bytes'])}")
     if mem_level == "tile" and t is not None:
         if row["tiles_overflowing"]:
             o.find("MEM001", "error", f"IPU{k} is out of memory: {row['tiles_overflowing']:,} tiles overflow",
                    f"{row['tiles_overflowing']:,} of {row['tiles']:,} tiles on IPU{k} exceed their "
-                   f"{nbytes(t.bytes_per_tile)} (overflow {nbytes(row['overflow_bytes'])} in total); "
-                   f"fullest tile {row['max_tile']} holds {nbytes(row['max_tile_bytes'])} "
-                   f"({pct(row['max_tile_pct'] / 100)}); {used}; {liveness}{cat}",
+                   f"{_kib(t.bytes_per_tile)}, by {nbytes(row['overflow_bytes'])} in total; "
+                   f"fullest tile {row['max_tile']} holds {nbytes(row['max_tile_bytes'])}, "
+                   f"{pct(row['max_tile_pct'] / 100)} of its capacity; {used}; {liveness}{cat}",
                    _recommend(report, row, rows))
             return True
         if row["tiles_over_90pct"]:
             o.find("MEM002", "warning",
                    f"IPU{k} is nearly full: fullest tile at {pct(row['max_tile_pct'] / 100)}",
-                   f"fullest tile {row['max_tile']} holds {nbytes(row['max_tile_bytes'])} of "
-                   f"{nbytes(t.bytes_per_tile)} ({pct(row['max_tile_pct'] / 100)}); "
+                   f"fullest tile {row['max_tile']} holds {nbytes(row['max_tile_bytes'])}, "
+                   f"{pct(row['max_tile_pct'] / 100)} of its {_kib(t.bytes_per_tile)}; "
                    f"{row['tiles_over_90pct']:,} of {row['tiles']:,} tiles are above "
                    f"{pct(TILE_FULL_FRAC, 0)}; {used}; {liveness}{cat}",
                    _recommend(report, row, rows))

@@ -119,6 +119,7 @@ def analyse(report: Report) -> AnalysisOutput:
     if strategy == "ShardedExecution":
         _sharded(report, o)
     m["num_stages"] = cfg.num_stages
+    o.out.findings.sort(key=lambda f: f.code)  # balance (PIPE001) before ramp (PIPE003)
     return o.out
 
 
@@ -211,7 +212,11 @@ def _stage_cycles(report: Report, o: _Out, pipelined: bool) -> None:
     biggest = max(totals)
     mean = sum(totals) / len(totals)
     b = totals.index(biggest)
-    idle = [1 - t / biggest for t in totals]
+    # Idle share of each stage's IPU in the steady state: a pipeline cycle lasts as long as the
+    # slowest stage; sharded stages run one after another, so a micro-batch takes their sum.
+    sharded = cfg.execution_strategy == "ShardedExecution"
+    span = sum(totals) if sharded else biggest
+    idle = [1 - t / span for t in totals]
     for row, t, c, i in zip(m["stages"], totals, per_mb, idle, strict=True):
         row.update(cycles=c, total_cycles=t, idle_frac=i)
     others = [i for k, i in enumerate(idle) if k != b]
@@ -220,7 +225,7 @@ def _stage_cycles(report: Report, o: _Out, pipelined: bool) -> None:
     m.update(imbalance_ratio=biggest / mean, bottleneck_stage=stages[b].index,
              idle_frac_other_ipus=sum(others) / len(others), balanced_gain_frac=biggest / mean - 1,
              utilisation_frac=sum(totals) / (len(ipus) * elapsed) if elapsed else None)
-    if cfg.execution_strategy == "ShardedExecution":
+    if sharded:
         m["pipelining_speedup_ratio"] = sum(totals) / biggest
     _table(report, o, per_mb, totals, idle, b)
     ratio = biggest / mean

@@ -63,9 +63,9 @@ def _engine(console, engine: EngineResult) -> None:
     for name, out in engine.outputs.items():
         has_table = out.table is not None and len(out.table)
         if has_table:
-            console.print(_frame_table(name.replace("_", " "), out.table))
+            console.print(_frame_table(text.analysis_title(name), out.table))
         elif out.caption:
-            console.print(f"[bold]{name.replace('_', ' ')}[/]")
+            console.print(f"[bold]{text.analysis_title(name)}[/]")
         if out.caption:
             console.print(Padding(Text(out.caption, style="dim"), (0, 0, 0, 1), expand=False),
                           width=prose)

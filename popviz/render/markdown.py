@@ -38,7 +38,7 @@ def _engine(engine: EngineResult) -> list[str]:
     for name, o in engine.outputs.items():
         has_table = o.table is not None and len(o.table)
         if has_table or o.caption:
-            out += [f"### {name.replace('_', ' ')}", ""]
+            out += [f"### {text.analysis_title(name)}", ""]
         if has_table:
             out += [*_table(o.table), ""]
         if o.caption:

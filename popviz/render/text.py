@@ -38,6 +38,14 @@ def fmt_cell(value: object) -> str:
     return str(value)
 
 
+ANALYSIS_TITLES = {"host_io": "host I/O"}
+
+
+def analysis_title(name: str) -> str:
+    """How an analysis is headed in the console and Markdown views."""
+    return ANALYSIS_TITLES.get(name, name.replace("_", " "))
+
+
 CODE_PREFIXES = ("opts.", "poptorch.")
 
 
