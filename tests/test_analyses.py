@@ -456,7 +456,7 @@ def test_device_iterations_too_low():
     assert m["recommended_device_iterations"] == 3796  # ceil(0.05 s / 13.2 µs)
     f = only(out, "HIO003")
     assert "opts.deviceIterations(3796)" in f.recommendation
-    assert "0.0 ms with D = 1" in f.evidence
+    assert f.evidence.startswith("one call keeps the IPUs busy for 13 µs with D = 1, under 10.0 ms")
 
 
 def test_run_durations_take_precedence_over_cycles():
@@ -498,3 +498,11 @@ def test_every_finding_code_and_threshold_is_documented():
         assert f"`{name}" in doc, name
         assert isinstance(getattr(thresholds, name), (int, float))
     assert math.isclose(thresholds.RAMP_EFFICIENCY_TARGET_FRAC, 0.9)
+
+
+def test_one_stage_pipeline_counts_as_single_ipu():
+    cfg = ModelConfig(mode="training", execution_strategy="PipelinedExecution", stages=(Stage(0, 0),),
+                      gradient_accumulation=4)
+    out = pipeline.analyse(testing.single_ipu_report(5000).replace(config=cfg))
+    assert out.findings == []
+    assert out.not_checked[0].reason.startswith("the model runs on IPU0 (PipelinedExecution, every stage")

@@ -219,6 +219,8 @@ def _stream_copies(report: Report, o: _Out) -> str | None:
 
 
 def _ms(seconds: float) -> str:
+    if seconds < 1e-3:
+        return f"{seconds * 1e6:,.0f} µs"
     return f"{seconds * 1e3:,.1f} ms" if seconds < 1 else f"{seconds:,.2f} s"
 
 

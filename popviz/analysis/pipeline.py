@@ -102,15 +102,15 @@ def analyse(report: Report) -> AnalysisOutput:
         o.skip("stage balance, ramp efficiency", f"{strategy} is not analysed by popviz yet "
                "(phases run one after another, not as a pipeline)")
         return o.out
-    if len(cfg.stage_ipus) <= 1 and strategy is None:
-        where = f"IPU{cfg.stage_ipus[0]}" if cfg.stage_ipus else "one IPU"
-        o.skip("pipeline checks", f"the model runs on {where} with no execution strategy: there are "
-               "no stages to balance and no pipeline to fill")
+    if cfg.num_stages == 0 and strategy is not None:
+        o.skip("stage balance, ramp efficiency", f"{strategy} is set but no stages are recorded; the "
+               "stage to IPU map is needed")
         return o.out
-    if cfg.num_stages < 2:
-        o.skip("stage balance, ramp efficiency",
-               f"{strategy or 'the configuration'} has {cfg.num_stages} stage(s) recorded; the stage "
-               "to IPU map is needed")
+    if len(cfg.stage_ipus) <= 1:
+        where = f"IPU{cfg.stage_ipus[0]}" if cfg.stage_ipus else "one IPU"
+        how = "with no execution strategy" if strategy is None else f"({strategy}, every stage there)"
+        o.skip("pipeline checks", f"the model runs on {where} {how}: there are no stages to balance "
+               "and no pipeline to fill")
         return o.out
     pipelined = strategy == "PipelinedExecution"
     if pipelined:
