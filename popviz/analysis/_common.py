@@ -34,16 +34,20 @@ def run_cycles(execution: ExecutionTable, max_dense_bins: int = MAX_DENSE_BINS) 
                              "program_type": pd.Series(dtype="str"), "cycles": pd.Series(dtype="int64")})
     ptype = steps["program_type"]
     types = np.asarray(ptype.cat.categories, dtype=object)
-    code = ptype.cat.codes.to_numpy().astype("int64")
-    run = steps["run"].to_numpy().astype("int64")
-    ipu = steps["ipu"].to_numpy().astype("int64")
+    code = ptype.cat.codes.to_numpy()
+    run = steps["run"].to_numpy()
+    ipu = steps["ipu"].to_numpy()
     n_run, n_ipu, n_type = int(run.max()) + 1, int(ipu.max()) + 1, len(types)
     if run.min() < 0 or ipu.min() < 0 or n_run * n_ipu * n_type > max_dense_bins:
         agg = steps.groupby(["run", "ipu", "program_type"], observed=True, sort=True)["cycles"].sum()
         agg = agg.reset_index()
         agg["program_type"] = agg["program_type"].astype("str")
         return agg[agg["cycles"] != 0].reset_index(drop=True)
-    key = (run * n_ipu + ipu) * n_type + code
+    key = run.astype("int64")  # one int64 array, updated in place (memory-lean on big tables)
+    key *= n_ipu
+    key += ipu
+    key *= n_type
+    key += code
     cycles = steps["cycles"].to_numpy()
     # Integer sums: bincount's float weights are exact below 2**53 cycles; check and fall back.
     sums = np.bincount(key, weights=cycles, minlength=n_run * n_ipu * n_type)
