@@ -19,9 +19,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     fmt = p.add_mutually_exclusive_group()
     fmt.add_argument("--json", action="store_true", help="print the result as JSON (docs/json.md)")
     fmt.add_argument("--markdown", action="store_true", help="print the result as Markdown")
-    p.add_argument("--only", metavar="A,B", help="run only these analyses (comma-separated)")
+    p.add_argument("--only", metavar="A,B",
+                   help="run only these analyses, comma-separated: pipeline, memory, host_io")
     p.add_argument("--fail-on", choices=("info", "warning", "error"),
-                   help="exit 1 when a finding reaches this severity")
+                   help="exit 1 when a finding reaches this severity (for CI); 0 otherwise")
 
 
 def run(args: argparse.Namespace) -> int:
