@@ -38,3 +38,19 @@ def test_mnist_pipeline_trains_and_leaves_estimated_reports(tmp_path):
     doc = json.loads(run_cli("analyse", str(out), "--json").stdout)
     assert [e["provenance"]["estimated"] for e in doc["engines"]] == [True, True]
     assert {e["provenance"]["source"] for e in doc["engines"]} == {"emulator"}
+
+
+def test_committed_emulated_sample_loads_and_is_labelled_estimated():
+    """sample_reports/mnist_pipeline is what the example writes under the emulator (regenerate
+    it as docs/emulator.md says). Timestamps and versions differ run to run, so this checks its
+    shape, not its bytes."""
+    reports = popviz.load(ROOT / "sample_reports" / "mnist_pipeline")
+    assert sorted(reports.labels) == ["inference", "training"]
+    for report in reports:
+        assert report.provenance.source == "emulator" and report.provenance.estimated
+        assert report.present == ["target", "memory", "execution", "config", "host_io"]
+        assert report.memory.level == "ipu" and report.target.num_ipus == 4
+        assert [s.blocks for s in report.config.stages] == [("B1",), ("B2",), ("B3",), ("B4",)]
+    training = reports["training"]
+    assert (training.config.gradient_accumulation, training.config.device_iterations) == (10, 10)
+    assert training.config.output_mode == "All" and training.host_io.calls == 10
