@@ -110,7 +110,7 @@ def main() -> int:
         executor.compile(input_ids, attention_mask, labels)
         t2 = time.perf_counter()
         with tempfile.TemporaryDirectory() as tmp:
-            write_bundle(executor._build_report(), Path(tmp) / "training")
+            write_bundle(executor.popvizReport(), Path(tmp) / "training")
         t3 = time.perf_counter()
         build.append(t1 - t0)
         compile_.append(t2 - t1)
@@ -118,7 +118,7 @@ def main() -> int:
         executor.destroy()
         del executor._user_model
 
-    est = executor._estimate
+    est = executor._estimate  # kept after destroy(); popvizEstimate() is None then
     figures = costmodel.summary(est)
     median_estimate = statistics.median(compile_) + statistics.median(write)
     print(f"emulator benchmark: BERT-base-sized encoder (12 x 768, seq {seq}), micro-batch {mb}, G={g}, "

@@ -148,3 +148,22 @@ def test_capture_style_environment_keeps_user_pythonpath(tmp_path):
                    env={"PYTHONPATH": str(tmp_path) + os.pathsep + os.environ.get("PYTHONPATH", "")})
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "42"
+
+
+def test_report_registry_does_not_keep_models_alive(tmp_path, monkeypatch):
+    torch = pytest.importorskip("torch")
+    import gc
+    import weakref
+
+    import popviz.emulator as poptorch
+
+    monkeypatch.delenv("POPLAR_ENGINE_OPTIONS", raising=False)
+    model = torch.nn.Linear(3, 3)
+    executor = poptorch.inferenceModel(model, poptorch.Options().enableProfiling(str(tmp_path)))
+    executor(torch.ones(1, 3))
+    alive = weakref.ref(model), weakref.ref(executor)
+    report = executor.popvizReport()
+    assert report.host_io.calls == 1 and report.provenance.estimated
+    del model, executor
+    gc.collect()
+    assert [ref() for ref in alive] == [None, None]

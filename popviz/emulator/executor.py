@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import copy
 import datetime as _dt
+import functools
 import inspect
 import time
 import weakref
@@ -174,7 +175,6 @@ class PoplarExecutor:
         self._engine_report: profiling.EngineReport | None = None
         self._compile_time: _dt.timedelta | None = None
         self._compiled_inputs: tuple | None = None
-        self._calls = 0
         self._last_call_start: float | None = None
         self._anchor_memory: dict[str, torch.Tensor] = {}
         self._arg_names = self._forward_arg_names(model)
@@ -326,7 +326,7 @@ class PoplarExecutor:
         directory = profiling.profile_dir(self._options._Popart.options.get("engineOptions", {}))
         if directory is not None:
             self._engine_report = profiling.claim(directory / self.engine_name, self.engine_name,
-                                                  self._build_report, self._token)
+                                                  self._report_builder(), self._token)
 
     def _measure(self, args: tuple, kwargs: dict) -> tuple[costmodel.Measurement, list[tuple[str, Any]]]:
         """One micro-batch forward under measurement; model state (buffers, RNG) is restored."""
@@ -420,10 +420,10 @@ class PoplarExecutor:
             inputs=inputs, outputs=outs, options=recorded, spec=spec, host=host, calls=0,
         )
 
-    def _build_report(self):
-        self._setup.calls = self._calls
-        return costmodel.build_report(self._estimate, self._setup, versions={
-            "torch": torch.__version__, "poptorch": "emulated"})
+    def _report_builder(self) -> Callable[[], Any]:
+        """Builds the current report without keeping the executor (or its model) alive."""
+        return functools.partial(costmodel.build_report, self._estimate, self._setup,
+                                 versions={"torch": torch.__version__, "poptorch": "emulated"})
 
     # ------------------------------------------------------------------ running
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -451,7 +451,7 @@ class PoplarExecutor:
                     with tracing(self._trace()):
                         out = self._model(*a, **k)
                     outputs.add(i // (g * r), (i // r) % g, i % r, out)
-        self._calls += 1
+        self._setup.calls += 1
         self._update_anchors()
         result = outputs.result()
         for leaf in tree_flatten(result)[0]:
@@ -604,7 +604,7 @@ class PoplarExecutor:
         """The estimated cycles of one call (needs ``Options.logCycleCount(True)``)."""
         if not self._options._Popart.options.get("instrumentWithHardwareCycleCounter"):
             raise Error("Cycle count logging is disabled. Please set option logCycleCount to True to enable.")
-        if not self._compiled or self._calls == 0:
+        if not self._compiled or not self._setup.calls:
             raise Error("Please run the model at least once before obtaining cycle count.")
         return int(self._estimate.call_cycles)
 
@@ -626,9 +626,13 @@ class PoplarExecutor:
         assert short_name in self._anchor_memory, "No tensor with name " + short_name + " found."
         return self._anchor_memory[short_name]
 
-    def estimate(self) -> costmodel.Estimate | None:
+    def popvizEstimate(self) -> costmodel.Estimate | None:
         """popviz extension: the cost model's estimate (None before compilation)."""
         return self._estimate if self._compiled else None
+
+    def popvizReport(self):
+        """popviz extension: the estimated Report as it stands (None before compilation)."""
+        return self._report_builder()() if self._compiled else None
 
 
 def trainingModel(model: torch.nn.Module, options: Options | None = None,

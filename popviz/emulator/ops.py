@@ -1,7 +1,8 @@
 """PopTorch's free functions: operations that only mean something on the IPU, and utilities.
 
 On the CPU they behave as PopTorch's CPU fallbacks do: identities (the tensor is returned), or
-plain PyTorch for the maths. ``ipuHardwareIsAvailable`` is False: the emulator is no IPU.
+plain PyTorch for the maths. ``ipuHardwareIsAvailable`` is True: the emulated IPUs are there, so
+scripts and frameworks (PyTorch Lightning's IPU accelerator) that check take their IPU path.
 """
 
 from __future__ import annotations
@@ -64,12 +65,16 @@ def isRunningOnIpu() -> bool:
 
 
 def ipuHardwareIsAvailable(num_ipus: int = 1) -> bool:
-    """No IPU hardware here: the emulator runs on the CPU."""
-    return False
+    """True: the emulator provides the IPUs a script asks for."""
+    return True
 
 
 def ipuHardwareVersion() -> int:
-    raise AssertionError("No IPU hardware available on this system")
+    """The emulated architecture's version number (1 = Mk1, 2 = Mk2, 21 = Bow)."""
+    from popviz.emulator import hardware
+
+    architecture = hardware.spec().architecture
+    return next(v for v, a in hardware.IPU_VERSIONS.items() if a == architecture)
 
 
 def setLogLevel(level: str | int) -> None:
