@@ -96,27 +96,50 @@ def data(n):
     return torch.randn(n, 3, generator=g), torch.randn(n, 2, generator=g)
 
 
-@pytest.mark.parametrize("mode,period,n_out,loss_shape", [
-    (None, None, 2, ()),                          # Default = Final for training: a scalar loss
-    (poptorch.OutputMode.Final, None, 2, ()),
-    (poptorch.OutputMode.All, None, 2 * 12, (12,)),
-    (poptorch.OutputMode.EveryN, 3, 2 * 4 * 2, (8,)),  # D=6, N=3: iterations 2 and 5, G=4 each
-    (poptorch.OutputMode.Sum, None, 2, ()),
-])
-def test_training_output_modes(mode, period, n_out, loss_shape):
-    d, g = (6, 4) if mode == poptorch.OutputMode.EveryN else (3, 4)
-    x, y = data(2 * d * g)
+def reference_training(x, y, d, g, lr=0.1):
+    """What PopTorch computes, written out: per micro-batch forward/backward, one SGD step per G
+    micro-batches on the mean gradient. Returns every micro-batch's (output, loss)."""
     model = WithLoss()
-    reference = WithLoss()
-    out, loss = poptorch.trainingModel(model, opts(d=d, g=g, mode=mode, period=period))(x, y)
-    assert out.shape == (n_out, 2) and loss.shape == loss_shape
-    if mode in (None, poptorch.OutputMode.Final):
-        # the last micro-batch's output, computed with the weights before the last update
-        assert out.shape == (2, 2)
-    if mode == poptorch.OutputMode.All:
-        # the first micro-batch ran with the initial weights
-        first, first_loss = reference(x[:2], y[:2])
-        assert torch.allclose(out[:2], first.detach()) and torch.isclose(loss[0], first_loss.detach())
+    sgd = torch.optim.SGD(model.parameters(), lr=lr)
+    results = []
+    m = x.shape[0] // (d * g)
+    for it in range(d):
+        sgd.zero_grad()
+        for step in range(g):
+            i = (it * g + step) * m
+            out, loss = model(x[i:i + m], y[i:i + m])
+            (loss / g).backward()
+            results.append((out.detach(), loss.detach()))
+        sgd.step()
+    return results
+
+
+@pytest.mark.parametrize("mode,period", [(None, None), (poptorch.OutputMode.Final, None),
+                                         (poptorch.OutputMode.All, None), (poptorch.OutputMode.EveryN, 2),
+                                         (poptorch.OutputMode.Sum, None)])
+def test_training_output_modes(mode, period):
+    d, g = 4, 3
+    x, y = data(2 * d * g)
+    ref = reference_training(x, y, d, g)
+    model = WithLoss()
+    out, loss = poptorch.trainingModel(model, opts(d=d, g=g, mode=mode, period=period),
+                                       poptorch.optim.SGD(model.parameters(), lr=0.1))(x, y)
+    if mode in (None, poptorch.OutputMode.Final):  # Default = Final for training
+        expected_out, expected_loss = ref[-1]
+    elif mode == poptorch.OutputMode.All:
+        expected_out = torch.cat([o for o, _ in ref])
+        expected_loss = torch.stack([v for _, v in ref])
+    elif mode == poptorch.OutputMode.EveryN:  # iterations 1 and 3, all their G steps
+        kept = ref[g:2 * g] + ref[3 * g:]
+        expected_out = torch.cat([o for o, _ in kept])
+        expected_loss = torch.stack([v for _, v in kept])
+    else:
+        expected_out = sum(o for o, _ in ref)
+        expected_loss = sum(v for _, v in ref)
+    assert out.shape == expected_out.shape and loss.shape == expected_loss.shape
+    assert torch.allclose(out, expected_out, atol=1e-6) and torch.allclose(loss, expected_loss, atol=1e-6)
+    assert loss.shape == {None: (), poptorch.OutputMode.Final: (), poptorch.OutputMode.Sum: (),
+                          poptorch.OutputMode.All: (12,), poptorch.OutputMode.EveryN: (6,)}[mode]
 
 
 def test_sum_mode_sums_losses_of_every_micro_batch():
