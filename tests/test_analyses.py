@@ -506,3 +506,16 @@ def test_one_stage_pipeline_counts_as_single_ipu():
     out = pipeline.analyse(testing.single_ipu_report(5000).replace(config=cfg))
     assert out.findings == []
     assert out.not_checked[0].reason.startswith("the model runs on IPU0 (PipelinedExecution, every stage")
+
+
+def test_pipe001_ties_move_work_towards_the_least_loaded_stage():
+    from popviz.analysis import pipeline
+
+    r = testing.pipeline_report([3000, 3000, 2000, 1000], mode="inference", device_iterations=64,
+                                host_wait_cycles=0, host_bytes_per_cycle=1e9, tiles_per_ipu=8)
+    [f] = [f for f in pipeline.analyse(r).findings if f.code == "PIPE001"]
+    assert "stage 0 (B1) takes 3,000 cycles per micro-batch (stage 1 is as slow)" in f.evidence
+    assert f.recommendation.startswith(
+        "Move about 750 cycles per micro-batch (25% of its work) out of stage 0 towards stage 3 "
+        "(IPU3, 67% idle, the least loaded): shift each poptorch.BeginBlock(layer, ipu_id=...) "
+        "boundary between stage 0 and stage 3")

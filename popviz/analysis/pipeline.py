@@ -18,6 +18,7 @@ from popviz.analysis.thresholds import (
     IMBALANCE_WARN_RATIO,
     RAMP_EFFICIENCY_TARGET_FRAC,
     RAMP_EFFICIENCY_WARN_FRAC,
+    TIE_FRAC,
 )
 from popviz.model import ModelConfig, Report
 
@@ -231,21 +232,30 @@ def _stage_cycles(report: Report, o: _Out, pipelined: bool) -> None:
     ratio = biggest / mean
     if pipelined and ratio >= IMBALANCE_WARN_RATIO:
         st = stages[b]
-        neighbours = [k for k in (b - 1, b + 1) if 0 <= k < len(stages)]
-        to = min(neighbours, key=lambda k: totals[k])
+        # Work moves towards the least loaded stage; when it is not a neighbour (the neighbour is
+        # as busy, e.g. two stages tie as the slowest), every boundary in between shifts.
+        to = min((k for k in range(len(stages)) if k != b), key=lambda k: (totals[k], abs(k - b)))
+        ties = [k for k, t in enumerate(totals) if k != b and t >= biggest * (1 - TIE_FRAC)]
+        tie_text = (f" (stage{'s' if len(ties) > 1 else ''} {', '.join(str(stages[k].index) for k in ties)}"
+                    f" {'are' if len(ties) > 1 else 'is'} as slow)" if ties else "")
+        if abs(to - b) == 1:
+            where = (f"into stage {stages[to].index} (IPU{stages[to].ipu}, {pct(idle[to], 0)} idle): "
+                     "move its poptorch.BeginBlock(layer, ipu_id=...) boundary by a layer or more")
+        else:
+            where = (f"towards stage {stages[to].index} (IPU{stages[to].ipu}, {pct(idle[to], 0)} idle, the "
+                     f"least loaded): shift each poptorch.BeginBlock(layer, ipu_id=...) boundary between "
+                     f"stage {st.index} and stage {stages[to].index} by a layer or more")
         unit = "cycles per micro-batch" if mb else "cycles in the profile"
         values = per_mb if mb else totals
         shed = values[b] - sum(values) / len(values)
         o.find("PIPE001", "warning",
                f"Unbalanced pipeline: stage {st.index} (IPU{st.ipu}) is the bottleneck",
-               f"stage {st.index} ({_blocks(st)}) takes {num(round(values[b]))} {unit}, "
+               f"stage {st.index} ({_blocks(st)}) takes {num(round(values[b]))} {unit}{tie_text}, "
                f"{ratio:.2f}× the mean over {len(stages)} stages ({num(round(sum(values) / len(values)))});"
                f" the other IPUs idle {pct(sum(others) / len(others))} of each pipeline cycle "
                f"(counted: {' + '.join(COUNTED_TYPES)})",
                f"Move about {num(round(shed))} {unit} ({pct(shed / values[b], 0)} of its work) out of "
-               f"stage {st.index} into stage {stages[to].index} (IPU{stages[to].ipu}, "
-               f"{pct(idle[to], 0)} idle): move its poptorch.BeginBlock(layer, ipu_id=...) boundary "
-               f"by a layer or more (optimum-graphcore: layers_per_ipu). Balanced stages would raise "
+               f"stage {st.index} {where} (optimum-graphcore: layers_per_ipu). Balanced stages would raise "
                f"throughput by up to {pct(ratio - 1, 0)}.")
 
 

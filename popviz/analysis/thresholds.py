@@ -19,6 +19,10 @@ IMBALANCE_WARN_RATIO = 1.2
 """Pipelined stages: warn when the slowest stage's cycles per micro-batch exceed the mean over
 stages by this ratio (balanced stages would then be up to 20% faster)."""
 
+TIE_FRAC = 0.01
+"""Stages within this fraction of the slowest stage's cycles are as slow as it (a tie): work is
+then recommended to move towards the least loaded stage, not into a neighbour as busy."""
+
 RAMP_EFFICIENCY_WARN_FRAC = 0.8
 """Pipelined: warn when G / (G + S - 1) is below this (a fifth or more of every weight update
 spent filling and draining the pipeline)."""
