@@ -1,0 +1,73 @@
+"""`popviz emulate` and `emulated_env`: the emulator is poptorch only in the child asked for."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from popviz.emulator.launch import SHIM_DIR, emulated_env
+
+from conftest import ROOT, assert_one_line_error, run_cli
+
+
+def test_emulated_env_prepends_shim_and_keeps_user_path():
+    env = emulated_env({"PYTHONPATH": "/a" + os.pathsep + "/b", "HOME": "/h"})
+    assert env == {"PYTHONPATH": os.pathsep.join([str(SHIM_DIR), "/a", "/b"]), "HOME": "/h"}
+    assert emulated_env({}) == {"PYTHONPATH": str(SHIM_DIR)}
+    assert emulated_env(env) == env  # idempotent
+
+
+def test_emulated_env_does_not_touch_its_argument():
+    original = {"PYTHONPATH": "/a"}
+    emulated_env(original)
+    assert original == {"PYTHONPATH": "/a"}
+
+
+def test_child_imports_emulator_as_poptorch_and_exit_code_passes_through():
+    code = ("import poptorch, sys; print(poptorch.__version__); "
+            "print(poptorch.Error is poptorch.poptorch_core.Error); sys.exit(7)")
+    proc = run_cli("emulate", "--", sys.executable, "-c", code)
+    assert proc.returncode == 7, proc.stderr
+    version, same_error = proc.stdout.split()
+    assert "popviz.emulator" in version and same_error == "True"
+
+
+def test_poptorch_is_not_importable_without_emulate():
+    proc = subprocess.run([sys.executable, "-c", "import poptorch"], capture_output=True, text=True)
+    assert proc.returncode == 1 and "No module named 'poptorch'" in proc.stderr
+
+
+def test_missing_or_unknown_command_is_one_line_error():
+    assert_one_line_error(run_cli("emulate"), "no command given")
+    assert_one_line_error(run_cli("emulate", "--"), "no command given")
+    assert_one_line_error(run_cli("emulate", "--", "popviz-no-such-command"),
+                          "popviz-no-such-command: command not found")
+
+
+def test_sigterm_is_forwarded_and_child_code_returned(tmp_path):
+    script = tmp_path / "child.py"
+    script.write_text(
+        "import signal, sys, time\n"
+        "def bye(signum, frame):\n"
+        "    print('child got', signal.Signals(signum).name, flush=True)\n"
+        "    sys.exit(5)\n"
+        "signal.signal(signal.SIGTERM, bye)\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(60)\n")
+    proc = subprocess.Popen([sys.executable, "-m", "popviz", "emulate", "--", sys.executable, str(script)],
+                            stdout=subprocess.PIPE, text=True, cwd=ROOT, stdin=subprocess.DEVNULL)
+    assert proc.stdout.readline().strip() == "ready"
+    time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=30)
+    assert out.strip() == "child got SIGTERM"
+    assert proc.returncode == 5
+
+
+def test_child_killed_by_signal_gives_128_plus_n():
+    code = "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"
+    proc = run_cli("emulate", "--", sys.executable, "-c", code)
+    assert proc.returncode == 128 + signal.SIGKILL
