@@ -11,10 +11,11 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-if TYPE_CHECKING:
-    from contextlib import AbstractContextManager
+# ``popviz.capture`` is the capture package, callable as a context manager:
+# ``with popviz.capture("dir"): ...`` (see popviz/capture/__init__.py).
+from popviz import capture
 
-    from popviz.capture.api import CaptureRun
+if TYPE_CHECKING:
     from popviz.model import ReportSet
 
 
@@ -27,29 +28,6 @@ def load(path: str | os.PathLike[str]) -> ReportSet:
     from popviz.sources.discover import load as _load
 
     return _load(path)
-
-
-def capture(report_dir: str | os.PathLike[str] | None = None, *, new_run: bool = False,
-            run_count: int | None = None, pvti: bool = False) -> AbstractContextManager[CaptureRun]:
-    """Profile the PopTorch executors created inside a ``with`` block.
-
-    >>> with popviz.capture("reports/run1") as run:
-    ...     model = poptorch.trainingModel(net, opts, optimizer)
-    ...     for x, y in loader:
-    ...         model(x, y)
-    >>> run.load()["training"].config.stages
-
-    Like ``popviz capture -o DIR``: ``report_dir`` (default ``popviz-reports/<timestamp>``) must
-    be new or empty unless ``new_run=True`` (a timestamped run inside it). For the block,
-    ``POPLAR_ENGINE_OPTIONS`` gets autoReport into the directory (your own keys win and are
-    reported), and every executor created is wrapped as by :func:`wrap`; on exit the manifests
-    are written and the environment restored. Executors must compile (first call) inside the
-    block for Poplar to write their profile. Inside another capture (or a program run by
-    ``popviz capture``) the block joins the running capture.
-    """
-    from popviz.capture.api import capture as _capture
-
-    return _capture(report_dir, new_run=new_run, run_count=run_count, pvti=pvti)
 
 
 def wrap(executor: Any, report_dir: str | os.PathLike[str] | None = None) -> Any:

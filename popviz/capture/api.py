@@ -32,7 +32,7 @@ class CaptureRun:
     """The capture a ``with popviz.capture(...)`` block records into."""
 
     dir: Path
-    """The run directory (``<dir>/<engine>/`` holds each engine's report)."""
+    """The run directory, absolute (``<dir>/<engine>/`` holds each engine's report)."""
     joined: bool = False
     """True when this block joined a capture already running (nested, or under popviz capture)."""
 
@@ -104,7 +104,7 @@ def capture(report_dir: str | os.PathLike[str] | None = None, *, new_run: bool =
     hooks.install(abs_root, owner="api", instance=instance, instance_fixed=bool(instance))
     hooks.STATE.depth = 1
     try:
-        yield CaptureRun(root)
+        yield CaptureRun(Path(abs_root))
         run["status"] = "succeeded"
     except BaseException as exc:
         run["status"] = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"

@@ -630,6 +630,9 @@ class Recorder:
 
     def on_compiled(self, executor: Any, wall_seconds: float, tracer: BlockTracer | None) -> None:
         self.compiled = True
+        if self.path is not None:  # Poplar writes the last engine compiled under a name: so do we
+            with STATE.lock:
+                STATE.engines[self.path] = self
         self.compile_wall = wall_seconds
         if tracer is not None:
             self.traced_blocks = tracer.ordered()
@@ -766,7 +769,7 @@ class Recorder:
         shared = STATE.executors_per_engine.get(self.path or "", 1)
         if shared > 1:
             notes.append(f"{shared} executors of this process used the engine name {self.engine!r}; "
-                         "this manifest describes the last one created")
+                         "this manifest describes the last one compiled")
         poptorch = sys.modules.get("poptorch")
         torch = sys.modules.get("torch")
         versions = {"popviz": __version__, "python": sys.version.split()[0],
@@ -915,6 +918,7 @@ def _compile_and_run(executor: Any, rec: Recorder, fn: Callable[..., Any], args:
     except BaseException as exc:
         if tracer is not None:
             tracer.__exit__(None, None, None)
+            rec.traced_blocks = tracer.ordered()  # what was traced before the failure
         with contextlib.suppress(Exception):
             rec.on_compile_error(exc)
         raise
@@ -967,7 +971,9 @@ def wrap_executor(executor: Any, mode: str | None = None, root: str | None = Non
             file = os.path.join(engine_dir, "popviz-model.json")
             recorder.path = file
             STATE.executors_per_engine[file] = STATE.executors_per_engine.get(file, 0) + 1
-            STATE.engines[file] = recorder
+            owner = STATE.engines.get(file)
+            if owner is None or not owner.compiled:
+                STATE.engines[file] = recorder  # else it takes over when it compiles
     _ensure_atexit()
     recorder.write()
     return executor

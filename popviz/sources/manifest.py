@@ -331,7 +331,7 @@ def manifest_report(manifest: ModelManifest) -> Report:
     notes = ("only popviz-model.json in this engine directory: no memory or execution profile "
              "(was profiling on? see popviz-run.json)", *manifest.notes)
     provenance = Provenance(source="capture", estimated=False,
-                            tool=f"popviz capture hooks ({manifest.versions.get('popviz', __version__)})",
+                            tool=f"popviz {manifest.versions.get('popviz', __version__)} capture hooks",
                             versions=manifest.versions, captured_at=manifest.written_at, notes=notes)
     return Report(name=manifest.engine, provenance=provenance, config=manifest.config,
                   host_io=manifest.host_io)

@@ -212,14 +212,16 @@ class Error(RuntimeError):
     pass
 
 
-def _combine(results, mode, d, g, r):
+def _combine(results, mode, period, g, r):
     if isinstance(results[0], (tuple, list)):
-        return type(results[0])(_combine([x[i] for x in results], mode, d, g, r)
-                                 for i in range(len(results[0])))
+        return type(results[0])(_combine([x[i] for x in results], mode, period, g, r)
+                                for i in range(len(results[0])))
+    if mode == "EveryN":  # all accumulation steps and replicas of every N-th device iteration
+        results = [x for i, x in enumerate(results) if (i // (g * r) + 1) % period == 0]
     stacked = torch.stack(results) if results[0].dim() == 0 else torch.cat(results)
-    if mode == "All":
+    if mode in ("All", "EveryN"):
         return stacked
-    if mode in ("Final",):
+    if mode == "Final":
         return results[-1]
     return stacked.sum(0, keepdim=results[0].dim() > 0)
 
@@ -275,7 +277,7 @@ class PoplarExecutor:
         chunks = [tuple(a.chunk(n)) for a in args]
         with torch.no_grad():
             results = [self._user_model(*(c[i] for c in chunks)) for i in range(n)]
-        return _combine(results, mode, o.device_iterations, o.Training.gradient_accumulation,
+        return _combine(results, mode, o.output_return_period, o.Training.gradient_accumulation,
                         o.replication_factor)
 
     def destroy(self):
