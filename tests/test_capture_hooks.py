@@ -18,8 +18,8 @@ import pytest
 
 import popviz
 from popviz.capture import hooks
-from popviz.sources.manifest import outputs_per_call, per_micro_batch
 from popviz.model import ModelConfig
+from popviz.sources.manifest import outputs_per_call, per_micro_batch
 
 from conftest import ROOT, assert_one_line_error, run_cli
 
@@ -159,7 +159,7 @@ def test_run_record_and_summary_list_engines(pipeline_run):
     assert [e["path"] for e in run["engines"]] == ["inference", "training"]
     assert run["engines"][1]["model"]["calls"] == 5
     assert run["versions"]["poptorch"] == "3.3.0+fake"
-    assert "training           no profile · training, PipelinedExecution, 2 stage(s) · D=2 G=3 R=1, " \
+    assert "  training   no profile · training, PipelinedExecution, 2 stage(s) · D=2 G=3 R=1, " \
            "output All · 5 call(s)" in proc.stderr
     assert f"next: popviz analyse {out.name}" in proc.stderr
 

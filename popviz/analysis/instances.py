@@ -149,7 +149,7 @@ def check(reports: ReportSet) -> dict[str, AnalysisOutput]:
                 if ref > 0 and value > ref * (1 + threshold):
                     outs[r.label].findings.append(Finding(
                         CODES[metric], "warning", NAME,
-                        f"{r.instance}: {label} {100 * (value / ref - 1):.0f}% above the other instances",
+                        f"{r.instance}: {label} {_above(value, ref)} the other instances",
                         f"{label} of {name} on {r.instance}: {_fmt(metric, value)}; median of the other "
                         f"{len(others)} instance(s): {_fmt(metric, ref)} (flagged above "
                         f"{100 * threshold:.0f}%)",
@@ -162,6 +162,12 @@ def check(reports: ReportSet) -> dict[str, AnalysisOutput]:
             outs[r.label].metrics = {k: v for k, v in rows[r.instance or ""].items() if k != "instance"}
             outs[r.label].metrics["instances"] = len(group)
     return outputs
+
+
+def _above(value: float, ref: float) -> str:
+    """``35% above`` or, from twice on, ``1,520× that of``."""
+    ratio = value / ref
+    return f"{100 * (ratio - 1):.0f}% above" if ratio < 2 else f"{ratio:,.1f}× that of"
 
 
 def _instance_key(instance: str) -> tuple[int, str]:

@@ -103,9 +103,16 @@ def plan_dir(output: str | None, new_run: bool, instance: str | None) -> Path:
     if output is None:
         return Path(DEFAULT_PARENT)
     path = Path(output)
-    _check_target(path, new_run)
     if instance and not new_run:
+        # One capture per rank of a multi-instance run: the ranks share DIR, each takes its
+        # own DIR/<instance>; DIR must not hold a single-instance run.
+        _check_target(path, new_run=True)
+        if (path / RUN_FILE).exists():
+            raise UsageError(f"{shown(path)} holds a single-process run ({RUN_FILE}); pass --new-run or "
+                             "-o a new directory for this multi-instance run")
         _check_target(path / instance, False)
+        return path
+    _check_target(path, new_run)
     return path
 
 
@@ -478,6 +485,7 @@ def summary_lines(run: Mapping[str, Any], root: Path) -> list[str]:
     if not engines:
         lines.append("  no engine captured: the command created no PopTorch executor and Poplar wrote "
                      "no profile (on a machine without IPUs, add --emulate)")
+    width = max((len(e["path"]) for e in engines), default=0)
     for e in engines:
         files = set(e["files"])
         report = ("profile.pop" if "profile.pop" in files else
@@ -497,7 +505,7 @@ def summary_lines(run: Mapping[str, Any], root: Path) -> list[str]:
             desc.append(calls)
         else:
             desc.append("no popviz-model.json (hooks did not see this executor)")
-        lines.append(f"  {e['path']:<18} " + " · ".join(desc))
+        lines.append(f"  {e['path']:<{width}}  " + " · ".join(desc))
     lines.append(f"  log {shown(root / LOG_FILE)} · run record {shown(root / RUN_FILE)}")
     if engines:
         lines.append(f"next: popviz analyse {shown(root)}")
