@@ -117,7 +117,7 @@ def test_pipeline_manifest_records_options_stages_blocks_and_calls(pipeline_run)
     latency = next(s for s in calls["stats"] if s["metric"] == "latency_seconds")
     assert (latency["count"], latency["p50"]) == (5, 0.0007)
     [sig] = doc["io"]["signatures"]
-    assert sig["calls"] == 5
+    assert sig["sampled_calls"] == 5 and doc["io"]["sampled_calls"] == 5
     assert sig["inputs"] == [{"name": "x", "shape": [30, 4], "dtype": "float32", "bytes": 480},
                              {"name": "labels", "shape": [30], "dtype": "int64", "bytes": 240}]
     assert sig["outputs"] == [{"name": "output.0", "shape": [30, 3], "dtype": "float32", "bytes": 360},

@@ -59,10 +59,12 @@ over all calls)."""
 MAX_SIGNATURES = 8
 """Distinct input/output shape signatures recorded per engine; further ones are only counted."""
 SAMPLE_FIRST_CALLS = 64
-SAMPLE_INTERVAL_SECONDS = 0.05
-"""PopTorch's own figures (latency getters, perf counters, cycle count) are read after each of the
-first SAMPLE_FIRST_CALLS calls, then after at most one call per SAMPLE_INTERVAL_SECONDS, which keeps
-their cost off most calls."""
+SAMPLE_INTERVAL_SECONDS = 0.5
+"""Input/output shapes and PopTorch's own figures (latency getters, perf counters, cycle count)
+are read on each of the first SAMPLE_FIRST_CALLS calls, then on at most one call per
+SAMPLE_INTERVAL_SECONDS; every call only has its wall time taken. This keeps the per-call cost a
+few microseconds (benchmarks/bench_capture_overhead.py): reading tensor shapes after a long
+device run costs tens of microseconds with cold caches."""
 
 FACTORIES = {"trainingModel": "training", "inferenceModel": "inference"}
 _OUTPUT_MODES = {0: "Final", 1: "EveryN", 2: "All", 3: "Sum", 4: "Default"}
@@ -84,35 +86,85 @@ def _now() -> str:
 # ------------------------------------------------------------------------------ aggregation
 
 class Stat:
-    """Count, sum, min and max of a per-call figure, and its last :data:`WINDOW` values."""
+    """Count, sum, min and max of a per-call figure over all calls, and its last :data:`WINDOW`
+    values (for percentiles).
 
-    __slots__ = ("count", "max", "min", "pos", "ring", "sum")
+    Cheap to add to: a value goes into a ring buffer; count, sum, min and max are updated from
+    the buffer once per WINDOW values (and when read)."""
+
+    __slots__ = ("_count", "_max", "_min", "_sum", "filled", "pos", "ring")
 
     def __init__(self) -> None:
-        self.count = 0
-        self.sum = 0.0
-        self.min = math.inf
-        self.max = -math.inf
-        self.ring: list[float] = []
+        self._count = 0
+        self._sum = 0.0
+        self._min = math.inf
+        self._max = -math.inf
+        self.ring = [0.0] * WINDOW
         self.pos = 0
+        """Next slot of ``ring``; values before it are not yet in count/sum/min/max."""
+        self.filled = False
 
     def add(self, value: float) -> None:
-        self.count += 1
-        self.sum += value
-        if value < self.min:
-            self.min = value
-        if value > self.max:
-            self.max = value
-        if len(self.ring) < WINDOW:
-            self.ring.append(value)
-        else:
-            self.ring[self.pos] = value
-            self.pos = (self.pos + 1) % WINDOW
+        self.ring[self.pos] = value
+        self.pos += 1
+        if self.pos == WINDOW:
+            self.fold()
+
+    def extend(self, values: list[float]) -> None:
+        """Add many values (slices into the ring: no per-value Python work)."""
+        i, n = 0, len(values)
+        while i < n:
+            take = values[i:i + WINDOW - self.pos]
+            self.ring[self.pos:self.pos + len(take)] = take
+            self.pos += len(take)
+            i += len(take)
+            if self.pos == WINDOW:
+                self.fold()
+
+    def fold(self) -> None:
+        """Move the values added since the last fold into count, sum, min and max."""
+        pending = self.ring[: self.pos]
+        if pending:
+            self._count += len(pending)
+            self._sum += math.fsum(pending)
+            self._min = min(self._min, min(pending))
+            self._max = max(self._max, max(pending))
+        if self.pos == WINDOW:
+            self.pos = 0
+            self.filled = True
+
+    def _totals(self) -> tuple[int, float, float, float]:
+        pending = self.ring[: self.pos]
+        if not pending:
+            return self._count, self._sum, self._min, self._max
+        return (self._count + len(pending), self._sum + math.fsum(pending), min(self._min, min(pending)),
+                max(self._max, max(pending)))
+
+    @property
+    def count(self) -> int:
+        return self._totals()[0]
+
+    @property
+    def sum(self) -> float:
+        return self._totals()[1]
+
+    @property
+    def min(self) -> float:
+        return self._totals()[2]
+
+    @property
+    def max(self) -> float:
+        return self._totals()[3]
+
+    def window(self) -> list[float]:
+        """The last (up to) WINDOW values, oldest first."""
+        return self.ring[self.pos:] + self.ring[: self.pos] if self.filled else self.ring[: self.pos]
 
     def to_dict(self, metric: str) -> dict[str, Any]:
-        values = sorted(self.ring)
-        return {"metric": metric, "count": self.count, "sum": self.sum, "min": self.min,
-                "max": self.max, "p50": percentile(values, 50), "p90": percentile(values, 90),
+        count, total, lo, hi = self._totals()
+        values = sorted(self.window())
+        return {"metric": metric, "count": count, "sum": total, "min": lo, "max": hi,
+                "p50": percentile(values, 50), "p90": percentile(values, 90),
                 "p99": percentile(values, 99)}
 
 
@@ -571,7 +623,16 @@ class Recorder:
                  instance: str | None = None) -> None:
         self.pid = os.getpid()
         self.lock = threading.RLock()
-        self.disabled = False
+        self._disabled = False
+        self._compiled = False
+        self.hot: list[Any] = [False, 0.0]
+        """[fast, next_due]: read on every call (a list: the cheapest to reach with cold caches).
+        ``fast``: compiled and recording, calls take the fast path (see _recording_subclass);
+        ``next_due``: ``time.perf_counter`` time from which :meth:`on_due` has work to do."""
+        self.times: list[float] = []
+        """Wall times of the calls since the last :meth:`on_due` (folded into ``wall`` there)."""
+        self.counted = 0
+        """Calls already folded into the figures."""
         self.mode = mode
         own = getattr(executor, "__dict__", {})
         self.options = own.get("_options")
@@ -589,22 +650,46 @@ class Recorder:
         self.input_names = self._input_names(model)
         self.created_at = _now()
         self.engine_options_at_creation = os.environ.get(ENGINE_OPTIONS_ENV)
-        self.compiled = False
         self.compile_wall: float | None = None
         self.compile_poptorch: float | None = None
         self.compile_error: str | None = None
         self.traced_blocks: list[dict[str, Any]] = []
-        self.calls = 0
         self.wall = Stat()
         self.figures: dict[str, Stat] = {}
         self.signatures: dict[Any, dict[str, Any]] = {}
-        self.other_calls = 0
-        self.last_sample = 0.0
+        self.other_sampled_calls = 0
+        self.sampled_calls = 0
+        self.last_sample = -SAMPLE_INTERVAL_SECONDS
         self.cycle_count_note: str | None = None
         self.notes: list[str] = []
         self.last_write = 0.0
         self.final = False
         self.path: str | None = None
+
+    # -- state ---------------------------------------------------------------------------
+
+    @property
+    def calls(self) -> int:
+        """Executor calls seen (the compiling one included)."""
+        return self.counted + len(self.times)
+
+    @property
+    def compiled(self) -> bool:
+        return self._compiled
+
+    @compiled.setter
+    def compiled(self, value: bool) -> None:
+        self._compiled = value
+        self.hot[0] = value and not self._disabled
+
+    @property
+    def disabled(self) -> bool:
+        return self._disabled
+
+    @disabled.setter
+    def disabled(self, value: bool) -> None:
+        self._disabled = value
+        self.hot[0] = self._compiled and not value
 
     # -- identity and paths ------------------------------------------------------------
 
@@ -648,10 +733,35 @@ class Recorder:
     def on_call(self, executor: Any, args: tuple, kwargs: dict, output: Any,
                 seconds: float | None) -> None:
         """One call: ``seconds`` is its wall time (None for the call that compiled, whose
-        time is compile plus run and is kept as the compile time instead)."""
-        self.calls += 1
-        if seconds is not None:
-            self.wall.add(seconds)
+        time is compile plus run and is kept as the compile time instead). The wrapped
+        ``__call__`` has its own fast path doing the first two steps (see
+        :func:`_recording_subclass`)."""
+        if seconds is None:
+            self.counted += 1
+        else:
+            self.times.append(seconds)
+        self.on_due(executor, args, kwargs, output, time.perf_counter())
+
+    def on_due(self, executor: Any, args: tuple, kwargs: dict, output: Any, now: float) -> None:
+        """Sample shapes and PopTorch's figures, and refresh the manifest, when due; set when
+        this is next due (``hot[1]``, in ``time.perf_counter`` seconds)."""
+        if self.times:
+            self.wall.extend(self.times)
+            self.counted += len(self.times)
+            self.times.clear()
+        sample_at = self.last_sample + SAMPLE_INTERVAL_SECONDS
+        if self.calls <= SAMPLE_FIRST_CALLS or now >= sample_at:
+            self.last_sample = now
+            self.sampled_calls += 1
+            self._sample_shapes(args, kwargs, output)
+            self._sample_poptorch(executor)
+            sample_at = now + SAMPLE_INTERVAL_SECONDS
+        if self.calls == 1 or now >= self.last_write + REFRESH_SECONDS:
+            self.write()
+        self.hot[1] = 0.0 if self.calls < SAMPLE_FIRST_CALLS else min(
+            sample_at, self.last_write + REFRESH_SECONDS)
+
+    def _sample_shapes(self, args: tuple, kwargs: dict, output: Any) -> None:
         key_parts: list = []
         _shape_key(args, key_parts)
         if kwargs:
@@ -661,18 +771,12 @@ class Recorder:
         key = tuple(key_parts)
         sig = self.signatures.get(key)
         if sig is not None:
-            sig["calls"] += 1
+            sig["sampled_calls"] += 1
         elif len(self.signatures) < MAX_SIGNATURES:
-            self.signatures[key] = {"calls": 1, "inputs": self._describe_inputs(args, kwargs),
+            self.signatures[key] = {"sampled_calls": 1, "inputs": self._describe_inputs(args, kwargs),
                                     "outputs": describe(output, "output")}
         else:
-            self.other_calls += 1
-        now = time.monotonic()
-        if self.calls <= SAMPLE_FIRST_CALLS or now - self.last_sample >= SAMPLE_INTERVAL_SECONDS:
-            self.last_sample = now
-            self._sample_poptorch(executor)
-        if self.calls == 1 or now - self.last_write >= REFRESH_SECONDS:
-            self.write()
+            self.other_sampled_calls += 1
 
     def _describe_inputs(self, args: tuple, kwargs: dict) -> list[dict[str, Any]]:
         names = self.input_names or []
@@ -793,11 +897,14 @@ class Recorder:
             "options": opts,
             "model": model,
             "calls": {"count": self.calls, "window": WINDOW,
+                      "sampling": {"first_calls": SAMPLE_FIRST_CALLS,
+                                   "interval_seconds": SAMPLE_INTERVAL_SECONDS},
                       "compile": {"wall_seconds": self.compile_wall,
                                   "poptorch_seconds": self.compile_poptorch,
                                   "error": self.compile_error},
                       "stats": stats},
-            "io": {"signatures": list(self.signatures.values()), "other_calls": self.other_calls},
+            "io": {"sampled_calls": self.sampled_calls, "signatures": list(self.signatures.values()),
+                   "other_sampled_calls": self.other_sampled_calls},
             "notes": notes,
         }
 
@@ -827,7 +934,7 @@ class Recorder:
                 self.disabled = True
                 _warn(f"cannot write {file} ({type(exc).__name__}: {exc}); recording of this "
                       "executor stopped")
-            self.last_write = time.monotonic()
+            self.last_write = time.perf_counter()
 
 
 def _parse_json(raw: str | None) -> Any:
@@ -852,25 +959,34 @@ def recorder_of(executor: Any) -> Recorder | None:
 def _recording_subclass(cls: type, recorder: Recorder) -> type:
     """A private subclass of the executor's class whose ``__call__`` and ``compile`` record."""
     call = cls.__call__
+    perf_counter = time.perf_counter
     compile_ = getattr(cls, "compile", None)
     destroy = getattr(cls, "destroy", None)
 
+    times = recorder.times  # the same list for the executor's life (on_due clears it in place)
+    hot = recorder.hot
+
     def _call(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if hot[0]:
+            # The fast path: two clock reads and a list append; the rest only when due. With
+            # caches cold after a device run, every bytecode here costs (see the benchmark).
+            t0 = perf_counter()
+            output = call(self, *args, **kwargs)
+            t1 = perf_counter()
+            times.append(t1 - t0)
+            if t1 >= hot[1]:
+                try:
+                    recorder.on_due(self, args, kwargs, output, t1)
+                except Exception as exc:
+                    _disable(recorder, exc)
+            return output
         rec = recorder
         if rec.disabled:
             return call(self, *args, **kwargs)
-        if not rec.compiled:
-            if not _is_compiled(self):
-                return _compile_and_run(self, rec, call, args, kwargs, record=True)
-            rec.compiled = True  # compiled before it was wrapped
-        t0 = time.perf_counter()
-        output = call(self, *args, **kwargs)
-        seconds = time.perf_counter() - t0
-        try:
-            rec.on_call(self, args, kwargs, output, seconds)
-        except Exception as exc:
-            _disable(rec, exc)
-        return output
+        if not _is_compiled(self):
+            return _compile_and_run(self, rec, call, args, kwargs, record=True)
+        rec.compiled = True  # compiled before it was wrapped
+        return _call(self, *args, **kwargs)
 
     namespace: dict[str, Any] = {"__call__": _call, RECORDER_ATTR: recorder,
                                  "__module__": cls.__module__, "__qualname__": cls.__qualname__,

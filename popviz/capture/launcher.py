@@ -333,12 +333,14 @@ class Tee:
 
     def _pump(self, source: IO[bytes], sink: IO[bytes] | None) -> None:
         fd = source.fileno()
+        pending = b""  # the log gets whole lines, so stdout and stderr lines do not mix in it
         while True:
             try:
                 chunk = os.read(fd, 65536)
             except OSError:
-                break
+                chunk = b""
             if not chunk:
+                self._log(pending)
                 break
             if sink is not None:
                 try:
@@ -346,10 +348,21 @@ class Tee:
                     sink.flush()
                 except (OSError, ValueError):
                     sink = None  # our stdout went away (e.g. `| head`): keep logging
-            with self.lock:
-                if not self.log.closed:
-                    self.log.write(chunk)
-                    self.log.flush()
+            pending += chunk
+            end = max(pending.rfind(b"\n"), pending.rfind(b"\r")) + 1
+            if len(pending) > 65536:
+                end = len(pending)
+            if end:
+                self._log(pending[:end])
+                pending = pending[end:]
+
+    def _log(self, data: bytes) -> None:
+        if not data:
+            return
+        with self.lock:
+            if not self.log.closed:
+                self.log.write(data)
+                self.log.flush()
 
     def join(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout

@@ -249,10 +249,11 @@ def _host_io(check: _Checker, doc: Mapping[str, Any], config: ModelConfig
     signatures = [s for s in check.lst(io, "signatures") if isinstance(s, dict)]
     tensors: list[HostTensor] = []
     if signatures:
-        main = max(signatures, key=lambda s: s.get("calls") or 0)
+        main = max(signatures, key=lambda s: s.get("sampled_calls") or 0)
         if len(signatures) > 1:
             notes.append(f"host tensors: {len(signatures)} different input/output shapes were seen; "
-                         f"shown: the most frequent ({main.get('calls')} calls)")
+                         f"shown: the most frequent ({main.get('sampled_calls')} of "
+                         f"{io.get('sampled_calls')} sampled calls)")
         for direction, count in (("input", inputs_per_call(config)),
                                  ("output", outputs_per_call(config))):
             for t in check.lst(main, direction + "s"):
