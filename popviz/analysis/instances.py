@@ -23,8 +23,8 @@ from popviz.model import Report, ReportSet
 
 NAME = "instances"
 
-# Thresholds (kept here until they join popviz/analysis/thresholds.py; reasoning in
-# docs/analyses.md "instances").
+# Thresholds (to join popviz/analysis/thresholds.py when the branches meet; reasoning also in
+# docs/capture.md, "Multi-instance runs").
 CALL_TIME_SLOWER_FRAC = 0.25
 """Flag an instance whose median call wall time is this much above the others' median. Host
 timings of identical work vary by a few percent between hosts; a quarter more is a different
