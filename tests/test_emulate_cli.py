@@ -71,3 +71,10 @@ def test_child_killed_by_signal_gives_128_plus_n():
     code = "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"
     proc = run_cli("emulate", "--", sys.executable, "-c", code)
     assert proc.returncode == 128 + signal.SIGKILL
+
+
+def test_launch_and_emulate_command_do_not_import_torch():
+    code = ("import sys; import popviz.emulator.launch, popviz.commands.emulate, popviz.emulator.costmodel; "
+            "print([m for m in ('torch', 'pandas', 'pyarrow') if m in sys.modules])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert out.stdout.strip() == "[]"

@@ -1,8 +1,8 @@
-"""Run a command with popviz's PopTorch emulator importable as ``poptorch``.
+"""Run a command with popviz's PopTorch emulator importable as `poptorch`.
 
     popviz emulate -- python train.py --epochs 1
 
-The command runs unchanged on the CPU: ``import poptorch`` in it (and only in it) imports
+The command runs unchanged on the CPU: `import poptorch` in it (and only in it) imports
 popviz's emulator. With profiling switched on the way PopTorch users do it
 (POPLAR_ENGINE_OPTIONS='{"autoReport.all":"true","autoReport.directory":"DIR"}' or
 Options.enableProfiling(DIR)), each engine writes an estimated report to DIR/<engine>/, which

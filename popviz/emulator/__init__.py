@@ -15,12 +15,28 @@ from popviz import __version__ as _popviz_version
 __version__ = f"3.4.0+popviz.emulator.{_popviz_version}"
 """PopTorch's last public API version, with a local label saying this is popviz's emulator."""
 
-_EXPORTS: dict[str, str] = {
-    "Error": "errors", "RecoverableError": "errors", "UnrecoverableError": "errors",
+_MODULES: dict[str, tuple[str, ...]] = {
+    "errors": ("Error", "RecoverableError", "UnrecoverableError"),
+    "enums": ("AutoStage", "CommGroupType", "ConnectionType", "DataLoaderMode", "HalfFloatCastingBehavior",
+              "Liveness", "MatMulSerializationMode", "MeanReductionStrategy", "MultiConvPlanType",
+              "OutputMode", "OverlapMode", "ReductionType", "SharingStrategy", "SyncPattern",
+              "VariableRetrievalMode"),
+    "options": ("Options", "TensorLocationSettings"),
+    "strategy": ("ParallelPhasedExecution", "Phase", "PipelinedExecution", "SerialPhasedExecution",
+                 "ShardedExecution", "Stage"),
+    "blocks": ("BeginBlock", "Block", "BlockFunction", "removeBlocks"),
+    "losses": ("identity_loss",),
+    "ops": ("for_loop", "ipuHardwareIsAvailable", "ipuHardwareVersion", "ipu_print_tensor", "isRunningOnIpu",
+            "nop", "recomputationCheckpoint", "serializedMatMul", "setLogLevel", "set_available_memory",
+            "set_overlap_for_input", "set_overlap_for_output"),
+    "executor": ("PoplarExecutor", "inferenceModel", "registerPostCompileHook", "registerPreCompileHook",
+                 "trainingModel"),
+    "dataloader": ("AsynchronousDataAccessor", "DataLoader"),
 }
+_EXPORTS: dict[str, str] = {name: module for module, names in _MODULES.items() for name in names}
 """Public name -> submodule of popviz.emulator that defines it."""
 
-SUBMODULES = ("poptorch_core",)
+SUBMODULES = ("enums", "optim", "options", "poptorch_core")
 """Submodules scripts import from poptorch (``poptorch.optim``, ...), aliased by the shim."""
 
 __all__ = sorted(_EXPORTS)

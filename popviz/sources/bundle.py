@@ -68,7 +68,9 @@ def _write_parquet(frame, path: Path) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    table = pa.Table.from_pandas(frame, preserve_index=False)
+    # One thread: bundles are small, and a thread pool cannot start while the interpreter exits
+    # (the emulator and capture hooks update their reports from atexit handlers).
+    table = pa.Table.from_pandas(frame, preserve_index=False, nthreads=1)
     sink = pa.BufferOutputStream()
     pq.write_table(table, sink, compression="zstd")
     _atomic_write_bytes(path, sink.getvalue().to_pybytes())

@@ -1,0 +1,188 @@
+"""``Block``, ``BeginBlock`` and ``BlockFunction``: which block the model's operations belong to.
+
+Outside an executor these do nothing (as in PopTorch on the CPU). While an executor runs the
+model, a :class:`BlockTrace` is active: every block start resolves its stage and IPU through the
+execution strategy (raising PopTorch's errors for unknown blocks), and the emulator's
+measurement reads :attr:`BlockTrace.current` to attribute operations to blocks.
+
+Attribution rule (PopTorch leaves it implicit): an operation belongs to the most recently
+started block; leaving a ``with Block(...)`` returns to the enclosing ``with`` block when there
+is one, else the block stays current until the next one starts. Operations before the first
+block belong to the first stage.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from popviz.emulator.errors import Error
+from popviz.emulator.strategy import BlockPlacement, StageResolver
+
+
+class BlockTrace:
+    """Block bookkeeping for one run of the model's forward inside an executor."""
+
+    def __init__(self, resolver: StageResolver) -> None:
+        self.resolver = resolver
+        self.current: BlockPlacement | None = None
+        self._stack: list[BlockPlacement] = []
+        """Placements of the ``with Block`` statements currently open, innermost last."""
+        self.placements: dict[str, BlockPlacement] = {}
+        """Every block started, in order of first start."""
+        self.listeners: list[Callable[[BlockPlacement], None]] = []
+
+    def begin(self, user_id: str | None, ipu_id: int | None) -> None:
+        placement = self.resolver.begin(user_id, ipu_id)
+        self.placements.setdefault(placement.block, placement)
+        self.current = placement
+        for listener in self.listeners:
+            listener(placement)
+
+    def enter(self, user_id: str | None, ipu_id: int | None) -> None:
+        self.begin(user_id, ipu_id)
+        self._stack.append(self.current)
+
+    def exit(self) -> None:
+        """Leave a ``with Block``: the enclosing ``with`` block (if any) is current again."""
+        if self._stack:
+            self._stack.pop()
+        if self._stack and self._stack[-1] is not self.current:
+            self.current = self._stack[-1]
+            for listener in self.listeners:
+                listener(self.current)
+
+
+_active: list[BlockTrace] = []
+
+
+def active_trace() -> BlockTrace | None:
+    return _active[-1] if _active else None
+
+
+class tracing:
+    """Make ``trace`` the active block trace while the model runs."""
+
+    def __init__(self, trace: BlockTrace) -> None:
+        self.trace = trace
+
+    def __enter__(self) -> BlockTrace:
+        _active.append(self.trace)
+        return self.trace
+
+    def __exit__(self, *exc: object) -> None:
+        _active.pop()
+
+
+def _valid_id(name: str, value: Any, expected: type) -> None:
+    assert value is None or isinstance(value, expected) or (isinstance(value, int) and value >= 0), (
+        f"{name} must be either a positive integer or a {expected.__name__}")
+
+
+class Block(torch.nn.Module):
+    """Context manager: the operations inside belong to block ``user_id`` on IPU ``ipu_id``."""
+
+    @staticmethod
+    def useAutoId() -> None:
+        """Restart automatic block ids ("0", "1", ...) for blocks without a user_id."""
+        trace = active_trace()
+        if trace is not None:
+            trace.resolver.reset_auto_id()
+
+    @staticmethod
+    def start(user_id: str | None = None, ipu_id: int | None = None) -> None:
+        """Start a new block here; it lasts until the next block starts."""
+        trace = active_trace()
+        if trace is not None:
+            trace.begin(user_id, ipu_id)
+
+    def __init__(self, user_id: str | None = None, ipu_id: int | None = None) -> None:
+        super().__init__()
+        _valid_id("user_id", user_id, str)
+        _valid_id("ipu_id", ipu_id, int)
+        self._user_id = user_id
+        self._ipu_id = ipu_id
+
+    def __enter__(self) -> None:
+        trace = active_trace()
+        if trace is not None:
+            trace.enter(self._user_id, self._ipu_id)
+
+    def __exit__(self, *exc: object) -> None:
+        trace = active_trace()
+        if trace is not None:
+            trace.exit()
+
+
+class _BlockHook:
+    """Forward pre-hook that starts a block when its module runs (what BeginBlock installs)."""
+
+    def __init__(self, user_id: str | None, ipu_id: int | None) -> None:
+        self._user_id = user_id
+        self._ipu_id = ipu_id
+
+    def __call__(self, module: torch.nn.Module, inputs: Any) -> None:
+        trace = active_trace()
+        if trace is not None:
+            if self._user_id is None:
+                self._user_id = trace.resolver.next_auto_id()
+            trace.begin(self._user_id, self._ipu_id)
+
+    def __repr__(self) -> str:
+        return f"BeginBlock(user_id={self._user_id}, ipu_id={self._ipu_id})"
+
+
+class LegacyBeginBlockFn(torch.nn.Module):
+    """BeginBlock applied to a plain callable: calling it starts the block, then calls it."""
+
+    def __init__(self, layer_to_call: Callable, user_id: str | None = None, ipu_id: int | None = None) -> None:
+        super().__init__()
+        self._layer_to_call = layer_to_call
+        self._hook = _BlockHook(user_id, ipu_id)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        self._hook(self, args)
+        return self._layer_to_call(*args, **kwargs)
+
+
+def BeginBlock(layer_to_call: torch.nn.Module, user_id: str | None = None,
+               ipu_id: int | None = None) -> torch.nn.Module:
+    """Start block ``user_id`` (on IPU ``ipu_id``) whenever ``layer_to_call`` runs; the layer
+    is returned (modified in place)."""
+    if not isinstance(layer_to_call, torch.nn.Module):
+        if callable(layer_to_call):
+            return LegacyBeginBlockFn(layer_to_call, user_id, ipu_id)
+        raise Error("module is not an instance of torch.nn.Module or function.")
+    if any(isinstance(h, _BlockHook) for h in layer_to_call._forward_pre_hooks.values()):
+        raise Error("module has already been assigned to a block.")
+    layer_to_call.register_forward_pre_hook(_BlockHook(user_id, ipu_id))
+    return layer_to_call
+
+
+def BlockFunction(user_id: str | None = None, ipu_id: int | None = None):
+    """Decorator: the decorated function's operations belong to the block."""
+
+    def decorator(func: Callable) -> Callable:
+        @functools.wraps(func)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            with Block(user_id, ipu_id):
+                return func(*args, **kwargs)
+
+        return wrapper
+
+    return decorator
+
+
+def removeBlocks(module: torch.nn.Module) -> None:
+    """Remove every BeginBlock annotation from ``module`` and its submodules."""
+    assert isinstance(module, torch.nn.Module)
+    for m in module.modules():
+        m._forward_pre_hooks = OrderedDict(
+            (k, h) for k, h in m._forward_pre_hooks.items() if not isinstance(h, _BlockHook))
+
+
+__all__ = ["BeginBlock", "Block", "BlockFunction", "BlockTrace", "active_trace", "removeBlocks", "tracing"]

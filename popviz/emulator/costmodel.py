@@ -1,0 +1,441 @@
+"""The emulator's cost model: from a measured forward pass to an estimated Report.
+
+Input: a :class:`Measurement` of one micro-batch (operations per segment, parameters, activation
+bytes; see :mod:`popviz.emulator.measure`) and the executor's :class:`EngineSetup` (batching,
+output mode, optimizer, tensor locations, hardware). Output: a :class:`~popviz.model.Report`
+labelled ``estimated`` with a per-IPU memory table, the simulated execution steps of one call
+(:mod:`popviz.schedule`), the configuration and the host tensors.
+
+Every constant comes from :mod:`popviz.emulator.hardware`; ``docs/emulator.md`` describes the
+model and its known errors. This module is pure (no torch, no files), so it is tested with exact
+numbers on hand-made measurements.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from popviz import __version__
+from popviz.emulator import hardware as hw
+from popviz.model import (
+    ExecutionTable,
+    HostIO,
+    HostTensor,
+    MemoryTable,
+    ModelConfig,
+    Provenance,
+    Report,
+    Stage,
+    Target,
+)
+
+# ------------------------------------------------------------------------------ measurements
+
+
+@dataclass(frozen=True)
+class OpCost:
+    """One ATen operation of the measured forward pass."""
+
+    segment: int
+    name: str
+    flops: float
+    element_bytes: int
+    in_bytes: int
+    out_bytes: int
+    matmul: bool = False
+    weight_bytes: int = 0
+    """The part of ``in_bytes`` that are parameters (already laid out on the tiles: no exchange,
+    no temporary copy)."""
+
+    @property
+    def activation_bytes(self) -> int:
+        """Bytes of non-parameter inputs and of outputs."""
+        return self.in_bytes - self.weight_bytes + self.out_bytes
+
+    def replace(self, **changes: Any) -> OpCost:
+        return dataclasses.replace(self, **changes)
+
+
+@dataclass
+class Segment:
+    """Consecutive blocks on one IPU: one forward stage."""
+
+    ipu: int
+    blocks: list[str]
+
+
+@dataclass(frozen=True)
+class ParamInfo:
+    """A parameter (or buffer, ``trainable=False`` and named ``buffer:...``) and its segment."""
+
+    name: str
+    segment: int
+    bytes: int
+    numel: int
+    element_bytes: int
+    trainable: bool = True
+
+
+@dataclass
+class Measurement:
+    segments: list[Segment]
+    ops: list[OpCost]
+    params: list[ParamInfo]
+    saved_bytes: list[int]
+    """Bytes autograd keeps for the backward pass, per segment, per micro-batch."""
+    boundary_bytes: list[int]
+    """Bytes crossing each boundary between consecutive segments, per micro-batch."""
+
+
+# ------------------------------------------------------------------------------ engine setup
+
+
+@dataclass
+class EngineSetup:
+    """What the executor was configured to do, in the cost model's terms."""
+
+    name: str
+    mode: str
+    strategy: str | None
+    """Execution strategy's class name, or None (single IPU, no strategy chosen)."""
+    device_iterations: int = 1
+    gradient_accumulation: int = 1
+    replication_factor: int = 1
+    output_mode: str = "Default"
+    """As set by the user (``Default`` kept)."""
+    output_return_period: int = 1
+    optimizer_slots: Sequence[tuple[str, int]] = ()
+    """Optimizer state tensors per parameter: (name, bytes per element)."""
+    accumulator_element_bytes: int | None = None
+    """Bytes per element of the gradient accumulators (None: the parameter's own)."""
+    optimizer_on_chip: bool = True
+    accumulator_on_chip: bool = True
+    available_memory_proportion: Mapping[int, float] = field(default_factory=dict)
+    synthetic_data: bool = False
+    auto_round_num_ipus: bool = False
+    inputs: Sequence[HostTensor] = ()
+    outputs: Sequence[HostTensor] = ()
+    options: Mapping[str, Any] = field(default_factory=dict)
+    spec: hw.IpuSpec = field(default_factory=hw.spec)
+    host: hw.HostLink = field(default_factory=hw.host_link)
+    calls: int | None = None
+
+    @property
+    def training(self) -> bool:
+        return self.mode == "training"
+
+    @property
+    def effective_output_mode(self) -> str:
+        if self.output_mode == "Default":
+            return "Final" if self.training else "All"
+        return self.output_mode
+
+
+# ------------------------------------------------------------------------------ the estimate
+
+MEMORY_CATEGORIES = ("weights", "optimizerState", "gradientAccumulators", "activationStash",
+                     "temporaries", "codeAndExchange")
+"""The emulator's memory categories (``cat_<name>_bytes`` columns); see docs/emulator.md."""
+
+
+def op_cycles(op: OpCost, spec: hw.IpuSpec) -> float:
+    """Cycles of one operation on one IPU."""
+    if op.matmul and op.flops > 0:
+        compute = op.flops / (spec.flops_per_cycle(op.element_bytes) * hw.MATMUL_EFFICIENCY)
+        exchange = op.activation_bytes / spec.per_cycle(spec.exchange_bytes_per_second)
+        cycles = compute + exchange
+    else:
+        cycles = (op.in_bytes + op.out_bytes) / (spec.per_cycle(spec.memory_bytes_per_second)
+                                                 * hw.MEMORY_EFFICIENCY)
+    return cycles + hw.OP_OVERHEAD_CYCLES
+
+
+def op_temporary_bytes(op: OpCost, cap: float) -> float:
+    """Bytes an operation needs while it runs (its non-parameter operands and its result; matmuls
+    more, capped by the available memory proportion)."""
+    working = op.activation_bytes
+    if op.matmul:
+        return min(working * hw.MATMUL_TEMPORARY_FACTOR, cap)
+    return working
+
+
+def stash_depth(segment: int, num_segments: int, setup: EngineSetup) -> int:
+    """Micro-batches whose activations a forward stage keeps for the backward pass: 2(N - i) - 1
+    in a training pipeline (PopART), one when sharded or on one IPU, none for inference."""
+    if not setup.training:
+        return 0
+    if setup.strategy == "PipelinedExecution" and num_segments > 1:
+        return 2 * (num_segments - segment) - 1
+    return 1
+
+
+@dataclass
+class StageEstimate:
+    """Per forward stage (segment): cycles per micro-batch and what it holds."""
+
+    index: int
+    ipu: int
+    blocks: list[str]
+    forward_cycles: int
+    backward_cycles: int
+    ops: int
+    flops: float
+    weight_bytes: int
+    trainable_elements: int
+    trainable_bytes: int
+    param_tensors: int
+    saved_bytes: int
+    stash_depth: int
+    temporary_bytes: int
+
+
+def stage_estimates(m: Measurement, setup: EngineSetup) -> list[StageEstimate]:
+    spec = setup.spec
+    out = []
+    for index, seg in enumerate(m.segments):
+        ops = [o for o in m.ops if o.segment == index]
+        params = [p for p in m.params if p.segment == index]
+        trainable = [p for p in params if p.trainable]
+        amp = setup.available_memory_proportion.get(seg.ipu, hw.DEFAULT_AVAILABLE_MEMORY_PROPORTION)
+        cap = amp * spec.bytes_per_ipu
+        forward = sum(op_cycles(o, spec) for o in ops)
+        out.append(StageEstimate(
+            index=index, ipu=seg.ipu, blocks=list(seg.blocks),
+            forward_cycles=int(round(forward)),
+            backward_cycles=int(round(forward * hw.BACKWARD_FACTOR)) if setup.training else 0,
+            ops=len(ops), flops=sum(o.flops for o in ops),
+            weight_bytes=sum(p.bytes for p in params),
+            trainable_elements=sum(p.numel for p in trainable),
+            trainable_bytes=sum(p.bytes for p in trainable),
+            param_tensors=len(trainable),
+            saved_bytes=m.saved_bytes[index] if index < len(m.saved_bytes) else 0,
+            stash_depth=stash_depth(index, len(m.segments), setup),
+            temporary_bytes=int(max((op_temporary_bytes(o, cap) for o in ops), default=0)),
+        ))
+    return out
+
+
+def num_ipus(stages: Sequence[StageEstimate], setup: EngineSetup) -> int:
+    """IPUs one replica uses (rounded up to a power of two with autoRoundNumIPUs)."""
+    n = max(s.ipu for s in stages) + 1
+    if setup.auto_round_num_ipus:
+        n = 1 << (n - 1).bit_length()
+    return n
+
+
+def memory_table(stages: Sequence[StageEstimate], m: Measurement, setup: EngineSetup) -> MemoryTable:
+    """Per-IPU memory by category (one replica)."""
+    import pandas as pd
+
+    spec = setup.spec
+    ipus = range(num_ipus(stages, setup))
+    slot_bytes = sum(b for _, b in setup.optimizer_slots)
+    rows = []
+    for ipu in ipus:
+        mine = [s for s in stages if s.ipu == ipu]
+        weights = sum(s.weight_bytes for s in mine)
+        elements = sum(s.trainable_elements for s in mine)
+        optimizer = elements * slot_bytes if setup.training and setup.optimizer_on_chip else 0
+        accumulators = 0
+        if setup.training and setup.gradient_accumulation > 1 and setup.accumulator_on_chip:
+            accumulators = (elements * setup.accumulator_element_bytes if setup.accumulator_element_bytes
+                            else sum(s.trainable_bytes for s in mine))
+        stash = sum(s.saved_bytes * s.stash_depth for s in mine)
+        temporaries = max((s.temporary_bytes for s in mine), default=0)
+        op_instances = sum(s.ops for s in mine) * (1 + int(hw.BACKWARD_FACTOR) if setup.training else 1)
+        boundary = sum(b for i, b in enumerate(m.boundary_bytes)
+                       if ipu in (m.segments[i].ipu, m.segments[i + 1].ipu))
+        code = (hw.TILE_OVERHEAD_BYTES * spec.tiles_per_ipu + hw.CODE_BYTES_PER_OP * op_instances
+                + boundary * (2 if setup.training else 1))
+        parts = {"weights": weights, "optimizerState": optimizer, "gradientAccumulators": accumulators,
+                 "activationStash": stash, "temporaries": temporaries, "codeAndExchange": code}
+        parts = {k: int(round(v)) for k, v in parts.items()}
+        always = parts["weights"] + parts["optimizerState"] + parts["gradientAccumulators"] + \
+            parts["codeAndExchange"]
+        not_always = parts["activationStash"] + parts["temporaries"]
+        total = always + not_always
+        rows.append({"ipu": ipu, "total_bytes_including_gaps": total, "total_bytes_excluding_gaps": total,
+                     "always_live_bytes": always, "not_always_live_bytes": not_always,
+                     "overflow_bytes": max(0, total - spec.bytes_per_ipu),
+                     **{f"cat_{k}_bytes": v for k, v in parts.items()}})
+    return MemoryTable(pd.DataFrame(rows), level="ipu")
+
+
+def weight_update_cycles(stages: Sequence[StageEstimate], setup: EngineSetup, ipus: Sequence[int]
+                         ) -> dict[int, int]:
+    """Cycles of the optimizer step on each IPU (training only)."""
+    if not setup.training:
+        return {}
+    spec = setup.spec
+    mem = spec.per_cycle(spec.memory_bytes_per_second) * hw.MEMORY_EFFICIENCY
+    slot_bytes = sum(b for _, b in setup.optimizer_slots)
+    out = {}
+    for ipu in ipus:
+        mine = [s for s in stages if s.ipu == ipu]
+        elements = sum(s.trainable_elements for s in mine)
+        wbytes = sum(s.trainable_bytes for s in mine)
+        tensors = sum(s.param_tensors for s in mine)
+        if not elements:
+            out[ipu] = 0
+            continue
+        grad_bytes = elements * (setup.accumulator_element_bytes or 4)
+        touched = 2 * wbytes + grad_bytes * (2 if setup.gradient_accumulation > 1 else 1) \
+            + 2 * elements * slot_bytes
+        cycles = touched / mem + hw.OP_OVERHEAD_CYCLES * tensors
+        if not setup.optimizer_on_chip:
+            cycles += 2 * elements * slot_bytes / spec.per_cycle(hw.STREAMING_MEMORY_BYTES_PER_SECOND)
+        r = setup.replication_factor
+        if r > 1:
+            cycles += (2 * (r - 1) / r * grad_bytes / spec.per_cycle(spec.ipu_link_bytes_per_second)
+                       + hw.INTER_IPU_COPY_CYCLES)
+        out[ipu] = int(round(cycles))
+    return out
+
+
+def _transfer(nbytes: int, setup: EngineSetup):
+    from popviz.schedule import HostTransfer
+
+    clock = setup.spec.clock_hz
+    per_replica = setup.host.bytes_per_second / setup.replication_factor
+    return HostTransfer(wait_cycles=int(round(setup.host.latency_seconds * clock)),
+                        transfer_cycles=int(round(nbytes / per_replica * clock)))
+
+
+def schedule_plan(stages: Sequence[StageEstimate], m: Measurement, setup: EngineSetup, ipus: Sequence[int]):
+    from popviz.schedule import SchedulePlan, StageWork
+
+    spec = setup.spec
+    link = spec.per_cycle(spec.ipu_link_bytes_per_second)
+    copies = []
+    for i, nbytes in enumerate(m.boundary_bytes):
+        same = m.segments[i].ipu == m.segments[i + 1].ipu
+        copies.append(0 if same else int(round(hw.INTER_IPU_COPY_CYCLES + nbytes / link)))
+    in_bytes = sum(t.bytes for t in setup.inputs)
+    out_bytes = sum(t.bytes for t in setup.outputs)
+    synthetic = setup.synthetic_data
+    strategy = setup.strategy if setup.strategy in ("PipelinedExecution", "ShardedExecution") else (
+        "ShardedExecution" if setup.strategy else None)
+    return SchedulePlan(
+        stages=[StageWork(s.ipu, s.forward_cycles, s.backward_cycles) for s in stages],
+        mode=setup.mode, strategy=strategy,
+        gradient_accumulation=setup.gradient_accumulation if setup.training else 1,
+        device_iterations=setup.device_iterations, output_mode=setup.effective_output_mode,
+        output_return_period=setup.output_return_period, copy_cycles=copies,
+        input_transfer=None if synthetic or not setup.inputs else _transfer(in_bytes, setup),
+        output_transfer=None if synthetic or not setup.outputs else _transfer(out_bytes, setup),
+        weight_update_cycles=weight_update_cycles(stages, setup, ipus),
+        sync_cycles=hw.SYNC_CYCLES,
+    )
+
+
+def notes(setup: EngineSetup) -> tuple[str, ...]:
+    spec = setup.spec
+    return (
+        "Estimated by popviz's emulator from one CPU forward pass per micro-batch; not measured on an IPU.",
+        f"Cycles: matmuls at {hw.MATMUL_EFFICIENCY:.0%} of {spec.architecture} peak FLOPs, other ops at "
+        f"{hw.MEMORY_EFFICIENCY:.0%} of on-chip bandwidth, {hw.OP_OVERHEAD_CYCLES:,} cycles per op; "
+        f"backward = {hw.BACKWARD_FACTOR:g} x forward.",
+        "Memory per IPU (no per-tile figures, so tile imbalance is not modelled): weights, optimizer state, "
+        "gradient accumulators, activation stash for micro-batches in flight, largest op's temporaries, "
+        "code and exchange overhead.",
+        f"Host link {setup.host.bytes_per_second / 1e9:g} GB/s shared by replicas, "
+        f"{setup.host.latency_seconds * 1e6:g} us wait per transfer ({hw.HOST_BANDWIDTH_ENV}, "
+        f"{hw.HOST_LATENCY_ENV}); architecture {spec.architecture} ({hw.ARCH_ENV}).",
+        "Sources and known errors of every constant: docs/emulator.md.",
+    )
+
+
+@dataclass
+class Estimate:
+    """The cost model's result for one engine."""
+
+    stages: list[StageEstimate]
+    memory: MemoryTable
+    steps: Any
+    """Execution steps frame of one call."""
+    call_cycles: int
+    target: Target
+    config: ModelConfig
+
+    def timeline(self) -> dict[str, list[tuple[float, float]]]:
+        """(start, end) seconds of each input and output transfer in one call (one replica)."""
+        clock = self.target.clock_hz
+        out: dict[str, list[tuple[float, float]]] = {"input": [], "output": []}
+        steps = self.steps
+        for kind in out:
+            begins = steps[steps.program == f"{kind}/begin"]
+            ends = steps[steps.program == f"{kind}/end"]
+            for (_, b), (_, e) in zip(begins.iterrows(), ends.iterrows(), strict=True):
+                out[kind].append((b.start_cycle / clock, (e.start_cycle + e.cycles) / clock))
+        return out
+
+
+def estimate(m: Measurement, setup: EngineSetup) -> Estimate:
+    """The estimated stages, memory, execution steps, target and config of one engine."""
+    from popviz.schedule import simulate
+
+    stages = stage_estimates(m, setup)
+    spec = setup.spec
+    n_ipus = num_ipus(stages, setup)
+    ipus = sorted({s.ipu for s in stages})
+    steps = simulate(schedule_plan(stages, m, setup, ipus))
+    call_cycles = int((steps["start_cycle"] + steps["cycles"]).max()) if len(steps) else 0
+    r = setup.replication_factor
+    target = Target(architecture=spec.architecture, num_ipus=n_ipus * r, tiles_per_ipu=spec.tiles_per_ipu,
+                    bytes_per_tile=spec.bytes_per_tile, clock_hz=spec.clock_hz, num_replicas=r,
+                    ipus_per_replica=n_ipus)
+    config = ModelConfig(
+        mode=setup.mode, execution_strategy=setup.strategy,
+        stages=tuple(Stage(s.index, s.ipu, tuple(s.blocks)) for s in stages),
+        gradient_accumulation=setup.gradient_accumulation if setup.training else 1,
+        device_iterations=setup.device_iterations, replication_factor=r,
+        output_mode=setup.output_mode,
+        output_return_period=setup.output_return_period if setup.output_mode == "EveryN" else None,
+        optimizer_state_on_chip=setup.optimizer_on_chip if setup.training else None,
+        available_memory_proportion=dict(setup.available_memory_proportion),
+        options=dict(setup.options),
+    )
+    return Estimate(stages=stages, memory=memory_table(stages, m, setup), steps=steps,
+                    call_cycles=call_cycles, target=target, config=config)
+
+
+def build_report(est: Estimate, setup: EngineSetup, *, versions: Mapping[str, str] | None = None,
+                 captured_at: str | None = None) -> Report:
+    """The Report of an estimate (``setup.calls`` gives the calls observed so far)."""
+    import pandas as pd
+
+    duration = est.call_cycles / est.target.clock_hz
+    runs = pd.DataFrame({"run": [0], "name": ["call"], "duration_seconds": [duration]})
+    when = captured_at or _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    return Report(
+        name=setup.name,
+        provenance=Provenance(source="emulator", estimated=True, tool=f"popviz {__version__} emulator",
+                              versions={"popviz": __version__, **(versions or {})}, captured_at=when,
+                              notes=notes(setup)),
+        target=est.target,
+        memory=est.memory,
+        execution=ExecutionTable(est.steps, runs),
+        config=est.config,
+        host_io=HostIO(tensors=tuple(setup.inputs) + tuple(setup.outputs), calls=setup.calls),
+    )
+
+
+def summary(est: Estimate) -> dict[str, Any]:
+    """Headline figures (for benchmarks and quick looks)."""
+    per_ipu = est.memory.frame.set_index("ipu")["total_bytes_including_gaps"].to_dict()
+    return {
+        "stages": [(s.ipu, s.forward_cycles, s.backward_cycles) for s in est.stages],
+        "call_cycles": est.call_cycles,
+        "call_seconds": est.call_cycles / est.target.clock_hz,
+        "memory_bytes_per_ipu": {int(k): int(v) for k, v in per_ipu.items()},
+        "fits": bool((est.memory.frame["overflow_bytes"] == 0).all()),
+        "gflops_per_micro_batch": sum(s.flops for s in est.stages) / 1e9,
+    }
+
+
+__all__ = ["MEMORY_CATEGORIES", "EngineSetup", "Estimate", "Measurement", "OpCost", "ParamInfo", "Segment",
+           "build_report", "estimate", "op_cycles", "stage_estimates", "summary"]

@@ -1,0 +1,206 @@
+"""Measure one micro-batch of the model's forward pass: work per block, parameters, activations.
+
+A ``TorchDispatchMode`` sees every ATen operation the forward runs on the CPU and attributes
+it to the current block (:mod:`popviz.emulator.blocks`): FLOPs of matmul-like operations
+(PyTorch's ``torch.utils.flop_counter`` formulas), bytes read and written, which parameters
+it reads (a parameter belongs to the block that first reads it), and which tensors made in an
+earlier block it reads (those cross the IPU boundaries in between). A ``saved_tensors_hooks``
+pair counts the bytes autograd keeps for the backward pass (the activation stash), per block.
+
+Blocks are grouped into *segments*: consecutive blocks on the same IPU, which is how PopTorch
+forms pipeline stages (a new stage each time the IPU changes). The result,
+:class:`~popviz.emulator.costmodel.Measurement`, is plain data the cost model turns into cycles
+and bytes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+from torch.utils.flop_counter import flop_registry
+
+from popviz.emulator.blocks import BlockTrace
+from popviz.emulator.costmodel import Measurement, OpCost, ParamInfo, Segment
+from popviz.emulator.strategy import BlockPlacement
+
+_aten = torch.ops.aten
+_FLOPS = dict(flop_registry)
+if hasattr(_aten, "_scaled_dot_product_flash_attention_for_cpu"):
+    # CPU flavour of fused attention: same leading (query, key, value) arguments as the fused one.
+    _FLOPS[_aten._scaled_dot_product_flash_attention_for_cpu] = flop_registry[
+        _aten._scaled_dot_product_flash_attention]
+_FREE_OPS = {_aten.detach.default, _aten.lift_fresh.default, _aten.alias.default}
+
+
+def _tensors(tree: Any) -> list[torch.Tensor]:
+    return [t for t in tree_flatten(tree)[0] if isinstance(t, torch.Tensor)]
+
+
+def _key(t: torch.Tensor) -> int | None:
+    try:
+        return t.untyped_storage().data_ptr()
+    except (RuntimeError, NotImplementedError):
+        return None
+
+
+def _nbytes(t: torch.Tensor) -> int:
+    return t.numel() * t.element_size()
+
+
+class Recorder:
+    """Collects a :class:`Measurement` while one forward pass runs."""
+
+    def __init__(self, model: torch.nn.Module, trace: BlockTrace) -> None:
+        self.segments: list[Segment] = []
+        self.ops: list[OpCost] = []
+        self.param_keys: dict[int, str] = {}
+        self.params: dict[str, ParamInfo] = {}
+        named = list(model.named_parameters()) + [(f"buffer:{n}", b) for n, b in model.named_buffers()]
+        self._all_params = {}
+        for name, p in named:
+            key = _key(p)
+            if key is not None and key not in self.param_keys:
+                self.param_keys[key] = name
+                self._all_params[name] = (_nbytes(p), p.numel(), p.element_size(), p.requires_grad)
+        self.producers: dict[int, int] = {}
+        self.crossed: set[tuple[int, int]] = set()
+        self.boundary_bytes: list[int] = []
+        self.saved: dict[tuple[int, int], int] = {}
+        trace.listeners.append(self._on_block)
+        self._placement: BlockPlacement | None = None
+        self._seen: dict[str, BlockPlacement] = {}
+
+    # -- blocks and segments
+    def _on_block(self, placement: BlockPlacement) -> None:
+        self._placement = placement
+        self._seen.setdefault(placement.block, placement)
+
+    @property
+    def segment(self) -> int:
+        """Segment of the operation about to be recorded: a new one when the current block's IPU
+        differs from the last segment's. -1 before the first block (segment 0 at the end)."""
+        placement = self._placement
+        if placement is None:
+            return len(self.segments) - 1
+        if not self.segments or self.segments[-1].ipu != placement.ipu:
+            self.segments.append(Segment(ipu=placement.ipu, blocks=[]))
+            if len(self.segments) > 1:
+                self.boundary_bytes.append(0)
+        blocks = self.segments[-1].blocks
+        if placement.block not in blocks:
+            blocks.append(placement.block)
+        return len(self.segments) - 1
+
+    # -- operations
+    def op(self, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
+        if func.is_view or func in _FREE_OPS:
+            return
+        current = self.segment
+        segment = max(current, 0)
+        inputs = _tensors((args, kwargs))
+        outputs = _tensors(out)
+        in_bytes = weight_bytes = 0
+        for t in inputs:
+            nbytes = _nbytes(t)
+            in_bytes += nbytes
+            key = _key(t)
+            if key is None:
+                continue
+            name = self.param_keys.get(key)
+            if name is not None:
+                weight_bytes += nbytes
+                if name not in self.params:
+                    size, numel, elem, trainable = self._all_params[name]
+                    self.params[name] = ParamInfo(name, current, size, numel, elem, trainable)
+                continue
+            produced = self.producers.get(key)
+            if produced is not None and produced < segment:
+                for boundary in range(produced, segment):
+                    if (key, boundary) not in self.crossed:
+                        self.crossed.add((key, boundary))
+                        self.boundary_bytes[boundary] += nbytes
+        out_bytes = sum(_nbytes(t) for t in outputs)
+        flops = 0.0
+        formula = _FLOPS.get(func._overloadpacket) or _FLOPS.get(func)
+        if formula is not None:
+            try:
+                flops = float(formula(*args, **kwargs, out_val=out))
+            except Exception:  # a shape the formula does not know: count bytes only
+                flops = 0.0
+        ref = outputs[0] if outputs else (inputs[0] if inputs else None)
+        elem = ref.element_size() if ref is not None and ref.is_floating_point() else 4
+        self.ops.append(OpCost(segment=current, name=str(func._overloadpacket).replace("aten.", ""),
+                               flops=flops, element_bytes=elem, in_bytes=in_bytes, out_bytes=out_bytes,
+                               matmul=formula is not None, weight_bytes=weight_bytes))
+        for t in outputs:
+            key = _key(t)
+            if key is not None and key not in self.producers and key not in self.param_keys:
+                self.producers[key] = segment
+
+    # -- autograd's saved tensors (the activation stash)
+    def pack(self, t: torch.Tensor) -> torch.Tensor:
+        key = _key(t)
+        if key is not None and key not in self.param_keys:
+            slot = (max(self.segment, 0), key)
+            self.saved[slot] = max(self.saved.get(slot, 0), _nbytes(t))
+        return t
+
+    def result(self) -> Measurement:
+        if not self.segments:
+            first = next(iter(self._seen.values()), None)
+            self.segments.append(Segment(ipu=first.ipu if first else 0, blocks=[]))
+        for block, placement in self._seen.items():  # blocks that ran no operation
+            if not any(block in s.blocks for s in self.segments):
+                home = next((s for s in self.segments if s.ipu == placement.ipu), None)
+                if home is not None:
+                    home.blocks.append(block)
+        ops = [o if o.segment >= 0 else o.replace(segment=0) for o in self.ops]
+        params = {}
+        for name, (size, numel, elem, trainable) in self._all_params.items():
+            info = self.params.get(name)
+            segment = 0 if info is None or info.segment < 0 else info.segment
+            params[name] = ParamInfo(name, segment, size, numel, elem, trainable)
+        saved = [0] * len(self.segments)
+        for (segment, _), nbytes in self.saved.items():
+            saved[segment] += nbytes
+        return Measurement(segments=list(self.segments), ops=ops, params=list(params.values()),
+                           saved_bytes=saved, boundary_bytes=list(self.boundary_bytes))
+
+
+class _CostMode(TorchDispatchMode):
+    def __init__(self, recorder: Recorder) -> None:
+        super().__init__()
+        self.recorder = recorder
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        self.recorder.op(func, args, kwargs, out)
+        return out
+
+
+class measuring:
+    """Record the costs of the forward pass run inside it."""
+
+    def __init__(self, model: torch.nn.Module, trace: BlockTrace, training: bool) -> None:
+        self.recorder = Recorder(model, trace)
+        self.training = training
+        self._mode = _CostMode(self.recorder)
+        self._hooks = torch.autograd.graph.saved_tensors_hooks(self.recorder.pack, lambda t: t)
+
+    def __enter__(self) -> Recorder:
+        if self.training:
+            self._hooks.__enter__()
+        self._mode.__enter__()
+        return self.recorder
+
+    def __exit__(self, *exc: Any) -> None:
+        self._mode.__exit__(*exc)
+        if self.training:
+            self._hooks.__exit__(*exc)
+
+
+__all__ = ["Recorder", "measuring"]

@@ -1,0 +1,165 @@
+"""The cost model on a hand-made measurement: exact cycles and bytes from the documented rules.
+
+These numbers follow from the constants in popviz/emulator/hardware.py (Mk2): peak FP32 is
+32 FLOP/tile/cycle x 1472 tiles, matmuls reach 40% of it; other ops move bytes at 25% of
+47.5 TB/s / 1.33 GHz; each op costs 1,500 cycles more. Changing a constant must change a test.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from popviz.emulator import costmodel, hardware
+from popviz.emulator.costmodel import EngineSetup, Measurement, OpCost, ParamInfo, Segment
+from popviz.model import HostTensor
+from popviz.sources.bundle import read_bundle, write_bundle
+
+MK2 = hardware.SPECS["Mk2"]
+HOST = hardware.HostLink(bytes_per_second=8e9, latency_seconds=10e-6)
+
+
+def measurement() -> Measurement:
+    return Measurement(
+        segments=[Segment(0, ["A"]), Segment(1, ["B", "loss"])],
+        ops=[
+            # 18,841,600 FLOPs = 1,000 cycles at 40% of 47,104 FLOP/cycle; 60,000 activation bytes
+            # exchanged at 8 TB/s = 9.975 cycles
+            OpCost(0, "addmm", 18_841_600, 4, in_bytes=64_000, out_bytes=0, matmul=True, weight_bytes=4_000),
+            # 89,286 bytes at 25% of 35,714 B/cycle = 10.0 cycles
+            OpCost(0, "relu", 0, 4, in_bytes=44_643, out_bytes=44_643),
+            OpCost(1, "mse_loss", 0, 4, in_bytes=892_857, out_bytes=0),  # 100.0 cycles
+        ],
+        params=[ParamInfo("a.weight", 0, 4_000, 1_000, 4), ParamInfo("buffer:a.stat", 0, 400, 100, 4, False),
+                ParamInfo("b.weight", 1, 2_000, 500, 4)],
+        saved_bytes=[10_000, 6_000],
+        boundary_bytes=[8_000],
+    )
+
+
+def setup(**changes) -> EngineSetup:
+    base = dict(name="training", mode="training", strategy="PipelinedExecution", device_iterations=2,
+                gradient_accumulation=4, output_mode="All",
+                optimizer_slots=[("first_moment", 4), ("second_moment", 4)],
+                inputs=[HostTensor("x", "input", (4, 10), "float32", 160)],
+                outputs=[HostTensor("loss", "output", (), "float32", 4)], spec=MK2, host=HOST, calls=3)
+    base.update(changes)
+    return EngineSetup(**base)
+
+
+def test_stage_cycles():
+    est = costmodel.estimate(measurement(), setup())
+    assert [(s.ipu, s.forward_cycles, s.backward_cycles) for s in est.stages] == [(0, 4020, 8040), (1, 1600, 3200)]
+    assert [s.stash_depth for s in est.stages] == [3, 1]  # 2(N - i) - 1 for N = 2
+
+
+def test_memory_per_ipu_by_category():
+    frame = costmodel.estimate(measurement(), setup()).memory.frame.set_index("ipu")
+    tile_overhead = 8192 * 1472
+    assert frame.loc[0, "cat_weights_bytes"] == 4_400
+    assert frame.loc[0, "cat_optimizerState_bytes"] == 1_000 * 8
+    assert frame.loc[0, "cat_gradientAccumulators_bytes"] == 4_000
+    assert frame.loc[0, "cat_activationStash_bytes"] == 10_000 * 3
+    assert frame.loc[0, "cat_temporaries_bytes"] == 60_000 * 2  # the matmul's, twice its activations
+    assert frame.loc[0, "cat_codeAndExchange_bytes"] == tile_overhead + 98_304 * 2 * 3 + 8_000 * 2
+    assert frame.loc[1].to_dict() == {
+        "total_bytes_including_gaps": 13_276_393, "total_bytes_excluding_gaps": 13_276_393,
+        "always_live_bytes": 12_377_536, "not_always_live_bytes": 898_857, "overflow_bytes": 0,
+        "cat_activationStash_bytes": 6_000, "cat_codeAndExchange_bytes": tile_overhead + 98_304 * 3 + 16_000,
+        "cat_gradientAccumulators_bytes": 2_000, "cat_optimizerState_bytes": 4_000,
+        "cat_temporaries_bytes": 892_857, "cat_weights_bytes": 2_000}
+
+
+def test_offloaded_optimizer_and_fp16_accumulators():
+    est = costmodel.estimate(measurement(), setup(optimizer_on_chip=False, accumulator_element_bytes=2))
+    frame = est.memory.frame.set_index("ipu")
+    assert frame.loc[0, "cat_optimizerState_bytes"] == 0 and frame.loc[0, "cat_gradientAccumulators_bytes"] == 2_000
+    updates = est.steps[est.steps.program == "weightUpdate"].set_index("ipu")["cycles"].to_dict()
+    # touched bytes 8,000 + 2 x 2,000 + 16,000 = 28,000 -> 3.136 cycles, + 1,500 per tensor,
+    # + 16,000 bytes to and from streaming memory at 20 GB/s = 1,064 cycles
+    assert updates[0] == 2_567
+
+
+def test_schedule_steps():
+    steps = costmodel.estimate(measurement(), setup()).steps
+    by_program = steps.groupby("program", observed=True)
+    assert (steps.program == "stage0/forward").sum() == 8 and (steps.program == "stage1/backward").sum() == 8
+    assert set(by_program.get_group("interIpuCopy").cycles) == {2_166}  # 2,000 + 8,000 B at 64 GB/s
+    assert set(by_program.get_group("input/mid").cycles) == {27}  # 160 B at 8 GB/s
+    assert set(by_program.get_group("input/begin").cycles) == {6_650}  # half of 10 us
+    assert (steps.program == "output/mid").sum() == 8  # All: every micro-batch
+    updates = by_program.get_group("weightUpdate").set_index("ipu")["cycles"].to_dict()
+    assert updates == {0: 1_504, 1: 1_502}
+
+
+@pytest.mark.parametrize("mode,copies", [("Final", 1), ("Sum", 1), ("Default", 1), ("EveryN", 4)])
+def test_output_copies_follow_output_mode(mode, copies):
+    # EveryN(2) with D = 2: the G = 4 micro-batches of the second device iteration
+    steps = costmodel.estimate(measurement(), setup(output_mode=mode, output_return_period=2)).steps
+    assert (steps.program == "output/mid").sum() == copies
+
+
+def test_synthetic_data_has_no_host_transfers():
+    steps = costmodel.estimate(measurement(), setup(synthetic_data=True)).steps
+    assert not steps.program_type.isin(["StreamCopyBegin", "StreamCopyMid", "StreamCopyEnd"]).any()
+
+
+def test_inference_holds_no_training_state():
+    est = costmodel.estimate(measurement(), setup(mode="inference", name="inference", device_iterations=4,
+                                                  output_mode="Default"))
+    frame = est.memory.frame
+    for cat in ("optimizerState", "gradientAccumulators", "activationStash"):
+        assert (frame[f"cat_{cat}_bytes"] == 0).all(), cat
+    assert [s.backward_cycles for s in est.stages] == [0, 0]
+    assert est.config.effective_output_mode == "All" and est.config.gradient_accumulation == 1
+    assert "weightUpdate" not in set(est.steps.program)
+
+
+def test_replicas_share_the_host_link():
+    est = costmodel.estimate(measurement(), setup(replication_factor=2))
+    assert (est.target.num_ipus, est.target.num_replicas, est.target.ipus_per_replica) == (4, 2, 2)
+    assert set(est.steps[est.steps.program == "input/mid"].cycles) == {53}  # 160 B at 4 GB/s
+    updates = est.steps[est.steps.program == "weightUpdate"].set_index("ipu")["cycles"].to_dict()
+    # all-reduce: 2(R - 1)/R x 4,000 B of gradients at 64 GB/s = 83.1 cycles, + 2,000 per copy
+    assert updates[0] == 3_587
+
+
+def test_architecture_and_host_parameters_from_the_environment(monkeypatch):
+    monkeypatch.setenv("POPVIZ_EMULATOR_ARCH", "bow")
+    monkeypatch.setenv("POPVIZ_EMULATOR_HOST_GBPS", "16")
+    assert hardware.spec().architecture == "Bow" and hardware.host_link().bytes_per_second == 16e9
+    monkeypatch.setenv("POPVIZ_EMULATOR_ARCH", "Mk9")
+    with pytest.raises(Exception, match="POPVIZ_EMULATOR_ARCH='Mk9' is not an IPU architecture"):
+        hardware.spec()
+    monkeypatch.delenv("POPVIZ_EMULATOR_ARCH")
+    assert hardware.spec(ipu_version=1).architecture == "Mk1"
+    monkeypatch.setenv("POPVIZ_EMULATOR_HOST_GBPS", "-1")
+    with pytest.raises(Exception, match="POPVIZ_EMULATOR_HOST_GBPS='-1' is not a positive number"):
+        hardware.host_link()
+
+
+def test_overflow_when_the_ipu_is_full():
+    big = measurement()
+    big.params.append(ParamInfo("huge", 1, 900_000_000, 225_000_000, 4))
+    frame = costmodel.estimate(big, setup()).memory.frame.set_index("ipu")
+    assert frame.loc[1, "overflow_bytes"] == frame.loc[1, "total_bytes_including_gaps"] - MK2.bytes_per_ipu > 0
+
+
+def test_report_is_estimated_and_round_trips(tmp_path):
+    est = costmodel.estimate(measurement(), setup())
+    report = costmodel.build_report(est, setup(), versions={"torch": "x"}, captured_at="2024-01-01T00:00:00+00:00")
+    assert report.provenance.source == "emulator" and report.provenance.estimated
+    assert report.provenance.tool.endswith(" emulator") and len(report.provenance.notes) == 5
+    assert report.host_io.calls == 3 and report.memory.level == "ipu"
+    assert report.execution.runs["duration_seconds"][0] == est.call_cycles / MK2.clock_hz
+    assert report.config.stages[1].blocks == ("B", "loss")
+    write_bundle(report, tmp_path / "training")
+    assert read_bundle(tmp_path / "training") == report
+
+
+def test_hardware_agrees_with_testing_builders():
+    from popviz import testing
+
+    for arch, values in testing.HARDWARE.items():
+        spec = hardware.SPECS[arch]
+        assert (spec.tiles_per_ipu, spec.bytes_per_tile, spec.clock_hz) == (
+            values["tiles_per_ipu"], values["bytes_per_tile"], values["clock_hz"])
