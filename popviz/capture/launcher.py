@@ -512,7 +512,8 @@ def summary_lines(run: Mapping[str, Any], root: Path) -> list[str]:
                         f"R={m.get('replication_factor')}, output {m.get('output_mode')}")
             calls = f"{m.get('calls')} call(s)"
             if m.get("compile_seconds") is not None:
-                calls += f", compiled in {m['compile_seconds']:.1f} s"
+                secs = m["compile_seconds"]
+                calls += f", compiled in {secs:.2f} s" if secs < 10 else f", compiled in {secs:.0f} s"
             if m.get("compile_error"):
                 calls += f", compile failed: {m['compile_error']}"
             desc.append(calls)
