@@ -305,3 +305,18 @@ def test_ctrl_c_in_a_terminal_reaches_the_child_once(tmp_path):
     assert b"sigints 1" in seen, seen
     run = run_record(tmp_path / "out")
     assert run["signals_received"] == ["SIGINT"] and run["signals_forwarded"] == []
+
+
+def test_capture_inside_capture(tmp_path):
+    """A nested capture (its bootstrap chains past the outer one's) records into its own DIR."""
+    code = "from popviz.capture import hooks; print(hooks.active_dir())"
+    proc = capture("-o", "outer", "--", PY, "-m", "popviz", "capture", "-o", "inner", "--", PY, "-c", code,
+                   cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == f"{(tmp_path / 'inner').resolve()}\n"
+    for trouble in ("Error in sitecustomize", "hooks not installed", "your POPLAR_ENGINE_OPTIONS"):
+        assert trouble not in proc.stderr, proc.stderr
+    inner_options = run_record(tmp_path / "inner")["engine_options"]
+    assert inner_options["merged"]["autoReport.directory"] == str((tmp_path / "inner").resolve())
+    assert run_record(tmp_path / "outer")["status"] == "succeeded"
+    assert run_record(tmp_path / "inner")["status"] == "succeeded"

@@ -745,10 +745,12 @@ class Recorder:
     def on_due(self, executor: Any, args: tuple, kwargs: dict, output: Any, now: float) -> None:
         """Sample shapes and PopTorch's figures, and refresh the manifest, when due; set when
         this is next due (``hot[1]``, in ``time.perf_counter`` seconds)."""
-        if self.times:
-            self.wall.extend(self.times)
-            self.counted += len(self.times)
-            self.times.clear()
+        times = self.times
+        if times:
+            n = len(times)  # another thread may append meanwhile: take exactly n
+            self.wall.extend(times[:n])
+            self.counted += n
+            del times[:n]
         sample_at = self.last_sample + SAMPLE_INTERVAL_SECONDS
         if self.calls <= SAMPLE_FIRST_CALLS or now >= sample_at:
             self.last_sample = now

@@ -44,6 +44,8 @@ RUN_FORMAT = "popviz-run"
 RUN_FORMAT_VERSION = 1
 DEFAULT_PARENT = "popviz-reports"
 BOOTSTRAP_PREFIX = "popviz-bootstrap-"
+BOOTSTRAP_MARKER = "popviz-bootstrap.marker"
+"""A file marking a bootstrap directory, so a bootstrap never chains another one."""
 PVTI_ENV = "PVTI_OPTIONS"
 ENGINE_OPTIONS_ENV = hooks.ENGINE_OPTIONS_ENV
 TEE_JOIN_SECONDS = 2.0
@@ -191,6 +193,17 @@ def parse_json_env(name: str, env: Mapping[str, str]) -> dict[str, Any] | None:
     return value
 
 
+def outer_options_removed(user: dict[str, Any] | None, env: Mapping[str, str]) -> dict[str, Any] | None:
+    """The user's engine options without those an outer ``popviz capture`` set (a capture run
+    inside another: its options are popviz's, not the user's, and the inner capture's win)."""
+    outer = env.get(hooks.ENV_DIR)
+    if not user or not outer or str(user.get("autoReport.directory")) != outer:
+        return user
+    ours = engine_options(outer, None)
+    return {k: v for k, v in user.items()
+            if k not in ours and k != "autoReport.executionProfileProgramRunCount"} or None
+
+
 def engine_options(report_dir: str, run_count: int | None) -> dict[str, str]:
     """The engine options popviz sets (values are strings, as Poplar reads them)."""
     opts = {"autoReport.all": "true", "autoReport.directory": report_dir,
@@ -232,12 +245,13 @@ def _popviz_bootstrap():
     import os
     import sys
 
-    here = os.path.dirname(os.path.abspath(__file__))
     try:
         import importlib.machinery
         import importlib.util
 
-        path = [p for p in sys.path if os.path.abspath(p or os.curdir) != here]
+        # Skip every popviz bootstrap (this one, and an outer capture's in a nested one).
+        path = [p for p in sys.path
+                if not os.path.exists(os.path.join(p or os.curdir, "popviz-bootstrap.marker"))]
         spec = importlib.machinery.PathFinder.find_spec("sitecustomize", path)
         if spec is not None and spec.loader is not None:
             module = importlib.util.module_from_spec(spec)
@@ -265,6 +279,7 @@ def make_bootstrap() -> Path:
     package, so the child imports the same popviz whatever its environment holds."""
     directory = Path(tempfile.mkdtemp(prefix=BOOTSTRAP_PREFIX))
     (directory / "sitecustomize.py").write_text(BOOTSTRAP, encoding="utf-8")
+    (directory / BOOTSTRAP_MARKER).write_text("popviz capture bootstrap\n", encoding="utf-8")
     package = Path(__file__).resolve().parent.parent
     try:
         (directory / "popviz").symlink_to(package, target_is_directory=True)
@@ -539,7 +554,7 @@ def run_capture(command: Sequence[str], *, output: str | None = None, new_run: b
     if run_count is not None and run_count < 1:
         raise UsageError(f"--run-count must be at least 1, got {run_count}")
     base_env = dict(os.environ)
-    user_engine = parse_json_env(ENGINE_OPTIONS_ENV, base_env)
+    user_engine = outer_options_removed(parse_json_env(ENGINE_OPTIONS_ENV, base_env), base_env)
     user_pvti = parse_json_env(PVTI_ENV, base_env) if pvti else None
     instance = hooks.instance_from_env(base_env)
     planned = plan_dir(output, new_run, instance)
