@@ -374,3 +374,27 @@ def test_stat_keeps_a_bounded_window():
     # percentiles over the last 1024 values, 1976..2999
     assert (d["p50"], d["p90"]) == (2487.5, 2896.7)
     assert hooks.percentile([], 50) is None
+
+
+def test_manifest_merged_into_a_poplar_profile(pipeline_run, tmp_path, monkeypatch):
+    """On an IPU host the engine directory holds Poplar's profile.pop and the hooks' manifest."""
+    monkeypatch.syspath_prepend(str(ROOT / "tests" / "fake_pva"))
+    monkeypatch.delitem(sys.modules, "pva", raising=False)
+    import pva
+
+    out, _ = pipeline_run
+    engine = tmp_path / "run" / "training"
+    engine.mkdir(parents=True)
+    pva.write_profile(engine / "profile.pop")
+    (engine / "popviz-model.json").write_text((out / "training" / "popviz-model.json").read_text())
+    [report] = popviz.load(tmp_path / "run")
+    assert (report.provenance.source, report.provenance.estimated) == ("pva", False)
+    assert report.provenance.tool == "Poplar SDK 3.3.0 (d8d3d63b1b)"
+    assert report.provenance.notes[-2:] == (
+        "configuration and host I/O recorded by popviz capture (popviz-model.json)",
+        "cycleCount() unavailable: Cycle count logging is disabled.")
+    assert report.provenance.versions["poptorch"] == "3.3.0+fake"
+    assert report.memory.frame["total_bytes_including_gaps"].tolist()[:3] == [1000, 1001, 1002]
+    assert (report.config.device_iterations, report.config.gradient_accumulation) == (2, 3)
+    assert [(s.ipu, s.blocks) for s in report.config.stages] == [(0, ("B1",)), (1, ("B2",))]
+    assert [t.shape for t in report.host_io.inputs] == [(5, 4), (5,)]
