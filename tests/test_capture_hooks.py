@@ -398,3 +398,39 @@ def test_manifest_merged_into_a_poplar_profile(pipeline_run, tmp_path, monkeypat
     assert (report.config.device_iterations, report.config.gradient_accumulation) == (2, 3)
     assert [(s.ipu, s.blocks) for s in report.config.stages] == [(0, ("B1",)), (1, ("B2",))]
     assert [t.shape for t in report.host_io.inputs] == [(5, 4), (5,)]
+
+
+class _PlainExecutor:
+    """An executor-shaped object (no torch): what the hooks need is a class with __call__."""
+
+    def __init__(self) -> None:
+        self._training = False
+        self.destroyed = 0
+
+    def isCompiled(self) -> bool:
+        return True
+
+    def __call__(self, x):
+        return x
+
+    def destroy(self) -> None:
+        self.destroyed += 1
+
+
+def test_every_call_is_counted_and_timed_calls_aggregate(tmp_path):
+    executor = _PlainExecutor()
+    assert popviz.wrap(executor, tmp_path) is executor
+    assert isinstance(executor, _PlainExecutor) and type(executor).__name__ == "_PlainExecutor"
+    for i in range(5000):
+        assert executor(i) == i
+    executor.destroy()
+    assert executor.destroyed == 1
+    doc = manifest(tmp_path / "inference")
+    assert (doc["status"], doc["calls"]["count"]) == ("final", 5000)
+    [wall] = [s for s in doc["calls"]["stats"] if s["metric"] == "wall_seconds"]
+    assert wall["count"] == 5000 and wall["min"] <= wall["p50"] <= wall["p90"] <= wall["p99"] <= wall["max"]
+    # no tensors: nothing to describe; the first 64 calls (and later ones at most every 0.5 s) sampled
+    assert 64 <= doc["io"]["sampled_calls"] < 5000
+    assert doc["io"]["signatures"] == [{"sampled_calls": doc["io"]["sampled_calls"], "inputs": [],
+                                        "outputs": []}]
+    assert hooks.recorder_of(executor).calls == 5000

@@ -745,12 +745,7 @@ class Recorder:
     def on_due(self, executor: Any, args: tuple, kwargs: dict, output: Any, now: float) -> None:
         """Sample shapes and PopTorch's figures, and refresh the manifest, when due; set when
         this is next due (``hot[1]``, in ``time.perf_counter`` seconds)."""
-        times = self.times
-        if times:
-            n = len(times)  # another thread may append meanwhile: take exactly n
-            self.wall.extend(times[:n])
-            self.counted += n
-            del times[:n]
+        self._fold_times()
         sample_at = self.last_sample + SAMPLE_INTERVAL_SECONDS
         if self.calls <= SAMPLE_FIRST_CALLS or now >= sample_at:
             self.last_sample = now
@@ -762,6 +757,15 @@ class Recorder:
             self.write()
         self.hot[1] = 0.0 if self.calls < SAMPLE_FIRST_CALLS else min(
             sample_at, self.last_write + REFRESH_SECONDS)
+
+    def _fold_times(self) -> None:
+        """Move the call times the fast path appended into the ``wall`` figures."""
+        times = self.times
+        if times:
+            n = len(times)  # another thread may append meanwhile: take exactly n
+            self.wall.extend(times[:n])
+            self.counted += n
+            del times[:n]
 
     def _sample_shapes(self, args: tuple, kwargs: dict, output: Any) -> None:
         key_parts: list = []
@@ -854,6 +858,7 @@ class Recorder:
         from popviz import __version__
         from popviz.sources.manifest import MODEL_FORMAT, MODEL_FORMAT_VERSION
 
+        self._fold_times()
         opts = dict(self.opts)
         stages, stages_from = self.stages()
         opts["stages"] = stages
