@@ -420,6 +420,9 @@ def test_block_start_splits_stages():
     # l1 and l2 are in the second stage: twice the parameters of the first
     first, second = model.popvizEstimate().stages
     assert (first.weight_bytes, second.weight_bytes) == (80, 160)
+    blocks = model.popvizEstimate().config.options["emulator"]["blocks"]
+    assert [(b["block"], b["ipu"], b["ops"], b["weight_bytes"]) for b in blocks] == [
+        ("first", 0, 1, 80), ("second", 1, 2, 160)]  # one addmm per Linear
 
 
 def test_begin_block_and_repr():

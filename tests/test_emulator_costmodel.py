@@ -24,15 +24,18 @@ def measurement() -> Measurement:
         ops=[
             # 18,841,600 FLOPs = 1,000 cycles at 40% of 47,104 FLOP/cycle; 60,000 activation bytes
             # exchanged at 8 TB/s = 9.975 cycles
-            OpCost(0, "addmm", 18_841_600, 4, in_bytes=64_000, out_bytes=0, matmul=True, weight_bytes=4_000),
+            OpCost(0, "addmm", 18_841_600, 4, in_bytes=64_000, out_bytes=0, matmul=True, weight_bytes=4_000,
+                   block="A"),
             # 89,286 bytes at 25% of 35,714 B/cycle = 10.0 cycles
-            OpCost(0, "relu", 0, 4, in_bytes=44_643, out_bytes=44_643),
-            OpCost(1, "mse_loss", 0, 4, in_bytes=892_857, out_bytes=0),  # 100.0 cycles
+            OpCost(0, "relu", 0, 4, in_bytes=44_643, out_bytes=44_643, block="A"),
+            OpCost(1, "mse_loss", 0, 4, in_bytes=892_857, out_bytes=0, block="loss"),  # 100.0 cycles
         ],
-        params=[ParamInfo("a.weight", 0, 4_000, 1_000, 4), ParamInfo("buffer:a.stat", 0, 400, 100, 4, False),
-                ParamInfo("b.weight", 1, 2_000, 500, 4)],
+        params=[ParamInfo("a.weight", 0, 4_000, 1_000, 4, block="A"),
+                ParamInfo("buffer:a.stat", 0, 400, 100, 4, False, block="A"),
+                ParamInfo("b.weight", 1, 2_000, 500, 4, block="B")],
         saved_bytes=[10_000, 6_000],
         boundary_bytes=[8_000],
+        saved_bytes_by_block={"A": 10_000, "loss": 6_000},
     )
 
 
@@ -50,6 +53,17 @@ def test_stage_cycles():
     est = costmodel.estimate(measurement(), setup())
     assert [(s.ipu, s.forward_cycles, s.backward_cycles) for s in est.stages] == [(0, 4020, 8040), (1, 1600, 3200)]
     assert [s.stash_depth for s in est.stages] == [3, 1]  # 2(N - i) - 1 for N = 2
+
+
+def test_per_block_figures_are_recorded():
+    blocks = costmodel.estimate(measurement(), setup()).config.options["emulator"]["blocks"]
+    assert blocks == [
+        {"block": "A", "stage": 0, "ipu": 0, "forward_cycles": 4_020, "flops": 18_841_600.0, "ops": 2,
+         "weight_bytes": 4_400, "saved_bytes": 10_000},
+        {"block": "B", "stage": 1, "ipu": 1, "forward_cycles": 0, "flops": 0.0, "ops": 0, "weight_bytes": 2_000,
+         "saved_bytes": 0},
+        {"block": "loss", "stage": 1, "ipu": 1, "forward_cycles": 1_600, "flops": 0.0, "ops": 1,
+         "weight_bytes": 0, "saved_bytes": 6_000}]
 
 
 def test_memory_per_ipu_by_category():

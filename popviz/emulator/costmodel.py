@@ -47,6 +47,8 @@ class OpCost:
     in_bytes: int
     out_bytes: int
     matmul: bool = False
+    block: str | None = None
+    """The block the operation ran in (None before the first block)."""
     weight_bytes: int = 0
     """The part of ``in_bytes`` that are parameters (already laid out on the tiles: no exchange,
     no temporary copy)."""
@@ -78,6 +80,7 @@ class ParamInfo:
     numel: int
     element_bytes: int
     trainable: bool = True
+    block: str | None = None
 
 
 @dataclass
@@ -89,6 +92,7 @@ class Measurement:
     """Bytes autograd keeps for the backward pass, per segment, per micro-batch."""
     boundary_bytes: list[int]
     """Bytes crossing each boundary between consecutive segments, per micro-batch."""
+    saved_bytes_by_block: dict[str, int] = field(default_factory=dict)
 
 
 # ------------------------------------------------------------------------------ engine setup
@@ -217,6 +221,29 @@ def stage_estimates(m: Measurement, setup: EngineSetup) -> list[StageEstimate]:
             temporary_bytes=int(max((op_temporary_bytes(o, cap) for o in ops), default=0)),
         ))
     return out
+
+
+def block_estimates(m: Measurement, setup: EngineSetup) -> list[dict[str, Any]]:
+    """Per block, in order of first use: where it runs and what it costs per micro-batch (the
+    figures that say how far to move a block boundary)."""
+    out: dict[str, dict[str, Any]] = {}
+    for index, seg in enumerate(m.segments):
+        for block in seg.blocks:
+            out.setdefault(block, {"block": block, "stage": index, "ipu": seg.ipu, "forward_cycles": 0,
+                                   "flops": 0.0, "ops": 0, "weight_bytes": 0,
+                                   "saved_bytes": m.saved_bytes_by_block.get(block, 0)})
+    for op in m.ops:
+        row = out.get(op.block) if op.block is not None else None
+        if row is not None:
+            row["forward_cycles"] += op_cycles(op, setup.spec)
+            row["flops"] += op.flops
+            row["ops"] += 1
+    for p in m.params:
+        if p.block in out:
+            out[p.block]["weight_bytes"] += p.bytes
+    for row in out.values():
+        row["forward_cycles"] = int(round(row["forward_cycles"]))
+    return list(out.values())
 
 
 def num_ipus(stages: Sequence[StageEstimate], setup: EngineSetup) -> int:
@@ -397,7 +424,8 @@ def estimate(m: Measurement, setup: EngineSetup) -> Estimate:
         output_return_period=setup.output_return_period if setup.output_mode == "EveryN" else None,
         optimizer_state_on_chip=setup.optimizer_on_chip if setup.training else None,
         available_memory_proportion=dict(setup.available_memory_proportion),
-        options=dict(setup.options),
+        options={**setup.options, "emulator": {**dict(setup.options.get("emulator", {})),
+                                               "blocks": block_estimates(m, setup)}},
     )
     return Estimate(stages=stages, memory=memory_table(stages, m, setup), steps=steps,
                     call_cycles=call_cycles, target=target, config=config)

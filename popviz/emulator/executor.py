@@ -144,7 +144,7 @@ class PoplarExecutor:
             options = options.clone()
         else:
             options = Options()
-        self._user_model = user_model or model
+        self._user_model = user_model if user_model is not None else model
         self._model = model
         self._training = training
         self._output_mode_as_set = OutputMode(options.output_mode).name
@@ -264,9 +264,9 @@ class PoplarExecutor:
         return [(f"{name}[{i}]", leaf) for i, leaf in enumerate(leaves)]
 
     def _validate(self, args: tuple, kwargs: dict) -> None:
-        compiled_args, compiled_kwargs = self._compiled_inputs
-        if len(args) != len(compiled_args):
-            raise Error(f"Number of positional arguments mismatch: expected {len(compiled_args)} arguments "
+        count, compiled_args, compiled_kwargs = self._compiled_inputs
+        if len(args) != count:
+            raise Error(f"Number of positional arguments mismatch: expected {count} arguments "
                         f"but got {len(args)}.{INPUTS_MISMATCH_END}")
         now = dict(self._names(args, kwargs))
         for name, (shape, dtype) in {**compiled_args, **compiled_kwargs}.items():
@@ -292,7 +292,7 @@ class PoplarExecutor:
             name = self._arg_names[i] if i < len(self._arg_names) else f"input{i}"
             positional.update({n: shape(v) for n, v in self._leaf_names(name, value)})
         named = {n: shape(v) for k, value in kwargs.items() for n, v in self._leaf_names(k, value)}
-        self._compiled_inputs = (positional, named)
+        self._compiled_inputs = (len(args), positional, named)
 
     # ------------------------------------------------------------------ compilation
     def _trace(self) -> BlockTrace:

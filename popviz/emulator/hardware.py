@@ -163,7 +163,7 @@ def _positive_float(name: str, default: float) -> float:
 def host_link() -> HostLink:
     """The host-link parameters (environment or defaults)."""
     return HostLink(_positive_float(HOST_BANDWIDTH_ENV, DEFAULT_HOST_GBPS) * 1e9,
-                    _positive_float(HOST_LATENCY_ENV, DEFAULT_HOST_LATENCY_US) * 1e-6)
+                    _positive_float(HOST_LATENCY_ENV, DEFAULT_HOST_LATENCY_US) / 1e6)
 
 
 def spec(architecture: str | None = None, ipu_version: int | None = None) -> IpuSpec:

@@ -74,6 +74,9 @@ class Recorder:
         self._seen: dict[str, BlockPlacement] = {}
 
     # -- blocks and segments
+    def _block(self) -> str | None:
+        return self._placement.block if self._placement is not None else None
+
     def _on_block(self, placement: BlockPlacement) -> None:
         self._placement = placement
         self._seen.setdefault(placement.block, placement)
@@ -96,8 +99,9 @@ class Recorder:
 
     # -- operations
     def op(self, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
-        if func.is_view or func in _FREE_OPS:
+        if getattr(func, "is_view", False) or func in _FREE_OPS:
             return
+        packet = getattr(func, "_overloadpacket", func)
         current = self.segment
         segment = max(current, 0)
         inputs = _tensors((args, kwargs))
@@ -114,7 +118,8 @@ class Recorder:
                 weight_bytes += nbytes
                 if name not in self.params:
                     size, numel, elem, trainable = self._all_params[name]
-                    self.params[name] = ParamInfo(name, current, size, numel, elem, trainable)
+                    self.params[name] = ParamInfo(name, current, size, numel, elem, trainable,
+                                                  block=self._block())
                 continue
             produced = self.producers.get(key)
             if produced is not None and produced < segment:
@@ -124,7 +129,7 @@ class Recorder:
                         self.boundary_bytes[boundary] += nbytes
         out_bytes = sum(_nbytes(t) for t in outputs)
         flops = 0.0
-        formula = _FLOPS.get(func._overloadpacket) or _FLOPS.get(func)
+        formula = _FLOPS.get(packet) or _FLOPS.get(func)
         if formula is not None:
             try:
                 flops = float(formula(*args, **kwargs, out_val=out))
@@ -132,9 +137,9 @@ class Recorder:
                 flops = 0.0
         ref = outputs[0] if outputs else (inputs[0] if inputs else None)
         elem = ref.element_size() if ref is not None and ref.is_floating_point() else 4
-        self.ops.append(OpCost(segment=current, name=str(func._overloadpacket).replace("aten.", ""),
+        self.ops.append(OpCost(segment=current, name=str(packet).replace("aten.", ""),
                                flops=flops, element_bytes=elem, in_bytes=in_bytes, out_bytes=out_bytes,
-                               matmul=formula is not None, weight_bytes=weight_bytes))
+                               matmul=formula is not None, weight_bytes=weight_bytes, block=self._block()))
         for t in outputs:
             key = _key(t)
             if key is not None and key not in self.producers and key not in self.param_keys:
@@ -144,7 +149,7 @@ class Recorder:
     def pack(self, t: torch.Tensor) -> torch.Tensor:
         key = _key(t)
         if key is not None and key not in self.param_keys:
-            slot = (max(self.segment, 0), key)
+            slot = (max(self.segment, 0), self._block(), key)
             self.saved[slot] = max(self.saved.get(slot, 0), _nbytes(t))
         return t
 
@@ -162,12 +167,17 @@ class Recorder:
         for name, (size, numel, elem, trainable) in self._all_params.items():
             info = self.params.get(name)
             segment = 0 if info is None or info.segment < 0 else info.segment
-            params[name] = ParamInfo(name, segment, size, numel, elem, trainable)
+            params[name] = ParamInfo(name, segment, size, numel, elem, trainable,
+                                     block=info.block if info is not None else None)
         saved = [0] * len(self.segments)
-        for (segment, _), nbytes in self.saved.items():
+        saved_by_block: dict[str, int] = {}
+        for (segment, block, _), nbytes in self.saved.items():
             saved[segment] += nbytes
+            if block is not None:
+                saved_by_block[block] = saved_by_block.get(block, 0) + nbytes
         return Measurement(segments=list(self.segments), ops=ops, params=list(params.values()),
-                           saved_bytes=saved, boundary_bytes=list(self.boundary_bytes))
+                           saved_bytes=saved, boundary_bytes=list(self.boundary_bytes),
+                           saved_bytes_by_block=saved_by_block)
 
 
 class _CostMode(TorchDispatchMode):
