@@ -31,13 +31,10 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import datetime as _dt
 import functools
-import importlib.abc
 import json
 import math
 import os
-import socket
 import sys
 import threading
 import time
@@ -80,6 +77,8 @@ def _warn(message: str) -> None:
 
 
 def _now() -> str:
+    import datetime as _dt  # not at import: every captured Python process imports this module
+
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
@@ -896,7 +895,7 @@ class Recorder:
             "engine": self.engine,
             "instance": self.instance if self.explicit_root is not None else (
                 STATE.instance if STATE.root else None),
-            "process": {"pid": self.pid, "hostname": socket.gethostname(), "rank": rank,
+            "process": {"pid": self.pid, "hostname": _hostname(), "rank": rank,
                         "num_processes": opts["distributed"].get("num_processes")},
             "versions": {k: v for k, v in versions.items() if v},
             "executor": {"mode": self.mode, "created_at": self.created_at,
@@ -942,6 +941,12 @@ class Recorder:
                 _warn(f"cannot write {file} ({type(exc).__name__}: {exc}); recording of this "
                       "executor stopped")
             self.last_write = time.perf_counter()
+
+
+def _hostname() -> str:
+    import socket
+
+    return socket.gethostname()
 
 
 def _parse_json(raw: str | None) -> Any:
@@ -1152,7 +1157,7 @@ def unpatch_poptorch(module: Any) -> None:
                 setattr(module, name, original)
 
 
-class _PatchingLoader(importlib.abc.Loader):
+class _PatchingLoader:
     """Runs the real loader, then patches the module (and hands the module its real loader)."""
 
     def __init__(self, loader: Any) -> None:
@@ -1173,7 +1178,7 @@ class _PatchingLoader(importlib.abc.Loader):
         return getattr(self.loader, name)
 
 
-class PoptorchFinder(importlib.abc.MetaPathFinder):
+class PoptorchFinder:
     """Patches ``poptorch`` when the program imports it (a meta path hook: finds the module
     with the other finders, wraps its loader)."""
 
