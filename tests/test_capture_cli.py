@@ -320,3 +320,30 @@ def test_capture_inside_capture(tmp_path):
     assert inner_options["merged"]["autoReport.directory"] == str((tmp_path / "inner").resolve())
     assert run_record(tmp_path / "outer")["status"] == "succeeded"
     assert run_record(tmp_path / "inner")["status"] == "succeeded"
+
+
+def test_command_that_cannot_start_is_recorded(tmp_path):
+    script = tmp_path / "bad.sh"
+    script.write_text("#!/nonexistent/interpreter\n")
+    script.chmod(0o755)
+    proc = capture("-o", "out", "--", str(script), cwd=tmp_path)
+    assert_one_line_error(proc, "bad.sh", "cannot be started")
+    run = run_record(tmp_path / "out")
+    assert run["status"] == "launch_failed" and run["ended_at"] is not None
+
+
+def test_python_api_bad_input(tmp_path):
+    import popviz
+    from popviz.errors import UsageError
+
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "x").write_text("")
+    with pytest.raises(UsageError, match="full is not empty"), popviz.capture(tmp_path / "full"):
+        pass
+    with pytest.raises(UsageError, match="run_count must be a positive integer"), \
+            popviz.capture(tmp_path / "new", run_count=0):
+        pass
+    with pytest.raises(UsageError, match="takes a PopTorch executor"):
+        popviz.wrap("not an executor")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["full"]
+    assert os.environ.get("POPVIZ_CAPTURE_DIR") is None

@@ -609,10 +609,6 @@ def run_capture(command: Sequence[str], *, output: str | None = None, new_run: b
                                  "conflicts": [dict(c, variable=c.get("variable", ENGINE_OPTIONS_ENV))
                                                for c in conflicts]}
         write_run_manifest(run_path, run)
-        say(f"popviz capture: reports go to {shown(root)}/ (log: {shown(root / LOG_FILE)})")
-        for c in conflicts:
-            say("popviz capture: " + conflict_message(c.get("variable", ENGINE_OPTIONS_ENV), c))
-
         log = open(root / LOG_FILE, "ab")
         tee = Tee(log)
         forwarder.before_spawn()
@@ -621,10 +617,15 @@ def run_capture(command: Sequence[str], *, output: str | None = None, new_run: b
                                     stderr=subprocess.PIPE, preexec_fn=forwarder.child_setup)
         except OSError as exc:
             forwarder.restore()
-            run.update(status="launch_failed", error=f"{exc.strerror or exc}")
-            raise RunError(f"{command[0]}: cannot be started ({exc.strerror or exc}); check the "
-                           "command after --") from None
+            why = exc.strerror or str(exc)
+            if isinstance(exc, FileNotFoundError) and os.path.exists(command[0]):
+                why += ": the interpreter on its #! line was not found"
+            run.update(status="launch_failed", error=why)
+            raise RunError(f"{command[0]}: cannot be started ({why}); check the command after --") from None
         forwarder.after_spawn(proc)
+        say(f"popviz capture: reports go to {shown(root)}/ (log: {shown(root / LOG_FILE)})")
+        for c in conflicts:
+            say("popviz capture: " + conflict_message(c.get("variable", ENGINE_OPTIONS_ENV), c))
         run["child_pid"] = proc.pid
         write_run_manifest(run_path, run)
         tee.start(proc.stdout, out)
