@@ -7,9 +7,13 @@ matplotlib, torch, pva) load only when a function needs them.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
+
+# ``popviz.capture`` is the capture package, callable as a context manager:
+# ``with popviz.capture("dir"): ...`` (see popviz/capture/__init__.py).
+from popviz import capture
 
 if TYPE_CHECKING:
     from popviz.model import ReportSet
@@ -26,4 +30,19 @@ def load(path: str | os.PathLike[str]) -> ReportSet:
     return _load(path)
 
 
-__all__ = ["__version__", "load"]
+def wrap(executor: Any, report_dir: str | os.PathLike[str] | None = None) -> Any:
+    """Record a PopTorch executor's options, stages, host tensors and call timings.
+
+    >>> model = popviz.wrap(poptorch.trainingModel(net, opts, optimizer))
+
+    Writes ``<report_dir>/<engine>/popviz-model.json`` (beside Poplar's ``profile.pop``), which
+    :func:`load` merges into the engine's Report. ``report_dir`` defaults to the running
+    capture's directory, else Poplar's ``autoReport.directory``. Returns the same executor (its
+    class becomes a recording subclass); wrapping twice is harmless.
+    """
+    from popviz.capture.api import wrap as _wrap
+
+    return _wrap(executor, report_dir)
+
+
+__all__ = ["__version__", "capture", "load", "wrap"]

@@ -23,10 +23,11 @@ if TYPE_CHECKING:  # pandas is a core dependency, but importing it costs ~0.3 s:
 PARTS = ("target", "memory", "execution", "config", "host_io")
 """The parts of a Report, in the order summaries list them."""
 
-SOURCES = ("pva", "emulator", "bundle")
+SOURCES = ("pva", "emulator", "bundle", "capture")
 """Where a report's figures come from: a real Poplar profile read through libpva (also when
-exported to a bundle), popviz's emulator cost model, or a bundle written directly by a program
-(``popviz.testing`` builders, a user's own converter)."""
+exported to a bundle), popviz's emulator cost model, a bundle written directly by a program
+(``popviz.testing`` builders, a user's own converter), or only the capture hooks'
+``popviz-model.json`` (configuration and host I/O, no profile)."""
 
 OUTPUT_MODES = ("All", "EveryN", "Final", "Sum", "Default")
 EXECUTION_STRATEGIES = (

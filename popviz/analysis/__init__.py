@@ -19,16 +19,41 @@ def registry() -> dict[str, Analysis]:
     return {pipeline.NAME: pipeline.analyse, memory.NAME: memory.analyse, host_io.NAME: host_io.analyse}
 
 
+CrossCheck = Callable[[ReportSet], dict[str, AnalysisOutput]]
+
+
+def cross_checks() -> dict[str, CrossCheck]:
+    """Checks that compare the engines of a ReportSet (e.g. the instances of a PopRun run), by
+    name. Each returns, per engine label, an AnalysisOutput for that engine; run after the
+    per-engine analyses, listed only where they produced something."""
+    from popviz.analysis import instances
+
+    return {instances.NAME: instances.check}
+
+
 def analyse(reports: ReportSet, only: Sequence[str] | None = None) -> Result:
     """Run the analyses named in ``only`` (all by default) on every report, in registry order."""
     available = registry()
-    unknown = [n for n in dict.fromkeys(only or ()) if n not in available]
+    cross = cross_checks()
+    known = [*available, *cross]
+    unknown = [n for n in dict.fromkeys(only or ()) if n not in known]
     if unknown:
         raise UsageError(f"unknown analysis {', '.join(map(repr, unknown))}; choose from "
-                         f"{', '.join(available) or '(none yet)'}")
-    names = [n for n in available if not only or n in only]  # always in registry order
-    engines = [EngineResult(r, {n: available[n](r) for n in names}) for r in reports]
-    return Result(root=reports.root, engines=engines, analyses=names)
+                         f"{', '.join(known)}")
+    names = [n for n in known if not only or n in only]  # always in registry order
+    engines = [EngineResult(r, {n: available[n](r) for n in names if n in available}) for r in reports]
+    ran = [n for n in names if n in available]
+    for n in names:
+        if n not in cross:
+            continue
+        produced = cross[n](reports)
+        for engine in engines:
+            if engine.report.label in produced:
+                engine.outputs[n] = produced[engine.report.label]
+        if produced or only:
+            ran.append(n)
+    return Result(root=reports.root, engines=engines, analyses=ran)
 
 
-__all__ = ["AnalysisOutput", "EngineResult", "Finding", "NotChecked", "Result", "analyse", "registry"]
+__all__ = ["AnalysisOutput", "EngineResult", "Finding", "NotChecked", "Result", "analyse", "cross_checks",
+           "registry"]

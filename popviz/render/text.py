@@ -159,6 +159,24 @@ def batching_line(report: Report) -> str:
     return " · ".join(parts)
 
 
+MAX_TENSORS_LISTED = 4
+"""Host tensors named per direction in the summary; the rest are counted."""
+
+
+def host_tensors_text(inputs, outputs) -> str:  # (Sequence[HostTensor], Sequence[HostTensor])
+    """``in: x 16×1×28×28 float32 (49.0 KiB) · out: ... per micro-batch`` ('' when none)."""
+    parts = []
+    for label, tensors in (("in", inputs), ("out", outputs)):
+        if not tensors:
+            continue
+        named = ", ".join(f"{t.name} {'×'.join(map(str, t.shape)) or 'scalar'} {t.dtype}"
+                          for t in tensors[:MAX_TENSORS_LISTED])
+        if len(tensors) > MAX_TENSORS_LISTED:
+            named += f", +{len(tensors) - MAX_TENSORS_LISTED} more"
+        parts.append(f"{label}: {named} ({fmt_bytes(sum(t.bytes for t in tensors))})")
+    return " · ".join(parts) + " per micro-batch" if parts else ""
+
+
 def data_line(report: Report) -> list[tuple[str, str]]:
     """(part, description) for every part: what is there, or that it is missing."""
     out = []
@@ -170,9 +188,10 @@ def data_line(report: Report) -> list[tuple[str, str]]:
                 if e is not None else "missing"))
     h = report.host_io
     if h is not None and report.has("host_io"):
-        desc = f"{len(h.inputs)} input(s), {len(h.outputs)} output(s)"
+        desc = host_tensors_text(h.inputs, h.outputs) or \
+            f"{len(h.inputs)} input(s), {len(h.outputs)} output(s)"
         if h.calls is not None:
-            desc += f", {h.calls:,} calls timed"
+            desc += f" · {h.calls:,} call{'s' if h.calls != 1 else ''}"
         out.append(("host I/O", desc))
     else:
         out.append(("host I/O", "missing"))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
-import tempfile
+import secrets
 from pathlib import Path
 from typing import Any
 
@@ -40,8 +40,19 @@ def is_bundle(directory: str | Path) -> bool:
     return (Path(directory) / METADATA_FILE).is_file()
 
 
+def _temp_file(path: Path) -> tuple[int, str]:
+    """A new file beside ``path`` for an atomic replace: (fd, name). Unlike mkstemp's 0600 it
+    gets the permissions the umask gives any new file, so reports stay readable by others."""
+    while True:
+        tmp = str(path.parent / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+        try:
+            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), tmp
+        except FileExistsError:
+            continue
+
+
 def _atomic_write_bytes(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = _temp_file(path)
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)

@@ -4,6 +4,9 @@ Layouts understood (``<engine>`` is ``training``, ``inference`` or a ``modelName
 
 * ``DIR/<engine>/profile.pop`` — what Poplar's autoReport writes (read through libpva);
 * ``DIR/<engine>/popviz-report.json`` + Parquet — a popviz bundle (exported or emulated);
+* ``DIR/<engine>/popviz-model.json`` — what popviz's capture hooks recorded (configuration and
+  host I/O), merged into the engine's Report whichever source gives memory and execution; an
+  engine directory holding only this file is an engine with config and host I/O only;
 * ``DIR/<instance>/<engine>/...`` — one subdirectory per instance of a multi-instance run;
 * ``DIR`` itself being one engine directory or bundle.
 
@@ -19,7 +22,7 @@ from pathlib import Path
 
 from popviz.errors import ReportNotFoundError, shown
 from popviz.model import Report, ReportSet
-from popviz.sources import bundle, pva
+from popviz.sources import bundle, manifest, pva
 
 SKIP_DIRS = {"__pycache__", "node_modules"}
 
@@ -30,7 +33,7 @@ class EngineDir:
 
     path: Path
     kind: str
-    """``bundle`` or ``pva``."""
+    """``bundle``, ``pva`` or ``manifest`` (only popviz-model.json)."""
     instance: str | None
     name: str | None
     """The directory's name, or None when the report directory is the engine itself."""
@@ -41,6 +44,8 @@ def _kind(directory: Path, names: set[str]) -> str | None:
         return "bundle"
     if pva.PROFILE_FILE in names:
         return "pva"
+    if manifest.MODEL_FILE in names:
+        return "manifest"
     return None
 
 
@@ -51,7 +56,8 @@ def find_engines(root: str | Path) -> list[EngineDir]:
         raise ReportNotFoundError(f"{shown(root)}: no such file or directory; pass a report "
                                   "directory (from popviz capture or autoReport) or a bundle")
     if root.is_file():
-        kind = {bundle.METADATA_FILE: "bundle", pva.PROFILE_FILE: "pva"}.get(root.name)
+        kind = {bundle.METADATA_FILE: "bundle", pva.PROFILE_FILE: "pva",
+                manifest.MODEL_FILE: "manifest"}.get(root.name)
         if kind is None:
             raise ReportNotFoundError(f"{shown(root)} is not a report: pass the directory holding "
                                       f"{pva.PROFILE_FILE} or {bundle.METADATA_FILE}")
@@ -77,20 +83,33 @@ def find_engines(root: str | Path) -> list[EngineDir]:
         instance = "/".join(parts[:-1]) or None
         found.append(EngineDir(here, kind, instance, parts[-1]))
         dirnames[:] = []  # an engine directory's subdirectories are not engines
+    if not found and "popviz-run.json" in top:
+        raise ReportNotFoundError(
+            f"{shown(root)}: this capture recorded no engine (the command created no PopTorch "
+            f"executor and Poplar wrote no profile); see {shown(root / 'capture.log')}")
     if not found:
         raise ReportNotFoundError(
-            f"{shown(root)}: no report found (looked for {pva.PROFILE_FILE} and "
-            f"{bundle.METADATA_FILE} in it and its subdirectories); pass the directory given to "
+            f"{shown(root)}: no report found (looked for {pva.PROFILE_FILE}, "
+            f"{bundle.METADATA_FILE} and {manifest.MODEL_FILE} in it and its subdirectories); pass "
+            "the directory given to "
             "autoReport.directory or popviz capture -o")
     return sorted(found, key=lambda e: e.path.parts)
 
 
 def read_engine(engine: EngineDir) -> Report:
-    """Read one engine directory with the source its files call for."""
-    if engine.kind == "bundle":
-        report = bundle.read_bundle(engine.path)
+    """Read one engine directory with the source its files call for, merging in the capture
+    hooks' ``popviz-model.json`` when it is there."""
+    if engine.kind == "manifest":
+        report = manifest.manifest_report(manifest.read_manifest(engine.path))
+        if engine.name:
+            report = report.replace(name=engine.name)
     else:
-        report = pva.read_profile(engine.path / pva.PROFILE_FILE, name=engine.name)
+        if engine.kind == "bundle":
+            report = bundle.read_bundle(engine.path)
+        else:
+            report = pva.read_profile(engine.path / pva.PROFILE_FILE, name=engine.name)
+        if (engine.path / manifest.MODEL_FILE).is_file():
+            report = manifest.merge_into(report, manifest.read_manifest(engine.path))
     return report.replace(instance=engine.instance, path=str(engine.path))
 
 

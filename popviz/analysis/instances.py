@@ -1,0 +1,199 @@
+"""Compare the instances of a multi-instance run (PopRun / PopDist): every instance runs the
+same program on its own data, so its configuration must match the others' and its figures
+should too. An instance that differs is flagged on that instance's engine.
+
+A cross-engine check: it takes the whole ReportSet (``check``) and returns, per engine label,
+what to add to that engine's result. Single-instance report sets give nothing.
+
+Compared per engine name across instances: the configuration (D, G, R, output mode and period,
+strategy, stages), the median wall time of a call (capture hooks), the peak memory of an IPU and
+the cycles of one execution profile run. Figures are compared with the median of the *other*
+instances and only an instance above it is flagged (a slower or fuller instance holds the
+others back at every gradient all-reduce; a faster one does not).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+from typing import Any
+
+from popviz.analysis.findings import AnalysisOutput, Finding, NotChecked
+from popviz.model import Report, ReportSet
+
+NAME = "instances"
+
+# Thresholds (to join popviz/analysis/thresholds.py when the branches meet; reasoning also in
+# docs/capture.md, "Multi-instance runs").
+CALL_TIME_SLOWER_FRAC = 0.25
+"""Flag an instance whose median call wall time is this much above the others' median. Host
+timings of identical work vary by a few percent between hosts; a quarter more is a different
+host load (data loading, NUMA placement, a busy neighbour), not noise."""
+MEMORY_HIGHER_FRAC = 0.01
+"""Flag an instance whose peak IPU memory is this much above the others'. Instances compile the
+same graph, so their memory is identical; any real difference means a different program."""
+CYCLES_HIGHER_FRAC = 0.05
+"""Flag an instance whose profiled cycles per run are this much above the others'. The same
+program on the same hardware runs in nearly the same cycles; 5% more is a different program or
+a different exchange/sync pattern."""
+
+CONFIG_FIELDS = ("device_iterations", "gradient_accumulation", "replication_factor",
+                 "output_mode", "output_return_period", "execution_strategy", "stages")
+_CONFIG_LABELS = {"device_iterations": "device iterations", "gradient_accumulation":
+                  "gradient accumulation", "replication_factor": "replication factor",
+                  "output_mode": "output mode", "output_return_period": "output return period",
+                  "execution_strategy": "execution strategy", "stages": "stages"}
+
+
+def _config_value(report: Report, name: str) -> Any:
+    value = getattr(report.cfg, name)
+    if name == "stages":
+        return tuple((s.ipu, s.blocks) for s in value) or None
+    return value
+
+
+def _show(name: str, value: Any) -> str:
+    if name == "stages" and value:
+        return " | ".join(f"IPU{ipu}: {','.join(blocks) or '?'}" for ipu, blocks in value)
+    return "unknown" if value is None else str(value)
+
+
+def median_call_seconds(report: Report) -> float | None:
+    stat = report.host_io.stat("wall_seconds") if report.host_io is not None else None
+    return stat.p50 if stat is not None and stat.count else None
+
+
+def peak_memory_bytes(report: Report) -> int | None:
+    if report.memory is None or report.memory.frame.empty:
+        return None
+    per_ipu = report.memory.frame.groupby("ipu")["total_bytes_including_gaps"].sum()
+    return int(per_ipu.max())
+
+
+def cycles_per_run(report: Report) -> float | None:
+    """Mean over the profile's runs of the longest IPU's cycles in the run."""
+    if report.execution is None or report.execution.steps.empty:
+        return None
+    steps = report.execution.steps
+    per_run = steps.groupby(["run", "ipu"])["cycles"].sum().groupby("run").max()
+    return float(per_run.mean())
+
+
+FIGURES: dict[str, tuple[Callable[[Report], float | None], float, str]] = {
+    "median_call_seconds": (median_call_seconds, CALL_TIME_SLOWER_FRAC, "median call wall time"),
+    "peak_memory_bytes": (peak_memory_bytes, MEMORY_HIGHER_FRAC, "peak IPU memory"),
+    "cycles_per_run": (cycles_per_run, CYCLES_HIGHER_FRAC, "cycles per profiled run"),
+}
+CODES = {"missing": "INST001", "config": "INST002", "median_call_seconds": "INST003",
+         "peak_memory_bytes": "INST004", "cycles_per_run": "INST005"}
+
+
+def _fmt(metric: str, value: float) -> str:
+    if metric == "median_call_seconds":
+        return f"{value * 1e3:,.2f} ms"
+    if metric == "peak_memory_bytes":
+        return f"{int(value):,} B"
+    return f"{value:,.0f} cycles"
+
+
+def _recommendation(metric: str) -> str:
+    if metric == "median_call_seconds":
+        return ("Look at this instance's host: data loading (more DataLoader workers, "
+                "poptorch.DataLoaderMode.Async), CPU/NUMA placement (poprun --numa-aware 1) and "
+                "other load on the machine; popviz capture --pvti records host traces to compare.")
+    return ("The instances did not compile the same program: build the model and poptorch.Options "
+            "the same way on every rank (no rank-dependent shapes or options), then capture again.")
+
+
+def check(reports: ReportSet) -> dict[str, AnalysisOutput]:
+    """Per engine label, the findings of comparing its instance with the others."""
+    instances = reports.instances
+    if len(instances) < 2:
+        return {}
+    import pandas as pd
+
+    outputs: dict[str, AnalysisOutput] = {}
+    groups: dict[str, list[Report]] = {}
+    for r in reports:
+        if r.instance:
+            groups.setdefault(r.name, []).append(r)
+    for name, group in groups.items():
+        group.sort(key=lambda r: _instance_key(r.instance or ""))
+        outs = {r.label: outputs.setdefault(r.label, AnalysisOutput()) for r in group}
+        first = outs[group[0].label]
+        absent = [i for i in instances if i not in {r.instance for r in group}]
+        if absent:
+            first.findings.append(Finding(
+                CODES["missing"], "warning", NAME, f"Engine {name!r} is missing on {len(absent)} instance(s)",
+                f"{name} found on {', '.join(r.instance or '' for r in group)}; not on {', '.join(absent)}",
+                "Check those instances' capture.log: the process may have failed before compiling, or "
+                "written its reports elsewhere (autoReport.directory per instance)."))
+        _compare_config(name, group, outs)
+        rows: dict[str, dict[str, Any]] = {r.instance or "": {"instance": r.instance} for r in group}
+        for metric, (get, threshold, label) in FIGURES.items():
+            values = {r.label: get(r) for r in group}
+            for r in group:
+                rows[r.instance or ""][metric] = values[r.label]
+            known = {k: v for k, v in values.items() if v is not None}
+            if len(known) < 2:
+                first.not_checked.append(NotChecked(
+                    NAME, f"{label} across instances",
+                    f"known for {len(known)} of {len(group)} instances of {name}"))
+                continue
+            for r in group:
+                value = known.get(r.label)
+                if value is None:
+                    continue
+                others = [v for k, v in known.items() if k != r.label]
+                ref = statistics.median(others)
+                if ref > 0 and value > ref * (1 + threshold):
+                    outs[r.label].findings.append(Finding(
+                        CODES[metric], "warning", NAME,
+                        f"{r.instance}: {label} {_above(value, ref)} the other instances",
+                        f"{label} of {name} on {r.instance}: {_fmt(metric, value)}; median of the other "
+                        f"{len(others)} instance(s): {_fmt(metric, ref)} (flagged above "
+                        f"{100 * threshold:.0f}%)",
+                        _recommendation(metric)))
+        table = pd.DataFrame(list(rows.values()))
+        if "median_call_seconds" in table:
+            table["median_call_ms"] = table.pop("median_call_seconds") * 1e3
+        first.table = table.dropna(axis=1, how="all")
+        for r in group:
+            outs[r.label].metrics = {k: v for k, v in rows[r.instance or ""].items() if k != "instance"}
+            outs[r.label].metrics["instances"] = len(group)
+    return outputs
+
+
+def _above(value: float, ref: float) -> str:
+    """``35% above`` or, from twice on, ``1,520× that of``."""
+    ratio = value / ref
+    return f"{100 * (ratio - 1):.0f}% above" if ratio < 2 else f"{ratio:,.1f}× that of"
+
+
+def _instance_key(instance: str) -> tuple[int, str]:
+    tail = instance.rsplit("-", 1)[-1]
+    return (int(tail), instance) if tail.isdigit() else (1 << 30, instance)
+
+
+def _compare_config(name: str, group: list[Report], outs: dict[str, AnalysisOutput]) -> None:
+    for field in CONFIG_FIELDS:
+        values = {r.label: _config_value(r, field) for r in group}
+        distinct = list(dict.fromkeys(v for v in values.values() if v is not None))
+        if len(distinct) < 2:
+            continue
+        counts = {v: sum(1 for x in values.values() if x == v) for v in distinct}
+        reference = max(distinct, key=lambda v: counts[v])  # ties: the lowest instance's value
+        holders = [r.instance for r in group if values[r.label] == reference]
+        for r in group:
+            value = values[r.label]
+            if value is None or value == reference:
+                continue
+            label = _CONFIG_LABELS[field]
+            outs[r.label].findings.append(Finding(
+                CODES["config"], "warning", NAME,
+                f"{r.instance} runs {name} with a different {label}",
+                f"{label} on {r.instance}: {_show(field, value)}; on {', '.join(map(str, holders))}: "
+                f"{_show(field, reference)}",
+                "Instances of one data-parallel run must run the same program: build poptorch.Options "
+                "the same way on every rank (e.g. popdist.poptorch.Options()) and avoid rank-dependent "
+                "settings."))

@@ -1,0 +1,662 @@
+"""Run a command with profiling on and popviz's hooks installed; record the run.
+
+``popviz capture -o DIR -- python train.py`` (see ``docs/capture.md``):
+
+1. checks everything it can before touching anything (the command exists, the user's
+   ``POPLAR_ENGINE_OPTIONS`` / ``PVTI_OPTIONS`` are JSON objects, DIR is new or empty);
+2. claims DIR (a fresh ``popviz-reports/<timestamp>`` by default; ``--new-run`` makes a
+   timestamped subdirectory) and writes ``DIR/popviz-run.json`` with status ``running``;
+3. starts the child with the engine options merged into its environment and a bootstrap
+   ``sitecustomize`` (in a temporary directory put first on ``PYTHONPATH``, chaining any existing
+   one) that installs :mod:`popviz.capture.hooks` at interpreter start;
+4. shows the child's stdout and stderr live and saves both to ``DIR/capture.log``; forwards
+   SIGINT and SIGTERM sent to popviz (not those the terminal already sent to the child);
+5. completes ``popviz-run.json`` (exit status, end time, engines found) whatever happened, prints
+   a summary and exits with the child's exit code (128 + N when a signal N killed it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import IO, Any
+
+from popviz import __version__
+from popviz.capture import hooks
+from popviz.errors import MissingDependencyError, PopvizError, UsageError, shown
+
+RUN_FILE = "popviz-run.json"
+LOG_FILE = "capture.log"
+RUN_FORMAT = "popviz-run"
+RUN_FORMAT_VERSION = 1
+DEFAULT_PARENT = "popviz-reports"
+BOOTSTRAP_PREFIX = "popviz-bootstrap-"
+BOOTSTRAP_MARKER = "popviz-bootstrap.marker"
+"""A file marking a bootstrap directory, so a bootstrap never chains another one."""
+PVTI_ENV = "PVTI_OPTIONS"
+ENGINE_OPTIONS_ENV = hooks.ENGINE_OPTIONS_ENV
+TEE_JOIN_SECONDS = 2.0
+"""How long to wait, once the child has exited, for output still in the pipes (a grandchild that
+keeps them open is not waited for)."""
+
+SI_KERNEL = 0x80
+"""``si_code`` of a signal the kernel sent (e.g. the terminal's Ctrl-C, which the child, in the
+same process group, receives too): such signals are not forwarded a second time."""
+
+
+class RunError(PopvizError):
+    """The command could not be started."""
+
+
+def timestamp(now: _dt.datetime | None = None) -> str:
+    """Directory name of a run: local time, ``YYYYmmdd-HHMMSS``."""
+    return (now or _dt.datetime.now()).strftime("%Y%m%d-%H%M%S")
+
+
+def iso_now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).astimezone().isoformat(timespec="seconds")
+
+
+# ------------------------------------------------------------------------------ directories
+
+def _is_empty_dir(path: Path) -> bool:
+    return path.is_dir() and not any(path.iterdir())
+
+
+def _check_target(path: Path, new_run: bool) -> None:
+    """Refuse, before touching anything, a DIR that is a file or not empty."""
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"{shown(path)} exists and is not a directory; pass -o with a directory")
+    if not new_run and path.is_dir() and not _is_empty_dir(path):
+        raise UsageError(f"{shown(path)} is not empty; popviz never writes over reports: pass "
+                         "--new-run to make a new timestamped run inside it, or -o a new directory")
+
+
+def _unique_child(parent: Path) -> Path:
+    """Create and return ``parent/<timestamp>`` (``-2``, ``-3``... when taken): mkdir is atomic,
+    so two captures started at once never get the same directory."""
+    parent.mkdir(parents=True, exist_ok=True)
+    stamp = timestamp()
+    for n in range(1, 1000):
+        candidate = parent / (stamp if n == 1 else f"{stamp}-{n}")
+        try:
+            candidate.mkdir()
+            return candidate
+        except FileExistsError:
+            continue
+    raise UsageError(f"{shown(parent)}: cannot create a new run directory (1000 runs this second?)")
+
+
+def plan_dir(output: str | None, new_run: bool, instance: str | None) -> Path:
+    """Check the requested directory (nothing is created yet); return what ``claim_dir`` gets."""
+    if output is None:
+        return Path(DEFAULT_PARENT)
+    path = Path(output)
+    if instance and not new_run:
+        # One capture per rank of a multi-instance run: the ranks share DIR, each takes its
+        # own DIR/<instance>; DIR must not hold a single-instance run.
+        _check_target(path, new_run=True)
+        if (path / RUN_FILE).exists():
+            raise UsageError(f"{shown(path)} holds a single-process run ({RUN_FILE}); pass --new-run or "
+                             "-o a new directory for this multi-instance run")
+        _check_target(path / instance, False)
+        return path
+    _check_target(path, new_run)
+    return path
+
+
+def claim_dir(planned: Path, output: str | None, new_run: bool, instance: str | None,
+              manifest: dict[str, Any]) -> Path:
+    """Create the run directory and publish ``popviz-run.json`` in it exclusively.
+
+    Returns the directory; raises UsageError when another capture took it meanwhile."""
+    if output is None or new_run:
+        root = _unique_child(planned)
+    else:
+        root = planned
+        root.mkdir(parents=True, exist_ok=True)
+    if instance:
+        root = root / instance
+        root.mkdir(parents=True, exist_ok=True)
+    if not _publish_exclusive(root / RUN_FILE, manifest):
+        raise UsageError(f"{shown(root)} was just taken by another capture; popviz never writes over "
+                         "reports: pass --new-run or -o a new directory")
+    return root
+
+
+def _encode(doc: Mapping[str, Any]) -> bytes:
+    return (json.dumps(doc, indent=1, allow_nan=False, default=str) + "\n").encode()
+
+
+def _publish_exclusive(path: Path, doc: Mapping[str, Any]) -> bool:
+    """Write ``path`` whole, only if it does not exist (hard link of a complete temp file)."""
+    from popviz.sources.bundle import _temp_file
+
+    fd, tmp = _temp_file(path)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(_encode(doc))
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            return False
+        except OSError:  # a filesystem without hard links: best effort
+            if path.exists():
+                return False
+            os.replace(tmp, path)
+        return True
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+
+
+def write_run_manifest(path: Path, doc: Mapping[str, Any]) -> None:
+    from popviz.sources.bundle import _atomic_write_bytes
+
+    _atomic_write_bytes(path, _encode(doc))
+
+
+# ------------------------------------------------------------------------------ options
+
+def _truthy(value: Any) -> str:
+    """Engine option values compare as Poplar reads them: strings, JSON true == "true"."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value).strip().lower() if isinstance(value, str) else json.dumps(value)
+
+
+def parse_json_env(name: str, env: Mapping[str, str]) -> dict[str, Any] | None:
+    """The user's JSON object in ``env[name]`` (None when unset or blank), or a UsageError."""
+    raw = env.get(name)
+    if raw is None or not raw.strip():
+        return None
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{name} is not valid JSON ({exc.msg} at column {exc.colno}): fix or unset it; "
+                         f"it is {raw[:60]!r}{'...' if len(raw) > 60 else ''}") from None
+    if not isinstance(value, dict):
+        raise UsageError(f"{name} must be a JSON object like {{\"autoReport.all\": \"true\"}}, "
+                         f"got {type(value).__name__}: fix or unset it")
+    return value
+
+
+def outer_options_removed(user: dict[str, Any] | None, env: Mapping[str, str]) -> dict[str, Any] | None:
+    """The user's engine options without those an outer ``popviz capture`` set (a capture run
+    inside another: its options are popviz's, not the user's, and the inner capture's win)."""
+    outer = env.get(hooks.ENV_DIR)
+    if not user or not outer or str(user.get("autoReport.directory")) != outer:
+        return user
+    ours = engine_options(outer, None)
+    return {k: v for k, v in user.items()
+            if k not in ours and k != "autoReport.executionProfileProgramRunCount"} or None
+
+
+def engine_options(report_dir: str, run_count: int | None) -> dict[str, str]:
+    """The engine options popviz sets (values are strings, as Poplar reads them)."""
+    opts = {"autoReport.all": "true", "autoReport.directory": report_dir,
+            "debug.allowOutOfMemory": "true", "autoReport.outputSerializedGraph": "false"}
+    if run_count is not None:
+        opts["autoReport.executionProfileProgramRunCount"] = str(run_count)
+    return opts
+
+
+def merge_options(user: Mapping[str, Any] | None, ours: Mapping[str, Any]
+                  ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """``user`` merged with ``ours``: on a conflict the user's value is kept and reported."""
+    merged = dict(ours)
+    conflicts = []
+    for key, value in (user or {}).items():
+        if key in ours and _truthy(value) != _truthy(ours[key]):
+            conflicts.append({"key": key, "kept": value, "popviz_wanted": ours[key]})
+        merged[key] = value
+    return merged, conflicts
+
+
+def conflict_message(name: str, conflict: Mapping[str, Any]) -> str:
+    key, kept, wanted = conflict["key"], conflict["kept"], conflict["popviz_wanted"]
+    effect = {
+        "autoReport.directory": "Poplar's profiles go there, popviz's records stay in the run directory",
+        "autoReport.all": "profiling may be off: expect no profile.pop",
+    }.get(key, "kept as you set it")
+    return f"your {name} sets {key}={json.dumps(kept)} (popviz would set {json.dumps(wanted)}): {effect}"
+
+
+# ------------------------------------------------------------------------------ child environment
+
+BOOTSTRAP = '''\
+"""Written by popviz capture for one run (removed when it ends): chain the next sitecustomize,
+then install popviz's PopTorch hooks."""
+
+
+def _popviz_bootstrap():
+    import os
+    import sys
+
+    try:
+        import importlib.machinery
+        import importlib.util
+
+        # Skip every popviz bootstrap (this one, and an outer capture's in a nested one).
+        path = [p for p in sys.path
+                if not os.path.exists(os.path.join(p or os.curdir, "popviz-bootstrap.marker"))]
+        spec = importlib.machinery.PathFinder.find_spec("sitecustomize", path)
+        if spec is not None and spec.loader is not None:
+            module = importlib.util.module_from_spec(spec)
+            sys.modules["sitecustomize"] = module
+            spec.loader.exec_module(module)
+    except Exception as exc:
+        print("Error in sitecustomize; set PYTHONVERBOSE for traceback:", file=sys.stderr)
+        print(f"{type(exc).__name__}: {exc}", file=sys.stderr)
+    try:
+        from popviz.capture import hooks
+
+        hooks.install_from_env()
+    except Exception as exc:
+        print(f"popviz capture: hooks not installed in this process ({type(exc).__name__}: {exc}); "
+              "profiles are still written, without popviz-model.json", file=sys.stderr)
+
+
+_popviz_bootstrap()
+del _popviz_bootstrap
+'''
+
+
+def make_bootstrap() -> Path:
+    """A temporary directory with the bootstrap ``sitecustomize.py`` and a link to this popviz
+    package, so the child imports the same popviz whatever its environment holds."""
+    directory = Path(tempfile.mkdtemp(prefix=BOOTSTRAP_PREFIX))
+    (directory / "sitecustomize.py").write_text(BOOTSTRAP, encoding="utf-8")
+    (directory / BOOTSTRAP_MARKER).write_text("popviz capture bootstrap\n", encoding="utf-8")
+    package = Path(__file__).resolve().parent.parent
+    try:
+        (directory / "popviz").symlink_to(package, target_is_directory=True)
+    except OSError:
+        shutil.copytree(package, directory / "popviz",
+                        ignore=shutil.ignore_patterns("__pycache__"))
+    return directory
+
+
+def _prepend_path(env: dict[str, str], key: str, entry: str) -> None:
+    rest = env.get(key)
+    env[key] = entry + (os.pathsep + rest if rest else "")
+
+
+def emulated(env: dict[str, str]) -> dict[str, str]:
+    """``env`` in which ``import poptorch`` gets popviz's emulator."""
+    try:
+        from popviz.emulator.launch import emulated_env
+    except ImportError as exc:
+        raise MissingDependencyError(f"--emulate needs popviz's emulator, which cannot be imported "
+                                     f"({exc}); install popviz with the emulator "
+                                     "(pip install 'popviz[emulate]')") from None
+    return dict(emulated_env(env))
+
+
+def sdk_versions(env: Mapping[str, str]) -> dict[str, str]:
+    """The Poplar SDK version from its environment (``POPLAR_SDK_ENABLED`` names its folder)."""
+    out = {}
+    for key in ("POPLAR_SDK_ENABLED", "POPLAR_ROOT", "POPLAR_INSTALL_DIR"):
+        value = env.get(key)
+        if value:
+            match = re.search(r"(\d+\.\d+\.\d+)", Path(value).name) or re.search(r"(\d+\.\d+\.\d+)", value)
+            if match:
+                out["poplar_sdk"] = match.group(1)
+                out["poplar_sdk_path"] = value
+                break
+    return out
+
+
+# ------------------------------------------------------------------------------ the run
+
+def find_command(command: Sequence[str], env: Mapping[str, str]) -> str:
+    exe = command[0]
+    if os.sep in exe or (os.altsep and os.altsep in exe):
+        if not (os.path.isfile(exe) and os.access(exe, os.X_OK)):
+            raise UsageError(f"{exe}: no such executable file; check the command after --")
+        return exe
+    found = shutil.which(exe, path=env.get("PATH"))
+    if found is None:
+        raise UsageError(f"{exe}: command not found on PATH; check the command after --")
+    return found
+
+
+class Tee:
+    """Copy the child's stdout and stderr to ours, live, and to the log file."""
+
+    def __init__(self, log: IO[bytes]) -> None:
+        self.log = log
+        self.lock = threading.Lock()
+        self.threads: list[threading.Thread] = []
+
+    def start(self, source: IO[bytes], sink: IO[bytes] | None) -> None:
+        thread = threading.Thread(target=self._pump, args=(source, sink), daemon=True)
+        thread.start()
+        self.threads.append(thread)
+
+    def _pump(self, source: IO[bytes], sink: IO[bytes] | None) -> None:
+        fd = source.fileno()
+        pending = b""  # the log gets whole lines, so stdout and stderr lines do not mix in it
+        while True:
+            try:
+                chunk = os.read(fd, 65536)
+            except OSError:
+                chunk = b""
+            if not chunk:
+                self._log(pending)
+                break
+            if sink is not None:
+                try:
+                    sink.write(chunk)
+                    sink.flush()
+                except (OSError, ValueError):
+                    sink = None  # our stdout went away (e.g. `| head`): keep logging
+            pending += chunk
+            end = max(pending.rfind(b"\n"), pending.rfind(b"\r")) + 1
+            if len(pending) > 65536:
+                end = len(pending)
+            if end:
+                self._log(pending[:end])
+                pending = pending[end:]
+
+    def _log(self, data: bytes) -> None:
+        if not data:
+            return
+        with self.lock:
+            if not self.log.closed:
+                self.log.write(data)
+                self.log.flush()
+
+    def join(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        for thread in self.threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+
+    def close(self) -> None:
+        with self.lock:
+            self.log.close()
+
+
+class SignalForwarder:
+    """Forward SIGINT and SIGTERM sent to popviz to the child, once.
+
+    On Linux the signals are blocked and read with ``sigwaitinfo`` by a thread, which tells a
+    signal from the terminal (``SI_KERNEL``: the child, in the same process group, got it
+    already) from one sent to popviz alone (forwarded). Elsewhere a handler forwards every one.
+    """
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self) -> None:
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.received: list[str] = []
+        self.forwarded: list[str] = []
+        self.blocking = hasattr(signal, "sigwaitinfo") and hasattr(signal, "pthread_sigmask")
+        self._old_handlers: dict[int, Any] = {}
+        self._old_mask: set[int] | None = None
+
+    def before_spawn(self) -> None:
+        if self.blocking:
+            self._old_mask = set(signal.pthread_sigmask(signal.SIG_BLOCK, self.SIGNALS))
+
+    def child_setup(self) -> None:
+        """Runs in the child between fork and exec: give it the normal signal mask back."""
+        if self.blocking:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, self.SIGNALS)
+
+    def after_spawn(self, proc: subprocess.Popen[bytes]) -> None:
+        self.proc = proc
+        if self.blocking:
+            threading.Thread(target=self._wait_loop, daemon=True).start()
+        else:
+            for sig in self.SIGNALS:
+                self._old_handlers[sig] = signal.signal(sig, self._handler)
+
+    def _forward(self, signo: int, from_terminal: bool) -> None:
+        name = signal.Signals(signo).name
+        self.received.append(name)
+        proc = self.proc
+        if proc is None or proc.poll() is not None or from_terminal:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(proc.pid, signo)
+            self.forwarded.append(name)
+
+    def _wait_loop(self) -> None:
+        while True:
+            try:
+                info = signal.sigwaitinfo(set(self.SIGNALS))
+            except Exception:
+                return
+            self._forward(info.si_signo, info.si_code == SI_KERNEL)
+
+    def _handler(self, signo: int, _frame: Any) -> None:
+        self._forward(signo, False)
+
+    def restore(self) -> None:
+        for sig, old in self._old_handlers.items():
+            signal.signal(sig, old)
+        if self._old_mask is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, self._old_mask)
+            self._old_mask = None
+
+
+def exit_status(returncode: int) -> tuple[str, int, str | None]:
+    """(status, popviz exit code, signal name) from a child's return code."""
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        return "killed", 128 - returncode, name
+    return ("succeeded" if returncode == 0 else "failed"), returncode, None
+
+
+def _engines_found(root: Path) -> list[dict[str, Any]]:
+    """Every engine directory under the run directory, with what it holds."""
+    from popviz.sources.discover import find_engines
+
+    try:
+        engines = find_engines(root)
+    except PopvizError:
+        return []
+    found = []
+    for engine in engines:
+        if engine.path == root:
+            continue
+        names = set(os.listdir(engine.path))
+        entry: dict[str, Any] = {"path": str(engine.path.relative_to(root)),
+                                 "files": sorted(n for n in names if not n.startswith("."))}
+        manifest_path = engine.path / "popviz-model.json"
+        if manifest_path.is_file():
+            with contextlib.suppress(Exception):
+                doc = json.loads(manifest_path.read_text(encoding="utf-8"))
+                opts = doc.get("options") or {}
+                calls = doc.get("calls") or {}
+                entry["model"] = {
+                    "mode": (doc.get("executor") or {}).get("mode"),
+                    "execution_strategy": opts.get("execution_strategy"),
+                    "stages": len(opts.get("stages") or []),
+                    "device_iterations": opts.get("device_iterations"),
+                    "gradient_accumulation": opts.get("gradient_accumulation"),
+                    "replication_factor": opts.get("replication_factor"),
+                    "output_mode": opts.get("output_mode"),
+                    "calls": calls.get("count"),
+                    "compile_seconds": (calls.get("compile") or {}).get("wall_seconds"),
+                    "compile_error": (calls.get("compile") or {}).get("error"),
+                    "poptorch": (doc.get("versions") or {}).get("poptorch"),
+                }
+        found.append(entry)
+    return found
+
+
+def summary_lines(run: Mapping[str, Any], root: Path) -> list[str]:
+    """The one-screen summary printed when the run ends."""
+    code = run.get("exit_code")
+    what = f"killed by {run['signal']}" if run.get("signal") else f"exit code {code}"
+    cmd = run["command_line"] if len(run["command_line"]) <= 60 else run["command_line"][:57] + "..."
+    lines = [f"popviz capture: {cmd} finished ({what}, "
+             f"{run.get('duration_seconds', 0):.1f} s)"]
+    engines = run.get("engines") or []
+    if not engines:
+        lines.append("  no engine captured: the command created no PopTorch executor and Poplar wrote "
+                     "no profile (on a machine without IPUs, add --emulate)")
+    width = max((len(e["path"]) for e in engines), default=0)
+    for e in engines:
+        files = set(e["files"])
+        report = ("profile.pop" if "profile.pop" in files else
+                  "popviz bundle" if "popviz-report.json" in files else "no profile")
+        desc = [report]
+        m = e.get("model")
+        if m:
+            strategy = m.get("execution_strategy") or "single IPU"
+            desc.append(f"{m.get('mode') or '?'}, {strategy}, {m.get('stages')} stage(s)")
+            desc.append(f"D={m.get('device_iterations')} G={m.get('gradient_accumulation')} "
+                        f"R={m.get('replication_factor')}, output {m.get('output_mode')}")
+            calls = f"{m.get('calls')} call(s)"
+            if m.get("compile_seconds") is not None:
+                secs = m["compile_seconds"]
+                calls += f", compiled in {secs:.2f} s" if secs < 10 else f", compiled in {secs:.0f} s"
+            if m.get("compile_error"):
+                calls += f", compile failed: {m['compile_error']}"
+            desc.append(calls)
+        else:
+            desc.append("no popviz-model.json (hooks did not see this executor)")
+        lines.append(f"  {e['path']:<{width}}  " + " · ".join(desc))
+    lines.append(f"  log {shown(root / LOG_FILE)} · run record {shown(root / RUN_FILE)}")
+    if engines:
+        lines.append(f"next: popviz analyse {shown(root)}")
+    return lines
+
+
+def run_capture(command: Sequence[str], *, output: str | None = None, new_run: bool = False,
+                emulate: bool = False, pvti: bool = False, run_count: int | None = None,
+                stdout: IO[bytes] | None = None, stderr: IO[bytes] | None = None) -> int:
+    """Run ``command`` under capture; return the exit code popviz should exit with."""
+    command = list(command)
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        raise UsageError("no command to run: pass it after --, e.g. popviz capture -o out -- "
+                         "python train.py")
+    if run_count is not None and run_count < 1:
+        raise UsageError(f"--run-count must be at least 1, got {run_count}")
+    base_env = dict(os.environ)
+    user_engine = outer_options_removed(parse_json_env(ENGINE_OPTIONS_ENV, base_env), base_env)
+    user_pvti = parse_json_env(PVTI_ENV, base_env) if pvti else None
+    instance = hooks.instance_from_env(base_env)
+    planned = plan_dir(output, new_run, instance)
+    child_env = emulated(dict(base_env)) if emulate else dict(base_env)
+    find_command(command, child_env)
+
+    started = time.time()
+    run: dict[str, Any] = {
+        "format": RUN_FORMAT, "format_version": RUN_FORMAT_VERSION,
+        "written_by": f"popviz {__version__}", "status": "running",
+        "command": command, "command_line": subprocess.list2cmdline(command), "cwd": os.getcwd(),
+        "started_at": iso_now(), "ended_at": None, "duration_seconds": None,
+        "exit_code": None, "signal": None, "popviz_exit_code": None,
+        "hostname": socket.gethostname(), "popviz_pid": os.getpid(), "child_pid": None,
+        "instance": instance, "emulated": emulate,
+        "versions": {"popviz": __version__, "python": sys.version.split()[0], **sdk_versions(base_env)},
+        "environment": {}, "engine_options": {}, "log": LOG_FILE, "engines": [],
+        "signals_received": [], "signals_forwarded": [], "notes": [],
+    }
+    root = claim_dir(planned, output, new_run, instance, run)
+    abs_root = str(root.resolve())
+    run_path = root / RUN_FILE
+    err = stderr or sys.stderr.buffer
+    out = stdout or sys.stdout.buffer
+
+    def say(line: str) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            err.write((line + "\n").encode())
+            err.flush()
+
+    bootstrap: Path | None = None
+    forwarder = SignalForwarder()
+    tee: Tee | None = None
+    exit_code = 3
+    try:
+        engine_opts, conflicts = merge_options(user_engine, engine_options(abs_root, run_count))
+        set_env = {ENGINE_OPTIONS_ENV: json.dumps(engine_opts), hooks.ENV_DIR: abs_root}
+        if instance:
+            set_env[hooks.ENV_INSTANCE] = instance
+        if pvti:
+            pvti_opts, pvti_conflicts = merge_options(user_pvti, {"enable": "true", "directory": abs_root})
+            set_env[PVTI_ENV] = json.dumps(pvti_opts)
+            conflicts += [dict(c, variable=PVTI_ENV) for c in pvti_conflicts]
+        if "PYTHONUNBUFFERED" not in child_env:
+            set_env["PYTHONUNBUFFERED"] = "1"  # live output through the pipe
+        bootstrap = make_bootstrap()
+        child_env.update(set_env)
+        _prepend_path(child_env, "PYTHONPATH", str(bootstrap))
+        # Every variable the child gets from popviz (the emulator's PYTHONPATH entry included).
+        run["environment"] = {k: v for k, v in sorted(child_env.items()) if base_env.get(k) != v}
+        run["engine_options"] = {"user": user_engine, "merged": engine_opts,
+                                 "conflicts": [dict(c, variable=c.get("variable", ENGINE_OPTIONS_ENV))
+                                               for c in conflicts]}
+        write_run_manifest(run_path, run)
+        log = open(root / LOG_FILE, "ab")
+        tee = Tee(log)
+        forwarder.before_spawn()
+        try:
+            proc = subprocess.Popen(command, env=child_env, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, preexec_fn=forwarder.child_setup)
+        except OSError as exc:
+            forwarder.restore()
+            why = exc.strerror or str(exc)
+            if isinstance(exc, FileNotFoundError) and os.path.exists(command[0]):
+                why += ": the interpreter on its #! line was not found"
+            run.update(status="launch_failed", error=why)
+            raise RunError(f"{command[0]}: cannot be started ({why}); check the command after --") from None
+        forwarder.after_spawn(proc)
+        say(f"popviz capture: reports go to {shown(root)}/ (log: {shown(root / LOG_FILE)})")
+        for c in conflicts:
+            say("popviz capture: " + conflict_message(c.get("variable", ENGINE_OPTIONS_ENV), c))
+        run["child_pid"] = proc.pid
+        write_run_manifest(run_path, run)
+        tee.start(proc.stdout, out)
+        tee.start(proc.stderr, err)
+        returncode = proc.wait()
+        tee.join(TEE_JOIN_SECONDS)
+        status, exit_code, signame = exit_status(returncode)
+        run.update(status=status, exit_code=returncode if returncode >= 0 else None, signal=signame,
+                   popviz_exit_code=exit_code)
+        return exit_code
+    except BaseException as exc:
+        if run["status"] == "running":
+            run.update(status="error", error=f"{type(exc).__name__}: {exc}")
+        raise
+    finally:
+        forwarder.restore()
+        run["signals_received"] = forwarder.received
+        run["signals_forwarded"] = forwarder.forwarded
+        run["ended_at"] = iso_now()
+        run["duration_seconds"] = round(time.time() - started, 3)
+        run["engines"] = _engines_found(root)
+        poptorch_versions = sorted({e["model"]["poptorch"] for e in run["engines"]
+                                    if e.get("model", {}).get("poptorch")})
+        if poptorch_versions:
+            run["versions"]["poptorch"] = ", ".join(poptorch_versions)
+        with contextlib.suppress(Exception):
+            write_run_manifest(run_path, run)
+        if tee is not None:
+            tee.close()
+        if bootstrap is not None:
+            shutil.rmtree(bootstrap, ignore_errors=True)
+        if run["status"] not in ("running", "error", "launch_failed"):
+            for line in summary_lines(run, root):
+                say(line)

@@ -1,0 +1,137 @@
+"""End to end with popviz's emulator: `popviz capture --emulate` on the MNIST pipeline example,
+then `popviz analyse`; and `popviz.capture()` inside a script run by `popviz emulate`."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import textwrap
+
+import pytest
+
+import popviz
+
+from conftest import ROOT, run_cli
+
+PY = sys.executable
+EXAMPLE = ROOT / "examples" / "mnist_pipeline.py"
+
+
+@pytest.fixture(scope="module")
+def mnist_capture(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("mnist")
+    proc = run_cli("capture", "-o", "out", "--emulate", "--", PY, str(EXAMPLE), cwd=tmp, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    return tmp / "out", proc
+
+
+def test_mnist_capture_leaves_run_log_and_both_engines(mnist_capture):
+    out, proc = mnist_capture
+    assert sorted(p.name for p in out.iterdir()) == ["capture.log", "inference", "popviz-run.json",
+                                                     "training"]
+    for engine in ("training", "inference"):
+        names = {p.name for p in (out / engine).iterdir()}
+        assert {"popviz-report.json", "popviz-model.json"} <= names, names
+    log = (out / "capture.log").read_text()
+    assert "step 10/10: loss" in log and "inference: accuracy" in log
+    assert "step 10/10: loss" in proc.stdout  # shown live too
+    run = json.loads((out / "popviz-run.json").read_text())
+    assert (run["status"], run["exit_code"], run["emulated"]) == ("succeeded", 0, True)
+    assert run["versions"]["poptorch"].startswith("3.4.0+popviz.emulator")
+    assert [e["path"] for e in run["engines"]] == ["inference", "training"]
+    assert "popviz/emulator/_shim" in run["environment"]["PYTHONPATH"]
+    assert "training   popviz bundle · training, PipelinedExecution, 4 stage(s) · D=10 G=10 R=1, " \
+           "output All · 10 call(s)" in proc.stderr
+    assert "next: popviz analyse out" in proc.stderr
+
+
+def test_mnist_manifest_and_merged_reports(mnist_capture):
+    out, _ = mnist_capture
+    doc = json.loads((out / "training" / "popviz-model.json").read_text())
+    assert doc["options"]["stages"] == [{"index": i, "ipu": i, "blocks": [f"B{i + 1}"]} for i in range(4)]
+    # Linear(784, 784) twice, Linear(784, 128), Linear(128, 10); float32
+    assert [(b["name"], b["parameters"]) for b in doc["model"]["blocks"]] == [
+        ("B1", 615_440), ("B2", 615_440), ("B3", 100_480), ("B4", 1_290)]
+    assert doc["model"]["parameter_bytes"] == 4 * 1_332_650
+    [sig] = doc["io"]["signatures"]
+    # a call: batch 8 × D 10 × G 10 = 800 images
+    assert [(t["name"], t["shape"]) for t in sig["inputs"]] == [("images", [800, 1, 28, 28]),
+                                                                ("labels", [800])]
+    reports = popviz.load(out)
+    training = reports["training"]
+    assert (training.provenance.source, training.provenance.estimated) == ("emulator", True)
+    assert any("popviz capture" in n for n in training.provenance.notes)
+    cfg = training.config
+    assert (cfg.mode, cfg.device_iterations, cfg.gradient_accumulation, cfg.output_mode) == (
+        "training", 10, 10, "All")
+    assert [(s.ipu, s.blocks) for s in cfg.stages] == [(i, (f"B{i + 1}",)) for i in range(4)]
+    assert [(t.name, t.direction, t.shape, t.bytes) for t in training.host_io.tensors] == [
+        ("images", "input", (8, 1, 28, 28), 8 * 784 * 4), ("labels", "input", (8,), 64),
+        ("output.0", "output", (8, 10), 320), ("output.1", "output", (1,), 4)]
+    assert training.host_io.calls == 10
+    assert training.memory is not None and training.execution is not None
+    inference = reports["inference"]
+    assert (inference.config.mode, inference.config.device_iterations, inference.host_io.calls) == (
+        "inference", 10, 4)
+
+
+def test_mnist_analyse_shows_what_the_manifest_recorded(mnist_capture):
+    out, _ = mnist_capture
+    proc = run_cli("analyse", str(out), env={"COLUMNS": "200"})
+    assert proc.returncode == 0, proc.stderr
+    text = proc.stdout
+    for needle in ("training  (estimated)", "training, PipelinedExecution, 4 stages",
+                   "stage 0 → IPU0: B1", "stage 3 → IPU3: B4",
+                   "device iterations 10 · gradient accumulation 10 · replication 1 · output mode All",
+                   "in: images 8×1×28×28 float32, labels 8 int64 (24.6 KiB) · out: output.0 8×10 float32, "
+                   "output.1 1 float32 (324 B) per micro-batch · 10 calls",
+                   "inference, PipelinedExecution, 4 stages",
+                   "in: x 8×1×28×28 float32 (24.5 KiB) · out: output 8×10 float32 (320 B) per micro-batch"):
+        assert needle in text, needle
+
+
+API_SCRIPT = '''
+import json, sys, torch
+import poptorch
+import popviz
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Linear(16, 16)
+        self.b = torch.nn.Linear(16, 4)
+
+    def forward(self, x):
+        with poptorch.Block("first", ipu_id=0):
+            x = torch.relu(self.a(x))
+        with poptorch.Block("second", ipu_id=1):
+            return self.b(x)
+
+opts = poptorch.Options().deviceIterations(4).outputMode(poptorch.OutputMode.Final)
+with popviz.capture(sys.argv[1]) as run:
+    model = poptorch.inferenceModel(Net(), opts)
+    for _ in range(3):
+        model(torch.randn(8, 16))
+    model.destroy()
+print(json.dumps(run.load().labels))
+'''
+
+
+def test_python_api_under_the_emulator(tmp_path):
+    script = tmp_path / "script.py"
+    script.write_text(textwrap.dedent(API_SCRIPT))
+    proc = run_cli("emulate", "--", PY, str(script), "reports", cwd=tmp_path, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == ["inference"]
+    report = popviz.load(tmp_path / "reports")["inference"]
+    assert (report.provenance.source, report.provenance.estimated) == ("emulator", True)
+    cfg = report.config
+    assert (cfg.device_iterations, cfg.output_mode, cfg.execution_strategy) == (4, "Final", "PipelinedExecution")
+    assert [(s.ipu, s.blocks) for s in cfg.stages] == [(0, ("first",)), (1, ("second",))]
+    # 8 rows per call = D 4 micro-batches of 2; Final returns the last one
+    assert [(t.name, t.shape) for t in report.host_io.tensors] == [("x", (2, 16)), ("output", (2, 4))]
+    assert report.host_io.calls == 3
+    doc = json.loads((tmp_path / "reports" / "inference" / "popviz-model.json").read_text())
+    assert doc["status"] == "final"
+    assert os.path.exists(tmp_path / "reports" / "inference" / "popviz-report.json")

@@ -1,0 +1,195 @@
+"""Multi-instance runs: the instances cross-check on built reports (exact figures), and real
+two-rank captures (a PopRun-like launcher, and one `popviz capture` per rank)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import popviz
+from popviz import testing
+from popviz.analysis import analyse, instances
+from popviz.model import CallStats, HostIO, ReportSet
+
+from conftest import ROOT, run_cli
+
+PY = sys.executable
+FAKE_ENV = {"PYTHONPATH": str(ROOT / "tests" / "fake_poptorch")}
+
+
+def _set(*reports):
+    return ReportSet([r.replace(instance=f"instance-{i}") for i, r in enumerate(reports)], root="run")
+
+
+def _with_call_time(report, p50):
+    return report.replace(host_io=HostIO(calls=10, call_stats=(
+        CallStats("wall_seconds", count=10, sum=10 * p50, min=p50, max=p50, p50=p50),)))
+
+
+def test_single_instance_gives_nothing():
+    reports = ReportSet([testing.pipeline_report([100, 100], tiles_per_ipu=4)])
+    assert instances.check(reports) == {}
+    assert "instances" not in analyse(reports).analyses
+
+
+def test_identical_instances_no_findings_and_a_table():
+    r = testing.pipeline_report([100, 100], tiles_per_ipu=4, gradient_accumulation=4)
+    out = instances.check(_set(r, r, r))
+    assert sorted(out) == ["instance-0/training", "instance-1/training", "instance-2/training"]
+    assert all(not o.findings for o in out.values())
+    table = out["instance-0/training"].table
+    assert list(table["instance"]) == ["instance-0", "instance-1", "instance-2"]
+    assert out["instance-1/training"].table is None
+    assert out["instance-2/training"].metrics["instances"] == 3
+    # no call timings in built reports: said, not skipped silently
+    [nc] = out["instance-0/training"].not_checked
+    assert (nc.check, nc.reason) == ("median call wall time across instances",
+                                     "known for 0 of 3 instances of training")
+
+
+def test_differing_config_flags_the_odd_instance():
+    a = testing.pipeline_report([100, 100], tiles_per_ipu=4, gradient_accumulation=8, device_iterations=2)
+    b = testing.pipeline_report([100, 100], tiles_per_ipu=4, gradient_accumulation=8, device_iterations=4)
+    out = instances.check(_set(a, b, a))
+    assert not out["instance-0/training"].findings and not out["instance-2/training"].findings
+    # twice the device iterations: twice the cycles per run too
+    f, cycles = out["instance-1/training"].findings
+    assert cycles.code == "INST005"
+    assert (f.code, f.severity, f.analysis) == ("INST002", "warning", "instances")
+    assert f.title == "instance-1 runs training with a different device iterations"
+    assert f.evidence == "device iterations on instance-1: 4; on instance-0, instance-2: 2"
+
+
+def test_slower_instance_flagged_faster_not():
+    r = testing.pipeline_report([100, 100], tiles_per_ipu=4)
+    times = (0.010, 0.010, 0.0135, 0.006)
+    out = instances.check(_set(*(_with_call_time(r, t) for t in times)))
+    flagged = {label: [f.code for f in o.findings] for label, o in out.items()}
+    assert flagged == {"instance-0/training": [], "instance-1/training": [],
+                       "instance-2/training": ["INST003"], "instance-3/training": []}
+    [f] = out["instance-2/training"].findings
+    assert f.title == "instance-2: median call wall time 35% above the other instances"
+    assert f.evidence == ("median call wall time of training on instance-2: 13.50 ms; median of the other "
+                          "3 instance(s): 10.00 ms (flagged above 25%)")
+    assert list(out["instance-0/training"].table["median_call_ms"]) == [10.0, 10.0, 13.5, 6.0]
+
+
+def test_memory_and_cycles_differences_flagged():
+    a = testing.pipeline_report([20000, 20000], tiles_per_ipu=4, memory_frac=0.5)
+    b = testing.pipeline_report([20000, 30000], tiles_per_ipu=4, memory_frac=[0.5, 0.6])
+    out = instances.check(_set(a, b))
+    memory, cycles = out["instance-1/training"].findings
+    assert out["instance-0/training"].findings == []
+    assert (memory.code, cycles.code) == ("INST004", "INST005")
+    # 4 tiles per IPU at 60% (IPU1) against 50% of 638,976 bytes
+    assert memory.evidence == ("peak IPU memory of training on instance-1: 1,533,544 B; median of the "
+                               "other 1 instance(s): 1,277,952 B (flagged above 1%)")
+    assert cycles.title == "instance-1: cycles per profiled run 28% above the other instances"
+    assert out["instance-1/training"].metrics["cycles_per_run"] == 1535164.0
+
+
+def test_engine_missing_on_an_instance():
+    r = testing.pipeline_report([100, 100], tiles_per_ipu=4)
+    inf = testing.pipeline_report([100, 100], tiles_per_ipu=4, mode="inference", name="inference")
+    reports = ReportSet([r.replace(instance="instance-0"), r.replace(instance="instance-1"),
+                         inf.replace(instance="instance-0")])
+    out = instances.check(reports)
+    [f] = out["instance-0/inference"].findings
+    assert (f.code, f.title) == ("INST001", "Engine 'inference' is missing on 1 instance(s)")
+    assert f.evidence == "inference found on instance-0; not on instance-1"
+
+
+def test_only_instances_runs_just_the_cross_check():
+    r = testing.pipeline_report([100, 100], tiles_per_ipu=4)
+    result = analyse(_set(r, r), only=["instances"])
+    assert result.analyses == ["instances"]
+    assert [list(e.outputs) for e in result.engines] == [["instances"], ["instances"]]
+
+
+# ------------------------------------------------------------------------------ real runs
+
+POPRUN = '''
+"""A stand-in for PopRun: start N copies of a command with the OpenMPI rank variables."""
+import os, subprocess, sys
+n = int(sys.argv[1])
+procs = [subprocess.Popen(sys.argv[2:], env={**os.environ, "OMPI_COMM_WORLD_RANK": str(rank),
+                                              "OMPI_COMM_WORLD_SIZE": str(n)}) for rank in range(n)]
+sys.exit(max(p.wait() for p in procs))
+'''
+
+RANKED = '''
+import json, os, time, torch, poptorch
+rank = int(os.environ["OMPI_COMM_WORLD_RANK"])
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.l = torch.nn.Linear(4, 2)
+
+    def forward(self, x):
+        if rank == 1:
+            time.sleep(0.03)   # a slow host
+        return self.l(x)
+
+opts = poptorch.Options().deviceIterations(2 if rank == 0 else 4)
+model = poptorch.inferenceModel(Net(), opts)
+for _ in range(4):
+    model(torch.randn(4, 4))
+print(rank, json.loads(os.environ["POPLAR_ENGINE_OPTIONS"])["autoReport.directory"], flush=True)
+'''
+
+
+def test_two_rank_run_under_one_capture(tmp_path):
+    (tmp_path / "poprun.py").write_text(textwrap.dedent(POPRUN))
+    (tmp_path / "train.py").write_text(textwrap.dedent(RANKED))
+    proc = run_cli("capture", "-o", "out", "--", PY, "poprun.py", "2", PY, "train.py", cwd=tmp_path,
+                   env=FAKE_ENV)
+    assert proc.returncode == 0, proc.stderr
+    out = (tmp_path / "out").resolve()
+    # each rank's profiles go to its own directory
+    assert sorted(proc.stdout.split("\n")[:2]) == [f"0 {out / 'instance-0'}", f"1 {out / 'instance-1'}"]
+    for rank in (0, 1):
+        doc = json.loads((out / f"instance-{rank}" / "inference" / "popviz-model.json").read_text())
+        assert (doc["instance"], doc["process"]["rank"], doc["calls"]["count"]) == (f"instance-{rank}", rank, 4)
+    run = json.loads((out / "popviz-run.json").read_text())
+    assert [e["path"] for e in run["engines"]] == ["instance-0/inference", "instance-1/inference"]
+    reports = popviz.load(out)
+    assert reports.labels == ["instance-0/inference", "instance-1/inference"]
+    assert reports.instances == ["instance-0", "instance-1"]
+    analysed = run_cli("analyse", str(out), "--json")
+    doc = json.loads(analysed.stdout)
+    assert "instances" in doc["analyses"]
+    codes = {e["instance"]: [f["code"] for f in e["findings"] if f["analysis"] == "instances"]
+             for e in doc["engines"]}
+    assert codes == {"instance-0": [], "instance-1": ["INST002", "INST003"]}
+    console = run_cli("analyse", str(out), env={"COLUMNS": "160"}).stdout
+    assert "instance-1 runs inference with a different device iterations" in console
+    assert "device iterations on instance-1: 4; on instance-0: 2" in console
+    # 4 × 30 ms of sleep per call against well under 1 ms: shown as a ratio, not a percentage
+    assert "instance-1: median call wall time" in console and "× that of the other instances" in console
+
+
+def test_one_capture_per_rank_into_one_directory(tmp_path):
+    (tmp_path / "train.py").write_text(textwrap.dedent(RANKED))
+    env = {**os.environ, **FAKE_ENV, "OMPI_COMM_WORLD_SIZE": "2"}
+    procs = [subprocess.Popen([PY, "-m", "popviz", "capture", "-o", "out", "--", PY, "train.py"],
+                              cwd=tmp_path, env={**env, "OMPI_COMM_WORLD_RANK": str(rank)},
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for rank in (0, 1)]
+    results = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], results
+    out = (tmp_path / "out").resolve()
+    for rank in (0, 1):
+        assert results[rank][0] == f"{rank} {out / f'instance-{rank}'}\n"
+        run = json.loads((out / f"instance-{rank}" / "popviz-run.json").read_text())
+        assert (run["instance"], run["status"]) == (f"instance-{rank}", "succeeded")
+        assert [e["path"] for e in run["engines"]] == ["inference"]
+    assert popviz.load(out).labels == ["instance-0/inference", "instance-1/inference"]
+    # a second capture of rank 0 into the same directory is refused: its instance directory is taken
+    again = subprocess.run([PY, "-m", "popviz", "capture", "-o", "out", "--", PY, "-c", "pass"],
+                           cwd=tmp_path, env={**env, "OMPI_COMM_WORLD_RANK": "0"},
+                           capture_output=True, text=True)
+    assert again.returncode == 2 and "instance-0 is not empty" in again.stderr
