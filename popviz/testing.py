@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from popviz import __version__
+from popviz.emulator import hardware as _hardware
 from popviz.model import (
     ExecutionTable,
     HostIO,
@@ -35,11 +36,12 @@ from popviz.model import (
 )
 
 HARDWARE: dict[str, dict[str, Any]] = {
-    "Mk1": {"tiles_per_ipu": 1216, "bytes_per_tile": 256 * 1024, "clock_hz": 1.6e9},
-    "Mk2": {"tiles_per_ipu": 1472, "bytes_per_tile": 638_976, "clock_hz": 1.33e9},
-    "Bow": {"tiles_per_ipu": 1472, "bytes_per_tile": 638_976, "clock_hz": 1.85e9},
+    arch: {"tiles_per_ipu": spec.tiles_per_ipu, "bytes_per_tile": spec.bytes_per_tile,
+           "clock_hz": spec.clock_hz}
+    for arch, spec in _hardware.SPECS.items()
 }
-"""Per-architecture defaults (see ``docs/emulator.md`` for their sources)."""
+"""Per-architecture defaults: the emulator's hardware facts (popviz/emulator/hardware.py, with
+their sources in docs/emulator.md)."""
 
 CATEGORY_SPLIT: dict[str, float] = {
     "variable": 0.38,

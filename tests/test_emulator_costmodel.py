@@ -168,12 +168,3 @@ def test_report_is_estimated_and_round_trips(tmp_path):
     assert report.config.stages[1].blocks == ("B", "loss")
     write_bundle(report, tmp_path / "training")
     assert read_bundle(tmp_path / "training") == report
-
-
-def test_hardware_agrees_with_testing_builders():
-    from popviz import testing
-
-    for arch, values in testing.HARDWARE.items():
-        spec = hardware.SPECS[arch]
-        assert (spec.tiles_per_ipu, spec.bytes_per_tile, spec.clock_hz) == (
-            values["tiles_per_ipu"], values["bytes_per_tile"], values["clock_hz"])

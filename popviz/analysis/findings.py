@@ -70,6 +70,21 @@ class AnalysisOutput:
     ``metrics``)."""
 
 
+class Collector:
+    """Gathers one analysis's output for one Report: findings and not-checked lines are tagged
+    with the analysis's name."""
+
+    def __init__(self, analysis: str, metrics: dict[str, Any]) -> None:
+        self.analysis = analysis
+        self.out = AnalysisOutput(metrics=metrics)
+
+    def skip(self, check: str, reason: str) -> None:
+        self.out.not_checked.append(NotChecked(self.analysis, check, reason))
+
+    def find(self, code: str, severity: str, title: str, evidence: str, recommendation: str) -> None:
+        self.out.findings.append(Finding(code, severity, self.analysis, title, evidence, recommendation))
+
+
 @dataclass
 class EngineResult:
     """Every analysis of one engine."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from popviz.analysis._common import call_runs, ceil_exact, elapsed_cycles, nbytes, pct, run_cycles
-from popviz.analysis.findings import AnalysisOutput, Finding, NotChecked
+from popviz.analysis.findings import AnalysisOutput, Collector
 from popviz.analysis.thresholds import (
     CALL_DEVICE_SECONDS_MIN,
     CALL_DEVICE_SECONDS_TARGET,
@@ -51,19 +51,8 @@ def outputs_per_call(mode: str, d: int, g: int, r: int, period: int | None = Non
     raise ValueError(f"unknown output mode {mode!r}")
 
 
-class _Out:
-    def __init__(self) -> None:
-        self.out = AnalysisOutput(metrics=empty_metrics())
-
-    def skip(self, check: str, reason: str) -> None:
-        self.out.not_checked.append(NotChecked(NAME, check, reason))
-
-    def find(self, code: str, severity: str, title: str, evidence: str, recommendation: str) -> None:
-        self.out.findings.append(Finding(code, severity, NAME, title, evidence, recommendation))
-
-
 def analyse(report: Report) -> AnalysisOutput:
-    o = _Out()
+    o = Collector(NAME, empty_metrics())
     captions = [_outputs(report, o)]
     captions.append(_stream_copies(report, o))
     o.out.caption = "\n".join(c for c in captions if c) or None
@@ -72,7 +61,7 @@ def analyse(report: Report) -> AnalysisOutput:
 
 # ----------------------------------------------------------------------------------------- outputs
 
-def _outputs(report: Report, o: _Out) -> str | None:
+def _outputs(report: Report, o: Collector) -> str | None:
     m = o.out.metrics
     if not report.has("config"):
         o.skip("output mode", "no configuration recorded (output mode, device iterations); record it "
@@ -131,7 +120,7 @@ def _outputs(report: Report, o: _Out) -> str | None:
     return line
 
 
-def _output_finding(report: Report, o: _Out, mode: str, count: int, out_bytes: int | None,
+def _output_finding(report: Report, o: Collector, mode: str, count: int, out_bytes: int | None,
                     d: int, g: int, r: int) -> None:
     if mode not in ("All", "EveryN") or count <= r:
         return
@@ -168,7 +157,7 @@ def _output_finding(report: Report, o: _Out, mode: str, count: int, out_bytes: i
 
 # ----------------------------------------------------------------------------------- stream copies
 
-def _stream_copies(report: Report, o: _Out) -> str | None:
+def _stream_copies(report: Report, o: Collector) -> str | None:
     import pandas as pd
 
     m = o.out.metrics
@@ -234,7 +223,7 @@ def _call_seconds(report: Report, agg, runs: list[int]) -> float | None:
     return report.target.cycles_to_seconds(elapsed_cycles(agg, runs)) / len(runs)
 
 
-def _copy_finding(o: _Out, worst: dict[str, Any], mode: str | None) -> None:
+def _copy_finding(o: Collector, worst: dict[str, Any], mode: str | None) -> None:
     k = worst["ipu"]
     c, w, x = worst["stream_copy_frac"], worst["host_wait_frac"], worst["transfer_frac"]
     evidence = (f"stream copies take {pct(c)} of IPU{k}'s cycles in a call: {pct(w)} waiting for the "
@@ -255,7 +244,7 @@ def _copy_finding(o: _Out, worst: dict[str, Any], mode: str | None) -> None:
     o.find("HIO001", "warning", title, evidence, rec)
 
 
-def _device_iterations(report: Report, o: _Out, seconds: float) -> None:
+def _device_iterations(report: Report, o: Collector, seconds: float) -> None:
     m = o.out.metrics
     d = report.cfg.device_iterations
     if seconds >= CALL_DEVICE_SECONDS_MIN or seconds <= 0:

@@ -19,23 +19,10 @@ from collections.abc import Callable
 from typing import Any
 
 from popviz.analysis.findings import AnalysisOutput, Finding, NotChecked
+from popviz.analysis.thresholds import CALL_TIME_SLOWER_FRAC, CYCLES_HIGHER_FRAC, MEMORY_HIGHER_FRAC
 from popviz.model import Report, ReportSet
 
 NAME = "instances"
-
-# Thresholds (to join popviz/analysis/thresholds.py when the branches meet; reasoning also in
-# docs/capture.md, "Multi-instance runs").
-CALL_TIME_SLOWER_FRAC = 0.25
-"""Flag an instance whose median call wall time is this much above the others' median. Host
-timings of identical work vary by a few percent between hosts; a quarter more is a different
-host load (data loading, NUMA placement, a busy neighbour), not noise."""
-MEMORY_HIGHER_FRAC = 0.01
-"""Flag an instance whose peak IPU memory is this much above the others'. Instances compile the
-same graph, so their memory is identical; any real difference means a different program."""
-CYCLES_HIGHER_FRAC = 0.05
-"""Flag an instance whose profiled cycles per run are this much above the others'. The same
-program on the same hardware runs in nearly the same cycles; 5% more is a different program or
-a different exchange/sync pattern."""
 
 CONFIG_FIELDS = ("device_iterations", "gradient_accumulation", "replication_factor",
                  "output_mode", "output_return_period", "execution_strategy", "stages")

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from popviz.analysis._common import mib, nbytes, pct
-from popviz.analysis.findings import AnalysisOutput, Finding, NotChecked
+from popviz.analysis.findings import AnalysisOutput, Collector
 from popviz.analysis.thresholds import (
     DEFAULT_AVAILABLE_MEMORY_PROPORTION,
     IPU_FULL_FRAC,
@@ -32,19 +32,8 @@ def empty_metrics() -> dict[str, Any]:
             "fullest_ipu": None, "spread_pct": None}
 
 
-class _Out:
-    def __init__(self) -> None:
-        self.out = AnalysisOutput(metrics=empty_metrics())
-
-    def skip(self, check: str, reason: str) -> None:
-        self.out.not_checked.append(NotChecked(NAME, check, reason))
-
-    def find(self, code: str, severity: str, title: str, evidence: str, recommendation: str) -> None:
-        self.out.findings.append(Finding(code, severity, NAME, title, evidence, recommendation))
-
-
 def analyse(report: Report) -> AnalysisOutput:
-    o = _Out()
+    o = Collector(NAME, empty_metrics())
     m = o.out.metrics
     mem = report.memory
     if mem is None:
@@ -146,7 +135,7 @@ def _mib(n: int) -> str:
     return f"{n / 2**20:,.1f} MiB"
 
 
-def _ipu_findings(report: Report, o: _Out, row: dict[str, Any], rows: list[dict[str, Any]]) -> bool:
+def _ipu_findings(report: Report, o: Collector, row: dict[str, Any], rows: list[dict[str, Any]]) -> bool:
     """Findings for one IPU; True when it is under pressure."""
     t = report.target
     k = row["ipu"]
@@ -190,7 +179,7 @@ def _ipu_findings(report: Report, o: _Out, row: dict[str, Any], rows: list[dict[
     return False
 
 
-def _spread(report: Report, o: _Out, pressured: list[dict[str, Any]], rows: list[dict[str, Any]]) -> None:
+def _spread(report: Report, o: Collector, pressured: list[dict[str, Any]], rows: list[dict[str, Any]]) -> None:
     if not pressured or report.target is None or len(rows) < 2:
         return
     full = max(pressured, key=lambda r: r["used_pct"])
@@ -282,7 +271,7 @@ def _levers(report: Report, row: dict[str, Any], rows: list[dict[str, Any]]) -> 
 
 # ------------------------------------------------------------------------------------------- table
 
-def _table(report: Report, o: _Out, rows: list[dict[str, Any]]) -> None:
+def _table(report: Report, o: Collector, rows: list[dict[str, Any]]) -> None:
     import pandas as pd
 
     if not rows:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from popviz.analysis._common import call_runs, ceil_exact, elapsed_cycles, num, pct, run_cycles
-from popviz.analysis.findings import AnalysisOutput, Finding, NotChecked
+from popviz.analysis.findings import AnalysisOutput, Collector
 from popviz.analysis.thresholds import (
     IMBALANCE_WARN_RATIO,
     RAMP_EFFICIENCY_TARGET_FRAC,
@@ -74,20 +74,9 @@ def _blocks(stage) -> str:
     return ", ".join(stage.blocks) or f"stage {stage.index}"
 
 
-class _Out:
-    def __init__(self, cfg: ModelConfig) -> None:
-        self.out = AnalysisOutput(metrics=empty_metrics(cfg))
-
-    def skip(self, check: str, reason: str) -> None:
-        self.out.not_checked.append(NotChecked(NAME, check, reason))
-
-    def find(self, code: str, severity: str, title: str, evidence: str, recommendation: str) -> None:
-        self.out.findings.append(Finding(code, severity, NAME, title, evidence, recommendation))
-
-
 def analyse(report: Report) -> AnalysisOutput:
     cfg = report.cfg
-    o = _Out(cfg)
+    o = Collector(NAME, empty_metrics(cfg))
     m = o.out.metrics
     if not report.has("config"):
         if report.target is not None and report.target.ipus_per_replica == 1:
@@ -126,7 +115,7 @@ def analyse(report: Report) -> AnalysisOutput:
 
 # ------------------------------------------------------------------------------------------- ramp
 
-def _ramp(report: Report, o: _Out) -> None:
+def _ramp(report: Report, o: Collector) -> None:
     cfg = report.cfg
     m = o.out.metrics
     n = cfg.num_stages
@@ -174,7 +163,7 @@ def _ramp(report: Report, o: _Out) -> None:
 
 # ------------------------------------------------------------------------------------ stage cycles
 
-def _stage_cycles(report: Report, o: _Out, pipelined: bool) -> None:
+def _stage_cycles(report: Report, o: Collector, pipelined: bool) -> None:
     cfg = report.cfg
     m = o.out.metrics
     stages = cfg.stages
@@ -259,7 +248,7 @@ def _stage_cycles(report: Report, o: _Out, pipelined: bool) -> None:
                f"throughput by up to {pct(ratio - 1, 0)}.")
 
 
-def _table(report: Report, o: _Out, per_mb: list, totals: list[int], idle: list[float], b: int) -> None:
+def _table(report: Report, o: Collector, per_mb: list, totals: list[int], idle: list[float], b: int) -> None:
     import pandas as pd
 
     stages = report.cfg.stages
@@ -293,7 +282,7 @@ def _table(report: Report, o: _Out, per_mb: list, totals: list[int], idle: list[
 
 # ---------------------------------------------------------------------------------------- sharded
 
-def _sharded(report: Report, o: _Out) -> None:
+def _sharded(report: Report, o: Collector) -> None:
     cfg = report.cfg
     m = o.out.metrics
     n = cfg.num_stages

@@ -83,3 +83,18 @@ low: the fixed host cost per call dominates)."""
 
 CALL_DEVICE_SECONDS_TARGET = 0.05
 """The device time per call the device-iterations recommendation aims for."""
+
+# ----------------------------------------------------------------------------------- instances
+# Multi-instance runs (PopRun): reasoning also in docs/capture.md, "Multi-instance runs".
+
+CALL_TIME_SLOWER_FRAC = 0.25
+"""Flag an instance whose median call wall time is this much above the others' median. Host
+timings of identical work vary by a few percent between hosts; a quarter more is a different
+host load (data loading, NUMA placement, a busy neighbour), not noise."""
+MEMORY_HIGHER_FRAC = 0.01
+"""Flag an instance whose peak IPU memory is this much above the others'. Instances compile the
+same graph, so their memory is identical; any real difference means a different program."""
+CYCLES_HIGHER_FRAC = 0.05
+"""Flag an instance whose profiled cycles per run are this much above the others'. The same
+program on the same hardware runs in nearly the same cycles; 5% more is a different program or
+a different exchange/sync pattern."""

@@ -931,11 +931,11 @@ class Recorder:
             try:
                 from pathlib import Path
 
-                from popviz.sources.bundle import _atomic_write_bytes
+                from popviz.fileio import atomic_write_bytes
 
                 text = json.dumps(self.document(), indent=1, allow_nan=False) + "\n"
                 os.makedirs(path, exist_ok=True)
-                _atomic_write_bytes(Path(file), text.encode())
+                atomic_write_bytes(Path(file), text.encode())
             except Exception as exc:
                 self.disabled = True
                 _warn(f"cannot write {file} ({type(exc).__name__}: {exc}); recording of this "

@@ -23,7 +23,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -36,6 +35,7 @@ from typing import IO, Any
 
 from popviz import __version__
 from popviz.capture import hooks
+from popviz.childproc import SignalForwarder, exit_status, find_command
 from popviz.errors import MissingDependencyError, PopvizError, UsageError, shown
 
 RUN_FILE = "popviz-run.json"
@@ -51,11 +51,6 @@ ENGINE_OPTIONS_ENV = hooks.ENGINE_OPTIONS_ENV
 TEE_JOIN_SECONDS = 2.0
 """How long to wait, once the child has exited, for output still in the pipes (a grandchild that
 keeps them open is not waited for)."""
-
-SI_KERNEL = 0x80
-"""``si_code`` of a signal the kernel sent (e.g. the terminal's Ctrl-C, which the child, in the
-same process group, receives too): such signals are not forwarded a second time."""
-
 
 class RunError(PopvizError):
     """The command could not be started."""
@@ -143,9 +138,9 @@ def _encode(doc: Mapping[str, Any]) -> bytes:
 
 def _publish_exclusive(path: Path, doc: Mapping[str, Any]) -> bool:
     """Write ``path`` whole, only if it does not exist (hard link of a complete temp file)."""
-    from popviz.sources.bundle import _temp_file
+    from popviz.fileio import temp_file
 
-    fd, tmp = _temp_file(path)
+    fd, tmp = temp_file(path)
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(_encode(doc))
@@ -163,9 +158,9 @@ def _publish_exclusive(path: Path, doc: Mapping[str, Any]) -> bool:
 
 
 def write_run_manifest(path: Path, doc: Mapping[str, Any]) -> None:
-    from popviz.sources.bundle import _atomic_write_bytes
+    from popviz.fileio import atomic_write_bytes
 
-    _atomic_write_bytes(path, _encode(doc))
+    atomic_write_bytes(path, _encode(doc))
 
 
 # ------------------------------------------------------------------------------ options
@@ -321,18 +316,6 @@ def sdk_versions(env: Mapping[str, str]) -> dict[str, str]:
 
 # ------------------------------------------------------------------------------ the run
 
-def find_command(command: Sequence[str], env: Mapping[str, str]) -> str:
-    exe = command[0]
-    if os.sep in exe or (os.altsep and os.altsep in exe):
-        if not (os.path.isfile(exe) and os.access(exe, os.X_OK)):
-            raise UsageError(f"{exe}: no such executable file; check the command after --")
-        return exe
-    found = shutil.which(exe, path=env.get("PATH"))
-    if found is None:
-        raise UsageError(f"{exe}: command not found on PATH; check the command after --")
-    return found
-
-
 class Tee:
     """Copy the child's stdout and stderr to ours, live, and to the log file."""
 
@@ -387,81 +370,6 @@ class Tee:
     def close(self) -> None:
         with self.lock:
             self.log.close()
-
-
-class SignalForwarder:
-    """Forward SIGINT and SIGTERM sent to popviz to the child, once.
-
-    On Linux the signals are blocked and read with ``sigwaitinfo`` by a thread, which tells a
-    signal from the terminal (``SI_KERNEL``: the child, in the same process group, got it
-    already) from one sent to popviz alone (forwarded). Elsewhere a handler forwards every one.
-    """
-
-    SIGNALS = (signal.SIGINT, signal.SIGTERM)
-
-    def __init__(self) -> None:
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.received: list[str] = []
-        self.forwarded: list[str] = []
-        self.blocking = hasattr(signal, "sigwaitinfo") and hasattr(signal, "pthread_sigmask")
-        self._old_handlers: dict[int, Any] = {}
-        self._old_mask: set[int] | None = None
-
-    def before_spawn(self) -> None:
-        if self.blocking:
-            self._old_mask = set(signal.pthread_sigmask(signal.SIG_BLOCK, self.SIGNALS))
-
-    def child_setup(self) -> None:
-        """Runs in the child between fork and exec: give it the normal signal mask back."""
-        if self.blocking:
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, self.SIGNALS)
-
-    def after_spawn(self, proc: subprocess.Popen[bytes]) -> None:
-        self.proc = proc
-        if self.blocking:
-            threading.Thread(target=self._wait_loop, daemon=True).start()
-        else:
-            for sig in self.SIGNALS:
-                self._old_handlers[sig] = signal.signal(sig, self._handler)
-
-    def _forward(self, signo: int, from_terminal: bool) -> None:
-        name = signal.Signals(signo).name
-        self.received.append(name)
-        proc = self.proc
-        if proc is None or proc.poll() is not None or from_terminal:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(proc.pid, signo)
-            self.forwarded.append(name)
-
-    def _wait_loop(self) -> None:
-        while True:
-            try:
-                info = signal.sigwaitinfo(set(self.SIGNALS))
-            except Exception:
-                return
-            self._forward(info.si_signo, info.si_code == SI_KERNEL)
-
-    def _handler(self, signo: int, _frame: Any) -> None:
-        self._forward(signo, False)
-
-    def restore(self) -> None:
-        for sig, old in self._old_handlers.items():
-            signal.signal(sig, old)
-        if self._old_mask is not None:
-            signal.pthread_sigmask(signal.SIG_SETMASK, self._old_mask)
-            self._old_mask = None
-
-
-def exit_status(returncode: int) -> tuple[str, int, str | None]:
-    """(status, popviz exit code, signal name) from a child's return code."""
-    if returncode < 0:
-        try:
-            name = signal.Signals(-returncode).name
-        except ValueError:
-            name = f"signal {-returncode}"
-        return "killed", 128 - returncode, name
-    return ("succeeded" if returncode == 0 else "failed"), returncode, None
 
 
 def _engines_found(root: Path) -> list[dict[str, Any]]:

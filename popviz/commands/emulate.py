@@ -16,15 +16,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
-import signal
 import subprocess
-import sys
 
 NAME = "emulate"
 HELP = "run a PopTorch script on the CPU with the emulator as poptorch"
-
-FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -41,53 +36,29 @@ def command_from(args: argparse.Namespace) -> list[str]:
         cmd = cmd[1:]
     if not cmd:
         raise UsageError("no command given; usage: popviz emulate -- python train.py [ARGS ...]")
-    if shutil.which(cmd[0]) is None:
-        raise UsageError(f"{cmd[0]}: command not found (not an executable file or on PATH); "
-                         "usage: popviz emulate -- python train.py [ARGS ...]")
     return cmd
 
 
-def _terminal_signalled_group() -> bool:
-    """Whether a terminal key (Ctrl-C) just signalled our whole foreground process group, the
-    child included; then the signal must not be sent to the child a second time."""
-    for stream in (sys.stdin, sys.stdout, sys.stderr):
-        try:
-            if stream is not None and stream.isatty():
-                return os.tcgetpgrp(stream.fileno()) == os.getpgrp()
-        except (OSError, ValueError):
-            continue
-    return False
-
-
 def run_child(cmd: list[str], env: dict[str, str]) -> int:
-    """Run ``cmd`` with ``env``, forwarding SIGINT/SIGTERM; return its exit code."""
+    """Run ``cmd`` with ``env``, output live, SIGINT/SIGTERM forwarded once; its exit code
+    (128 + N when signal N ended it)."""
+    from popviz.childproc import SignalForwarder, exit_status, find_command
     from popviz.errors import UsageError
 
+    exe = find_command(cmd, env)
+    forwarder = SignalForwarder()
+    forwarder.before_spawn()
     try:
-        child = subprocess.Popen(cmd, env=env)
+        child = subprocess.Popen([exe, *cmd[1:]], env=env, preexec_fn=forwarder.child_setup)
     except OSError as exc:
+        forwarder.restore()
         raise UsageError(f"{cmd[0]}: cannot be run ({exc.strerror})") from None
-
-    def forward(signum: int, _frame: object) -> None:
-        if signum == signal.SIGINT and _terminal_signalled_group():
-            return
-        try:
-            child.send_signal(signum)
-        except ProcessLookupError:
-            pass
-
-    previous = {s: signal.signal(s, forward) for s in FORWARDED_SIGNALS}
+    forwarder.after_spawn(child)
     try:
-        while True:
-            try:
-                code = child.wait()
-                break
-            except KeyboardInterrupt:  # pragma: no cover - the handler above replaces SIGINT
-                continue
+        code = child.wait()
     finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
-    return 128 - code if code < 0 else code
+        forwarder.restore()
+    return exit_status(code)[1]
 
 
 def run(args: argparse.Namespace) -> int:

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-import os
-import secrets
 from pathlib import Path
 from typing import Any
 
 from popviz import __version__
-from popviz.errors import CorruptReportError, PopvizError, UnsupportedFormatError, shown
+from popviz.errors import CorruptReportError, PopvizError, shown
+from popviz.fileio import atomic_write_bytes, read_versioned_json
 from popviz.model import (
     ExecutionTable,
     HostIO,
@@ -40,30 +39,6 @@ def is_bundle(directory: str | Path) -> bool:
     return (Path(directory) / METADATA_FILE).is_file()
 
 
-def _temp_file(path: Path) -> tuple[int, str]:
-    """A new file beside ``path`` for an atomic replace: (fd, name). Unlike mkstemp's 0600 it
-    gets the permissions the umask gives any new file, so reports stay readable by others."""
-    while True:
-        tmp = str(path.parent / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-        try:
-            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), tmp
-        except FileExistsError:
-            continue
-
-
-def _atomic_write_bytes(path: Path, data: bytes) -> None:
-    fd, tmp = _temp_file(path)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def _write_parquet(frame, path: Path) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -73,7 +48,7 @@ def _write_parquet(frame, path: Path) -> None:
     table = pa.Table.from_pandas(frame, preserve_index=False, nthreads=1)
     sink = pa.BufferOutputStream()
     pq.write_table(table, sink, compression="zstd")
-    _atomic_write_bytes(path, sink.getvalue().to_pybytes())
+    atomic_write_bytes(path, sink.getvalue().to_pybytes())
 
 
 def write_bundle(report: Report, directory: str | Path, *, overwrite: bool = False) -> Path:
@@ -114,7 +89,7 @@ def write_bundle(report: Report, directory: str | Path, *, overwrite: bool = Fal
         meta["execution"] = {"steps_file": STEPS_FILE, "runs_file": RUNS_FILE,
                              "rows": len(report.execution.steps)}
         written |= {STEPS_FILE, RUNS_FILE}
-    _atomic_write_bytes(meta_path, (json.dumps(meta, indent=1, allow_nan=False) + "\n").encode())
+    atomic_write_bytes(meta_path, (json.dumps(meta, indent=1, allow_nan=False) + "\n").encode())
     for stale in set(TABLE_FILES) - written:  # tables of a previous version of this bundle
         (directory / stale).unlink(missing_ok=True)
     return directory
@@ -132,30 +107,8 @@ class _Reader:
                                   "or incomplete: write it again (popviz export / capture)")
 
     def load_meta(self) -> dict[str, Any]:
-        try:
-            text = self.meta_path.read_text(encoding="utf-8")
-        except UnicodeDecodeError:
-            raise self.fail("is not UTF-8 text") from None
-        except OSError as exc:
-            raise CorruptReportError(f"{shown(self.meta_path)}: cannot be read ({exc.strerror})") from None
-        try:
-            meta = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise self.fail(f"is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
-        if not isinstance(meta, dict):
-            raise self.fail("is not a JSON object")
-        if meta.get("format") != FORMAT_NAME:
-            raise self.fail(f"is not a popviz bundle (\"format\" is {meta.get('format')!r}, "
-                            f"expected {FORMAT_NAME!r})")
-        version = meta.get("format_version")
-        if not isinstance(version, int) or isinstance(version, bool) or version < 1:
-            raise self.fail(f"has an invalid format_version {version!r}")
-        if version > FORMAT_VERSION:
-            raise UnsupportedFormatError(
-                f"{shown(self.meta_path)} is bundle format {version}, written by "
-                f"{meta.get('written_by', 'a newer popviz')}; this popviz {__version__} reads "
-                f"format {FORMAT_VERSION} and older: upgrade popviz (pip install -U popviz)")
-        return meta
+        return read_versioned_json(self.meta_path, format_name=FORMAT_NAME, format_version=FORMAT_VERSION,
+                                   kind="bundle", fail=self.fail)
 
     def section(self, meta: dict[str, Any], key: str, kind: type) -> Any:
         value = meta.get(key)

@@ -12,14 +12,14 @@ Reading runs no code: the file is parsed with :func:`json.loads` and every value
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from popviz import __version__
-from popviz.errors import CorruptReportError, UnsupportedFormatError, shown
+from popviz.errors import CorruptReportError, shown
+from popviz.fileio import read_versioned_json
 from popviz.model import (
     EXECUTION_STRATEGIES,
     CallStats,
@@ -151,26 +151,8 @@ def read_manifest(path: str | Path) -> ModelManifest:
     if path.is_dir():
         path = path / MODEL_FILE
     check = _Checker(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise check.fail("is not UTF-8 text") from None
-    except OSError as exc:
-        raise CorruptReportError(f"{shown(path)}: cannot be read ({exc.strerror})") from None
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise check.fail(f"is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
-    if not isinstance(doc, dict) or doc.get("format") != MODEL_FORMAT:
-        raise check.fail(f"is not a popviz model manifest (\"format\" must be {MODEL_FORMAT!r})")
-    version = doc.get("format_version")
-    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
-        raise check.fail(f"has an invalid format_version {version!r}")
-    if version > MODEL_FORMAT_VERSION:
-        raise UnsupportedFormatError(
-            f"{shown(path)} is model manifest format {version}, written by "
-            f"{doc.get('written_by', 'a newer popviz')}; this popviz {__version__} reads format "
-            f"{MODEL_FORMAT_VERSION} and older: upgrade popviz (pip install -U popviz)")
+    doc = read_versioned_json(path, format_name=MODEL_FORMAT, format_version=MODEL_FORMAT_VERSION,
+                              kind="model manifest", fail=check.fail)
     engine = doc.get("engine")
     if not isinstance(engine, str) or not engine:
         raise check.fail("has no engine name")
