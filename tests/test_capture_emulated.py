@@ -135,3 +135,36 @@ def test_python_api_under_the_emulator(tmp_path):
     doc = json.loads((tmp_path / "reports" / "inference" / "popviz-model.json").read_text())
     assert doc["status"] == "final"
     assert os.path.exists(tmp_path / "reports" / "inference" / "popviz-report.json")
+
+
+MANIFEST_ONLY_SCRIPT = '''
+import torch
+import poptorch
+
+model = poptorch.inferenceModel(torch.nn.Linear(16, 4), poptorch.Options().deviceIterations(2))
+for _ in range(3):
+    model(torch.randn(4, 16))
+'''
+
+
+def test_engine_known_only_from_its_manifest_validates_against_the_json_schema(tmp_path):
+    import jsonschema
+
+    from popviz.render.json import schema
+
+    script = tmp_path / "infer.py"
+    script.write_text(MANIFEST_ONLY_SCRIPT)
+    # The user's autoReport.all=false is kept: no profile, only popviz-model.json.
+    proc = run_cli("capture", "-o", "out", "--emulate", "--", PY, str(script), cwd=tmp_path,
+                   env={"POPLAR_ENGINE_OPTIONS": '{"autoReport.all": "false"}'}, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in (tmp_path / "out" / "inference").iterdir()) == ["popviz-model.json"]
+    proc = run_cli("analyse", str(tmp_path / "out"), "--json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    jsonschema.Draft202012Validator(schema()).validate(doc)
+    [engine] = doc["engines"]
+    assert engine["provenance"]["source"] == "capture"
+    assert engine["missing"] == ["target", "memory", "execution"]
+    assert engine["config"]["device_iterations"] == 2
+    assert engine["metrics"]["host_io"]["outputs_per_call"] == 2
