@@ -78,3 +78,20 @@ def test_launch_and_emulate_command_do_not_import_torch():
             "print([m for m in ('torch', 'pandas', 'pyarrow') if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     assert out.stdout.strip() == "[]"
+
+
+def test_missing_torch_is_a_one_line_error_before_the_child_starts(monkeypatch):
+    import importlib.util
+
+    import pytest
+
+    from popviz.emulator import launch
+    from popviz.errors import MissingDependencyError
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "torch" else real(name, *a))
+    with pytest.raises(MissingDependencyError, match=r"needs PyTorch, which is not installed in .*"
+                                                     r"pip install torch==2\.13\.0"):
+        launch.check_command([sys.executable, "train.py"], os.environ)
+    # another interpreter is not ours to judge: its own import error will speak
+    launch.check_torch_for("/bin/sh")

@@ -467,7 +467,12 @@ def run_capture(command: Sequence[str], *, output: str | None = None, new_run: b
     instance = hooks.instance_from_env(base_env)
     planned = plan_dir(output, new_run, instance)
     child_env = emulated(dict(base_env)) if emulate else dict(base_env)
-    find_command(command, child_env)
+    if emulate:
+        from popviz.emulator.launch import check_command
+
+        check_command(command, child_env)
+    else:
+        find_command(command, child_env)
 
     started = time.time()
     run: dict[str, Any] = {

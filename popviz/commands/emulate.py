@@ -42,10 +42,11 @@ def command_from(args: argparse.Namespace) -> list[str]:
 def run_child(cmd: list[str], env: dict[str, str]) -> int:
     """Run ``cmd`` with ``env``, output live, SIGINT/SIGTERM forwarded once; its exit code
     (128 + N when signal N ended it)."""
-    from popviz.childproc import SignalForwarder, exit_status, find_command
+    from popviz.childproc import SignalForwarder, exit_status
+    from popviz.emulator.launch import check_command
     from popviz.errors import UsageError
 
-    exe = find_command(cmd, env)
+    exe = check_command(cmd, env)
     forwarder = SignalForwarder()
     forwarder.before_spawn()
     try:

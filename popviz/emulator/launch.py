@@ -9,9 +9,13 @@ This module is light: it imports neither torch nor the emulator itself.
 
 from __future__ import annotations
 
+import importlib.util
 import os
-from collections.abc import Mapping
+import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+
+from popviz.errors import MissingDependencyError
 
 SHIM_DIR = Path(__file__).resolve().parent / "_shim"
 """Directory holding the ``poptorch`` shim package; prepended to the child's PYTHONPATH."""
@@ -32,4 +36,28 @@ def emulated_env(env: Mapping[str, str]) -> dict[str, str]:
     return out
 
 
-__all__ = ["SHIM_DIR", "emulated_env"]
+def check_torch_for(executable: str) -> None:
+    """Fail early, in one line, when ``executable`` is this very Python and torch (which the
+    emulator needs) is not installed in it. Another interpreter is not checked: its own import
+    error then says what to install."""
+    try:
+        same = os.path.samefile(executable, sys.executable)
+    except OSError:
+        same = False
+    if same and importlib.util.find_spec("torch") is None:
+        raise MissingDependencyError(
+            f"the emulator needs PyTorch, which is not installed in {sys.executable}: "
+            "pip install torch==2.13.0 (the CPU build; or pip install 'popviz[emulate]')")
+
+
+def check_command(command: Sequence[str], env: Mapping[str, str]) -> str:
+    """The executable of ``command`` (see :func:`popviz.childproc.find_command`), after
+    :func:`check_torch_for` it."""
+    from popviz.childproc import find_command
+
+    exe = find_command(command, env)
+    check_torch_for(exe)
+    return exe
+
+
+__all__ = ["SHIM_DIR", "check_command", "check_torch_for", "emulated_env"]
