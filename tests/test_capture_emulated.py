@@ -168,3 +168,9 @@ def test_engine_known_only_from_its_manifest_validates_against_the_json_schema(t
     assert engine["missing"] == ["target", "memory", "execution"]
     assert engine["config"]["device_iterations"] == 2
     assert engine["metrics"]["host_io"]["outputs_per_call"] == 2
+
+
+def test_no_engine_under_emulate_does_not_suggest_emulate(tmp_path):
+    proc = run_cli("capture", "-o", "out", "--emulate", "--", PY, "-c", "pass", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "Poplar wrote no profile\n" in proc.stderr and "add --emulate" not in proc.stderr

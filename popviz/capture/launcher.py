@@ -419,8 +419,9 @@ def summary_lines(run: Mapping[str, Any], root: Path) -> list[str]:
              f"{run.get('duration_seconds', 0):.1f} s)"]
     engines = run.get("engines") or []
     if not engines:
+        hint = "" if run.get("emulated") else " (on a machine without IPUs, add --emulate)"
         lines.append("  no engine captured: the command created no PopTorch executor and Poplar wrote "
-                     "no profile (on a machine without IPUs, add --emulate)")
+                     f"no profile{hint}")
     width = max((len(e["path"]) for e in engines), default=0)
     for e in engines:
         files = set(e["files"])
