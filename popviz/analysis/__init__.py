@@ -52,6 +52,11 @@ def analyse(reports: ReportSet, only: Sequence[str] | None = None) -> Result:
                 engine.outputs[n] = produced[engine.report.label]
         if produced or only:
             ran.append(n)
+        if not produced and only and n in only:
+            for engine in engines:
+                engine.outputs[n] = AnalysisOutput(not_checked=[NotChecked(
+                    n, "cross-check of instances", "not applicable: this directory holds no "
+                    "multi-instance (PopRun) run, only separate runs, each analysed on its own")])
     return Result(root=reports.root, engines=engines, analyses=ran)
 
 

@@ -110,8 +110,12 @@ def render(result: Result, file: IO[str] | None = None, width: int | None = None
     from rich.console import Console
 
     console = Console(file=file, width=width, highlight=False)
-    for engine in result.engines:
-        _engine(console, engine)
+    runs = text.run_groups(result)
+    for run, engines in runs:
+        if len(runs) > 1:
+            console.rule(f"[bold]{text.run_heading(run, engines)}[/]", align="left")
+        for engine in engines:
+            _engine(console, engine)
     n = len(result.engines)
     worst = result.worst_severity()
     console.print(f"{n} engine{'s' if n != 1 else ''} analysed"

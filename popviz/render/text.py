@@ -2,7 +2,31 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from popviz.model import Report
+
+if TYPE_CHECKING:
+    from popviz.analysis.findings import EngineResult, Result
+
+
+def run_groups(result: Result) -> list[tuple[str | None, list[EngineResult]]]:
+    """The engines grouped by run, in order: a directory holding several separate runs is shown
+    run by run; the instances of one PopRun run form one group."""
+    from popviz.analysis.instances import run_of
+
+    groups: dict[str | None, list[EngineResult]] = {}
+    for e in result.engines:
+        groups.setdefault(run_of(e.report), []).append(e)
+    return list(groups.items())
+
+
+def run_heading(run: str | None, engines: list[EngineResult]) -> str:
+    from popviz.analysis.instances import is_instance
+
+    n = len({e.report.instance for e in engines if is_instance(e.report)})
+    where = f"run {run}" if run else "run (top level)"
+    return where + (f" · {n} PopRun instances" if n > 1 else "")
 
 
 def fmt_bytes(n: float | None) -> str:
