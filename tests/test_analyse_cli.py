@@ -172,3 +172,17 @@ def test_clean_report_passes_the_strictest_gate(tmp_path):
     proc = run_cli("analyse", str(tmp_path / "r"), "--fail-on", "info")
     assert proc.returncode == 0, proc.stdout
     assert "no findings" in proc.stdout
+
+
+def test_analyze_alias_and_fail_on_names_the_findings():
+    proc = run_cli("analyze", str(SAMPLES / "oom_compile"), "--fail-on", "warning", "--json")
+    assert proc.returncode == 1
+    json.loads(proc.stdout)  # stdout stays the report
+    assert proc.stderr == ("popviz: --fail-on warning: 2 findings at or above warning: "
+                           "training: MEM001 (error), training: MEM004 (warning)\n")
+
+
+def test_popviz_namespace_is_the_public_api():
+    import popviz
+
+    assert dir(popviz) == ["__version__", "capture", "load", "wrap"]
