@@ -221,3 +221,73 @@ def data_line(report: Report) -> list[tuple[str, str]]:
         out.append(("host I/O", "missing"))
     out.append(("config", "recorded" if report.has("config") else "missing"))
     return out
+
+
+def _code_breaks(code: str, chars: str = "(,.") -> list[str]:
+    """``code`` cut into pieces that may each end a line: after ``(``, ``,`` or ``.`` inside
+    parentheses only (Python continues a line inside brackets), never inside an identifier."""
+    pieces, depth, start = [], 0, 0
+    for i, c in enumerate(code):
+        if c in "([{":
+            depth += 1
+        elif c in ")]}":
+            depth -= 1
+        if depth > 0 and c in chars and i + 1 < len(code):
+            pieces.append(code[start:i + 1])
+            start = i + 1
+    pieces.append(code[start:])
+    return pieces
+
+
+def wrap_code_prose(prose: str, width: int) -> list[list[tuple[str, bool]]]:
+    """Lines of (text, is_code) pieces no wider than ``width`` where possible: prose wraps at
+    spaces; code (``code_spans``) starts a new line when it does not fit, and breaks only where
+    ``_code_breaks`` allows (continuation lines indented by 4), so a copied line is never cut in
+    the middle of an identifier and the lines pasted together are valid Python."""
+    width = max(width, 20)
+    lines: list[list[tuple[str, bool]]] = [[]]
+    used = 0
+
+    def put(piece: str, code: bool) -> None:
+        nonlocal used
+        lines[-1].append((piece, code))
+        used += len(piece)
+
+    def newline(indent: str = "") -> None:
+        nonlocal used
+        while lines[-1] and not lines[-1][-1][1] and lines[-1][-1][0].endswith(" "):
+            last = lines[-1][-1][0].rstrip(" ")
+            lines[-1][-1] = (last, False)
+            if last:
+                break
+            lines[-1].pop()
+        lines.append([])
+        used = 0
+        if indent:
+            put(indent, False)
+
+    for piece, code in code_spans(prose):
+        if code:
+            parts = _code_breaks(piece, "(,")
+            if max(map(len, parts)) > width - 4:
+                parts = _code_breaks(piece)
+            if used and used + len(piece) > width:
+                newline()
+            for k, part in enumerate(parts):
+                if used + len(part) > width and used > 4:
+                    newline("    " if k else "")
+                put(part, True)
+            continue
+        for k, token in enumerate(piece.split(" ")):
+            if not token:
+                continue
+            # words are separated by a space; the first attaches to what came before (".", ";")
+            gap = " " if (k > 0 and used) else ""
+            if used and used + len(gap) + len(token) > width:
+                newline()
+                gap = ""
+            put(gap + token, False)
+        if piece.endswith(" ") and used:
+            lines[-1].append((" ", False))
+            used += 1
+    return [line for line in lines if line]
