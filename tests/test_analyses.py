@@ -306,7 +306,8 @@ def test_spread_between_ipus_is_a_finding_and_names_where_to_move():
     assert "IPU0 holds embeddings, layer0-5" in f.recommendation
     assert round(out.metrics["spread_pct"], 1) == 35.0
     levers = only(out, "MEM002").recommendation
-    assert "(2) move blocks off IPU0 to IPU1 (50% used)" in levers
+    # ranked by the bytes they save: the move is the one lever the report can size
+    assert levers.startswith("Levers that fit: (1) move blocks off IPU0 to IPU1 (50% used) (saves about")
     assert "serialize the embedding on IPU0" in levers
 
 
@@ -494,7 +495,7 @@ def test_every_finding_code_and_threshold_is_documented():
     source = "".join((ROOT / "popviz" / "analysis" / f"{n}.py").read_text()
                      for n in ("pipeline", "memory", "host_io"))
     emitted = set(re.findall(r'"((?:PIPE|MEM|HIO)\d{3})"', source))
-    assert emitted == {"PIPE001", "PIPE002", "PIPE003", "PIPE004", "MEM001", "MEM002", "MEM003", "MEM004",
+    assert emitted == {"PIPE001", "PIPE002", "PIPE003", "PIPE004", "MEM001", "MEM002", "MEM003", "MEM004", "MEM005",
                        "HIO001", "HIO002", "HIO003"}
     for code in emitted:
         assert f"`{code}`" in doc, code
@@ -543,3 +544,47 @@ def test_cycle_shares_add_up_to_the_elapsed_cycles(kw):
     # useful work + weight update is the utilisation
     assert sh["useful_frac"] + sh["weight_update_frac"] == pytest.approx(m["utilisation_frac"], abs=1e-12)
     assert sh["bottleneck_ipu"] == 1
+
+
+# ------------------------------------------------------------------------------ nothing fits
+
+BERT_BLOCKS = [["embeddings", "encoder.layer.0-2"], ["encoder.layer.3-5"], ["encoder.layer.6-8"],
+               ["encoder.layer.9-11", "qa_outputs"]]
+EMULATOR_CATEGORIES = {"weights": 0.25, "optimizerState": 0.25, "gradientAccumulators": 0.1,
+                       "activationStash": 0.3, "temporaries": 0.05, "codeAndExchange": 0.05}
+
+
+def test_a_model_that_cannot_fit_gets_the_no_fit_statement_and_no_move():
+    # BERT-base in FP32 over 4 IPUs: 214%, 137%, 101% and 65% of an IPU (129% of the four)
+    fracs = [2.14, 1.37, 1.01, 0.65]
+    r = testing.pipeline_report([1000] * 4, memory_level="ipu", memory_frac=fracs, estimated=True,
+                                blocks=BERT_BLOCKS)
+    r = r.replace(memory=testing.ipu_memory(r.target, fracs, categories=EMULATOR_CATEGORIES))
+    out = memory.analyse(r)
+    assert codes(out) == ["MEM005", "MEM001", "MEM001", "MEM001"]
+    f = out.findings[0]
+    assert (f.severity, f.title) == ("error", "The model does not fit on 4 IPUs: no split of it can")
+    assert "129.3% of them combined, 1,100,470,027 B (1.0 GiB) over" in f.evidence
+    assert out.metrics["total_over_bytes"] == 1_100_470_027
+    assert "spread the model over at least 6 IPUs" in f.recommendation
+    # levers with the bytes each saves, largest first
+    assert "(2) optimizer state off chip saves 1,191,376,374 B (1.1 GiB)" in f.recommendation
+    assert "(4) recomputation saves up to about 714,825,824 B" in f.recommendation
+    assert "recompute_checkpoint_every_layer" in f.recommendation
+    for g in out.findings:  # never onto a full IPU, nor any move: no split fits
+        assert "move blocks" not in g.recommendation.lower() and "MEM004" != g.code
+    # the stash dominates the not-always-live bytes: the available memory proportion is not offered
+    assert not any("setAvailableMemoryProportion" in g.recommendation for g in out.findings)
+    ipu0 = out.findings[1].recommendation
+    assert ipu0.startswith("Levers that fit: (1) the optimizer state is 25% of IPU0's bytes")
+    assert "(saves about 493,142,252 B (470.3 MiB)); (2) fewer micro-batches in flight" in ipu0
+
+
+def test_no_move_onto_an_ipu_that_would_then_be_full():
+    # the fit is fine overall, but IPU1 (75%) cannot take IPU0's excess over 80% (30 points)
+    r = testing.pipeline_report([1000] * 3, memory_level="ipu", memory_frac=[1.1, 0.75, 0.3])
+    out = memory.analyse(r)
+    assert "MEM005" not in codes(out)
+    rec = only(out, "MEM001").recommendation
+    assert "(1) move blocks off IPU0 to IPU2 (30% used)" in rec  # IPU2 can: 30% + 30% fits
+    assert "to IPU1" not in rec
