@@ -588,3 +588,50 @@ def test_no_move_onto_an_ipu_that_would_then_be_full():
     rec = only(out, "MEM001").recommendation
     assert "(1) move blocks off IPU0 to IPU2 (30% used)" in rec  # IPU2 can: 30% + 30% fits
     assert "to IPU1" not in rec
+
+
+# -------------------------------------------------------------------- host I/O and the options
+
+def _with_options(report, options):
+    import dataclasses
+
+    return report.replace(config=dataclasses.replace(report.cfg, options=options))
+
+
+def test_host_io_never_proposes_what_the_options_already_set():
+    r = testing.pipeline_report([1000] * 2, mode="inference", device_iterations=4, host_wait_cycles=200_000)
+    rec = only(host_io.analyse(r), "HIO001").recommendation
+    assert 'opts._Popart.set("defaultPrefetchBufferingDepth", 3)' in rec
+    assert "opts.enableSyntheticData(True)" in rec
+    set_already = _with_options(r, {"other": {"popart": {"defaultPrefetchBufferingDepth": 3}}})
+    rec = only(host_io.analyse(set_already), "HIO001").recommendation
+    assert "defaultPrefetchBufferingDepth" not in rec and "DataLoaderMode.Async) if it is not already" in rec
+
+
+def test_synthetic_data_has_no_input_bytes():
+    r = testing.pipeline_report([1000] * 2, mode="inference", device_iterations=4)
+    assert host_io.analyse(r).metrics["input_bytes_per_call"] == 200_704
+    out = host_io.analyse(_with_options(r, {"other": {"popart": {"syntheticDataMode": 2}}}))
+    assert out.metrics["input_bytes_per_call"] is None
+    [nc] = [n for n in out.not_checked if n.check == "input bytes per call"]
+    assert nc.reason.startswith("not meaningful: synthetic data is enabled")
+
+
+def test_float16_inputs_are_not_told_to_be_float16():
+    kw = dict(mode="inference", device_iterations=4, host_bytes_per_cycle=0.01, host_wait_cycles=0)
+    wide = testing.pipeline_report([1000] * 2, **kw)
+    assert "narrower dtypes (int32 or float16 instead of int64 or float32: input)" in \
+        only(host_io.analyse(wide), "HIO001").recommendation
+    half = testing.pipeline_report([1000] * 2, inputs={"x": ((16, 784), "float16")}, **kw)
+    assert "narrower dtypes" not in only(host_io.analyse(half), "HIO001").recommendation
+
+
+def test_estimated_reports_never_quote_the_emulator_wall_time_as_host_time():
+    from popviz.model import CallStats, HostIO
+
+    stats = HostIO(tensors=testing.pipeline_report([1000]).host_io.tensors, calls=10, call_stats=(
+        CallStats("wall_seconds", count=10, sum=4.829, min=0.4, max=0.5, p50=0.48),))
+    for estimated, quoted in ((False, True), (True, False)):
+        r = testing.pipeline_report([1000] * 2, mode="inference", device_iterations=4, estimated=estimated)
+        f = only(host_io.analyse(r.replace(host_io=stats)), "HIO003")
+        assert ("measured wall time per call 482.9 ms" in f.evidence) == quoted

@@ -57,6 +57,10 @@ def analyse(reports: ReportSet, only: Sequence[str] | None = None) -> Result:
                 engine.outputs[n] = AnalysisOutput(not_checked=[NotChecked(
                     n, "cross-check of instances", "not applicable: this directory holds no "
                     "multi-instance (PopRun) run, only separate runs, each analysed on its own")])
+    from popviz.analysis.plan import reconcile
+
+    for engine in engines:
+        engine.plan = reconcile(engine)
     return Result(root=reports.root, engines=engines, analyses=ran)
 
 

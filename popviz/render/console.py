@@ -120,6 +120,14 @@ def render(result: Result, file: IO[str] | None = None, width: int | None = None
     from rich.console import Console
 
     console = Console(file=file, width=width, highlight=False)
+    from rich.padding import Padding
+    from rich.text import Text
+
+    prose = min(console.width, PROSE_WIDTH)
+    console.print("[bold]summary[/]")
+    for line in text.summary_lines(result):
+        console.print(Padding(Text(line), (0, 0, 0, 1), expand=False), width=prose)
+    console.print()
     runs = text.run_groups(result)
     for run, engines in runs:
         if len(runs) > 1:

@@ -291,3 +291,29 @@ def wrap_code_prose(prose: str, width: int) -> list[list[tuple[str, bool]]]:
             lines[-1].append((" ", False))
             used += 1
     return [line for line in lines if line]
+
+
+SUMMARY_ACTIONS = 3
+"""Top actions per engine in the summary at the head of the console and Markdown views."""
+
+
+def summary_lines(result: Result) -> list[str]:
+    """The short summary: engines, the worst finding, and each engine's top actions with their
+    estimated gain (from its plan)."""
+    n = len(result.engines)
+    worst = result.worst_severity()
+    lines = [f"{n} engine{'s' if n != 1 else ''}"
+             + (f"; worst finding: {worst}" if worst else "; no findings")]
+    for e in result.engines:
+        plan = e.plan
+        if plan is None or not plan.actions:
+            continue
+        top = plan.actions[:SUMMARY_ACTIONS]
+        lines.append(f"{e.report.label}: " + "; ".join(
+            f"{k}. {a.code} {a.title} ({a.gain_text})" for k, a in enumerate(top, 1)))
+        for d in plan.decisions:
+            if d.current != d.value:
+                lines.append(f"{e.report.label}: one value for {d.option}: {d.value} "
+                             f"(now {d.current if d.current is not None else 'unknown'}; "
+                             + "; ".join(d.reasons) + ")")
+    return lines
