@@ -635,3 +635,16 @@ def test_estimated_reports_never_quote_the_emulator_wall_time_as_host_time():
         r = testing.pipeline_report([1000] * 2, mode="inference", device_iterations=4, estimated=estimated)
         f = only(host_io.analyse(r.replace(host_io=stats)), "HIO003")
         assert ("measured wall time per call 482.9 ms" in f.evidence) == quoted
+
+
+def test_anchored_tensors_are_counted_with_their_return_mode():
+    r = testing.pipeline_report([1000] * 2, gradient_accumulation=4, device_iterations=2)
+    # opts.anchorTensor("grad_w", "Gradient___w", poptorch.OutputMode.All) and one with the default
+    anchors = {"grad_w": ["Gradient___w", False, 2, 1], "grad_b": ["Gradient___b", True, 2, 1]}
+    out = host_io.analyse(_with_options(r, {"other": {"anchored_tensors": anchors}}))
+    assert out.metrics["anchored_tensors"] == [
+        {"name": "grad_b", "output_mode": "Final", "return_period": None, "copies_per_call": 1,
+         "bytes_per_call": None},
+        {"name": "grad_w", "output_mode": "All", "return_period": None, "copies_per_call": 8,
+         "bytes_per_call": None}]
+    assert "anchored tensor bytes" in [n.check for n in out.not_checked]

@@ -37,6 +37,7 @@ def empty_metrics() -> dict[str, Any]:
         "input_bytes_per_call": None, "alternatives": None,
         "stream_copy_frac": None, "host_wait_frac": None, "transfer_frac": None, "stream_copy_ipu": None,
         "ipus": [], "call_device_seconds": None, "recommended_device_iterations": None,
+        "anchored_tensors": None,
     }
 
 
@@ -119,6 +120,7 @@ def _outputs(report: Report, o: Collector) -> str | None:
         o.skip("input bytes per call", "not meaningful: synthetic data is enabled "
                "(opts.enableSyntheticData), so no inputs are copied from the host")
     m["input_bytes_per_call"] = d * g * r * in_bytes if in_bytes is not None else None
+    _anchored(report, o, mode, d, g, r)
     alternatives: dict[str, Any] = {}
     for alt in MODES:
         p = (period if mode == "EveryN" else d) if alt == "EveryN" else None
@@ -141,6 +143,46 @@ def _outputs(report: Report, o: Collector) -> str | None:
     if in_bytes is not None:
         line += f" · inputs {nbytes(d * g * r * in_bytes)} per call"
     return line
+
+
+def _anchored(report: Report, o: Collector, mode: str, d: int, g: int, r: int) -> None:
+    """Tensors returned with ``opts.anchorTensor(short, long, output_mode, period)``: each comes
+    back with its own return mode (the engine's when none was given), on top of the outputs."""
+    from popviz.sources.manifest import output_mode_name
+
+    anchors = recorded_option_dict(report, "anchored_tensors")
+    if not anchors:
+        return
+    sizes = {t.name: t.bytes for t in report.host_io.outputs} if report.host_io is not None else {}
+    rows = []
+    for short, spec in sorted(anchors.items()):
+        if not isinstance(spec, list) or len(spec) < 4:
+            continue
+        _long, use_default, raw_mode, period = spec[:4]
+        amode = mode if use_default else (output_mode_name(raw_mode) or mode)
+        if amode == "Default":
+            amode = report.cfg.effective_output_mode or mode
+        p = int(period) if isinstance(period, int) and period >= 1 else 1
+        copies = outputs_per_call(amode, d, g, r, p)
+        size = sizes.get(short)
+        rows.append({"name": short, "output_mode": amode, "return_period": p if amode == "EveryN" else None,
+                     "copies_per_call": copies, "bytes_per_call": copies * size if size is not None else None})
+    o.out.metrics["anchored_tensors"] = rows
+    if any(row["bytes_per_call"] is None for row in rows):
+        o.skip("anchored tensor bytes", "the sizes of tensors anchored with opts.anchorTensor are not "
+               "recorded; their copies per call are in anchored_tensors")
+
+
+def recorded_option_dict(report: Report, key: str) -> dict | None:
+    """Like ``recorded_option`` for an option whose value is a mapping."""
+    stack = [report.cfg.options] if report.has("config") else []
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            if isinstance(node.get(key), dict):
+                return node[key]
+            stack.extend(v for v in node.values() if isinstance(v, dict))
+    return None
 
 
 def _output_finding(report: Report, o: Collector, mode: str, count: int, out_bytes: int | None,
