@@ -67,3 +67,13 @@ def test_bert_training_plan_ranks_balance_before_ramp_before_outputs():
     assert [a.code for a in plan.actions] == ["PIPE001", "PIPE003", "HIO002", "MEM002", "MEM004"]
     assert plan.actions[0].gain_text == "up to +37% throughput"
     assert plan.actions[2].gain_text == "192,700 B (188.2 KiB) less per call"
+
+
+def test_balance_advice_respects_a_full_destination():
+    # stage 1 is the bottleneck; stage 0's IPU, where work would go, is 90% full
+    r = testing.pipeline_report([1000, 3000], memory_level="ipu", memory_frac=[0.9, 0.5],
+                                gradient_accumulation=64)
+    [e] = analyse(ReportSet([r])).engines
+    f = next(f for f in e.findings if f.code == "PIPE001")
+    assert e.metrics["pipeline"]["rebalance_to_ipu"] == 0
+    assert f.recommendation.endswith("(but IPU0 is already 90% full: move only layers whose memory fits there).")

@@ -51,6 +51,7 @@ def empty_metrics(cfg: ModelConfig) -> dict[str, Any]:
         "micro_batches_for_target": None,
         "pipelining_speedup_ratio": None,
         "cycle_shares": None,
+        "rebalance_to_ipu": None,
     }
 
 
@@ -259,6 +260,7 @@ def _stage_cycles(report: Report, o: Collector, pipelined: bool) -> None:
         # as busy, e.g. two stages tie as the slowest), every boundary in between shifts.
         to = min((k for k in range(len(stages)) if k != b), key=lambda k: (totals[k], abs(k - b)))
         ties = [k for k, t in enumerate(totals) if k != b and t >= biggest * (1 - TIE_FRAC)]
+        m["rebalance_to_ipu"] = stages[to].ipu
         tie_text = (f" (stage{'s' if len(ties) > 1 else ''} {', '.join(str(stages[k].index) for k in ties)}"
                     f" {'are' if len(ties) > 1 else 'is'} as slow)" if ties else "")
         if abs(to - b) == 1:

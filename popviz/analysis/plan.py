@@ -138,6 +138,7 @@ def reconcile(engine: EngineResult) -> Plan:
                     for f in out.findings]
     pipe = engine.metrics.get("pipeline", {})
     hio = engine.metrics.get("host_io", {})
+    _boundaries(engine)
     for f in engine.findings:
         a = Action(f.code, f.severity, f.title)
         if f.code == "PIPE001":
@@ -157,6 +158,29 @@ def reconcile(engine: EngineResult) -> Plan:
     plan.actions.sort(key=lambda a: (-(a.severity == "error"), -(a.throughput_gain_frac or 0),
                                      -(a.bytes_saved_per_call or 0), -severity_rank(a.severity)))
     return plan
+
+
+def _boundaries(engine: EngineResult) -> None:
+    """Stage boundaries: PIPE001 moves work towards an IPU; when the memory analysis finds that
+    IPU under pressure (or the model does not fit), the balance advice says so, not silently
+    contradicts the memory findings."""
+    from popviz.analysis.thresholds import IPU_FULL_FRAC
+
+    dst = engine.metrics.get("pipeline", {}).get("rebalance_to_ipu")
+    mem = engine.metrics.get("memory", {})
+    if dst is None or not mem:
+        return
+    row = next((r for r in mem.get("ipus") or [] if r["ipu"] == dst), None)
+    codes = {f.code for f in engine.findings}
+    if "MEM005" in codes:
+        note = " (but the model does not fit its IPUs: fix memory first, MEM005)"
+    elif row is not None and row["used_pct"] is not None and row["used_pct"] > 100 * IPU_FULL_FRAC:
+        note = (f" (but IPU{dst} is already {row['used_pct']:.0f}% full: move only layers whose "
+                "memory fits there)")
+    else:
+        return
+    for out in engine.outputs.values():
+        out.findings[:] = [_with_note(f, note) if f.code == "PIPE001" else f for f in out.findings]
 
 
 def _with_note(f: Finding, note: str) -> Finding:
