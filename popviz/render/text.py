@@ -312,7 +312,7 @@ def summary_lines(result: Result) -> list[str]:
         lines.append(f"{e.report.label}: " + "; ".join(
             f"{k}. {a.code} {a.title} ({a.gain_text})" for k, a in enumerate(top, 1)))
         for d in plan.decisions:
-            if d.current != d.value:
+            if len(d.reasons) > 1:  # several findings proposed a value: say which one they share
                 lines.append(f"{e.report.label}: one value for {d.option}: {d.value} "
                              f"(now {d.current if d.current is not None else 'unknown'}; "
                              + "; ".join(d.reasons) + ")")
