@@ -56,7 +56,7 @@ def analyse(reports: ReportSet, only: Sequence[str] | None = None) -> Result:
             for engine in engines:
                 engine.outputs[n] = AnalysisOutput(not_checked=[NotChecked(
                     n, "cross-check of instances", "not applicable: this directory holds no "
-                    "multi-instance (PopRun) run, only separate runs, each analysed on its own")])
+                    "multi-instance (PopRun) run; separate runs are each analysed on their own")])
     from popviz.analysis.plan import reconcile
 
     for engine in engines:
