@@ -249,3 +249,19 @@ def test_two_ordinary_captures_and_the_samples_give_no_instance_finding(tmp_path
     assert [h.split()[1] for h in heads] == ["bert_pipeline", "mnist_pipeline", "oom_compile"]
     single = run_cli("analyse", str(tmp_path / "runs"), "--only", "instances", env={"COLUMNS": "100"})
     assert single.returncode == 0 and "not applicable" in single.stdout
+
+
+def test_emulated_two_instance_run_is_still_cross_checked(tmp_path):
+    (tmp_path / "poprun.py").write_text(textwrap.dedent(POPRUN))
+    (tmp_path / "train.py").write_text(textwrap.dedent(RANKED))
+    proc = run_cli("capture", "-o", "out", "--emulate", "--", PY, "poprun.py", "2", PY, "train.py",
+                   cwd=tmp_path, env={"OMP_NUM_THREADS": "1"}, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    reports = popviz.load(tmp_path / "out")
+    assert all(r.provenance.estimated and instances.is_instance(r) for r in reports)
+    doc = json.loads(run_cli("analyse", str(tmp_path / "out"), "--json").stdout)
+    assert "instances" in doc["analyses"]
+    codes = {e["instance"]: [f["code"] for f in e["findings"] if f["analysis"] == "instances"]
+             for e in doc["engines"]}
+    # rank 1 runs D = 4 (rank 0: D = 2) and sleeps 30 ms per call
+    assert codes["instance-0"] == [] and codes["instance-1"][:2] == ["INST002", "INST003"]
