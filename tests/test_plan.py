@@ -77,3 +77,21 @@ def test_balance_advice_respects_a_full_destination():
     f = next(f for f in e.findings if f.code == "PIPE001")
     assert e.metrics["pipeline"]["rebalance_to_ipu"] == 0
     assert f.recommendation.endswith("(but IPU0 is already 90% full: move only layers whose memory fits there).")
+
+
+def test_console_and_markdown_start_with_the_summary():
+    import io
+
+    from popviz.render import console, markdown
+
+    result = analyse(popviz.load(ROOT / "sample_reports" / "bert_pipeline"))
+    buf = io.StringIO()
+    console.render(result, file=buf, width=200)
+    lines = buf.getvalue().splitlines()
+    assert lines[0] == "summary"
+    assert lines[1].strip() == ("2 engines; worst finding: warning, PIPE004 on inference: Sharded execution: "
+                                "one IPU works at a time")
+    assert lines[3].strip().startswith("training: 1. PIPE001 Unbalanced pipeline: stage 3 (IPU3) is the "
+                                       "bottleneck (up to +37% throughput); 2. PIPE003")
+    md = markdown.render(result)
+    assert md.splitlines()[2:5] == ["**Summary**", "", "- " + lines[1].strip()]

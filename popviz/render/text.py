@@ -302,8 +302,11 @@ def summary_lines(result: Result) -> list[str]:
     estimated gain (from its plan)."""
     n = len(result.engines)
     worst = result.worst_severity()
+    first = next((e.report.label, f) for e in result.engines for f in e.findings
+                 if f.severity == worst) if worst else None
     lines = [f"{n} engine{'s' if n != 1 else ''}"
-             + (f"; worst finding: {worst}" if worst else "; no findings")]
+             + (f"; worst finding: {worst}, {first[1].code} on {first[0]}: {first[1].title}" if first
+                else "; no findings")]
     for e in result.engines:
         plan = e.plan
         if plan is None or not plan.actions:
