@@ -95,3 +95,14 @@ def test_console_and_markdown_start_with_the_summary():
                                        "bottleneck (up to +37% throughput); 2. PIPE003")
     md = markdown.render(result)
     assert md.splitlines()[2:5] == ["**Summary**", "", "- " + lines[1].strip()]
+
+
+def test_the_shared_value_carries_the_batch_ratio_with_it():
+    # D = 8: the ramp needs 27, the call time 232; the "× larger" follows the shared value
+    r = testing.pipeline_report([200_000] * 4, mode="inference", device_iterations=8)
+    [e] = analyse(ReportSet([r])).engines
+    [d] = e.plan.decisions
+    value = d.value
+    assert _values(e) == {"opts.deviceIterations": {value}}
+    hio = next(f for f in e.findings if f.code == "HIO003")
+    assert f"batches {value / 8:.0f}× larger" in hio.recommendation

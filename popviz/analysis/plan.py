@@ -107,11 +107,13 @@ def _proposals(engine: EngineResult) -> dict[str, list[tuple[str, int, str]]]:
     return out
 
 
-def _rewrite(f: Finding, option: str, value: int) -> Finding:
+def _rewrite(f: Finding, option: str, value: int, current: int | None = None) -> Finding:
     """The finding with every value it proposes for ``option`` replaced by ``value``."""
     setter = SETTERS[option]
     pattern = re.escape(setter).replace(re.escape("{}"), r"(\d+)")
     rec = re.sub(pattern, setter.format(value), f.recommendation)
+    if option == "device_iterations" and current:
+        rec = re.sub(r"batches \d+× larger", f"batches {value / current:.0f}× larger", rec)
     letter = "G" if option == "gradient_accumulation" else "D"
     rec = re.sub(rf"\({letter} = \d+\)", f"({letter} = {value})", rec)
     return replace(f, recommendation=rec) if rec != f.recommendation else f
@@ -134,7 +136,7 @@ def reconcile(engine: EngineResult) -> Plan:
                     + "; ".join(reasons) + ")")
             for out in engine.outputs.values():
                 out.findings[:] = [
-                    _with_note(_rewrite(f, option, value), note) if f.code in codes else f
+                    _with_note(_rewrite(f, option, value, current), note) if f.code in codes else f
                     for f in out.findings]
     pipe = engine.metrics.get("pipeline", {})
     hio = engine.metrics.get("host_io", {})
