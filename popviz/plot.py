@@ -214,8 +214,8 @@ def timeline(report: Report, ax: Axes | None = None, *, run: int | None = None) 
     bottleneck = int(np.argmax(busy)) if busy.any() else None
     seen: set[int] = set()
     order = np.argsort(ipu_col, kind="stable")
-    bounds = np.searchsorted(ipu_col[order], ipus + [ipus[-1] + 1])
-    for row, ipu in enumerate(ipus):
+    bounds = np.searchsorted(ipu_col[order], [*ipus, ipus[-1] + 1])
+    for row in range(len(ipus)):
         sel = order[bounds[row]:bounds[row + 1]]
         xs, ws, cs = _bars(start[sel], end[sel], cat[sel], len(TIMELINE_CATEGORIES), MAX_BARS_PER_IPU)
         for code in np.unique(cs):
@@ -595,7 +595,7 @@ def compare(base: Report, new: Report, ax: Axes | None = None) -> Figure:
             text = "n/a" if not present else (_fmt_bytes(v) if "bytes" in key else f"{v:,.3g}")
             panel.annotate(text, (x, v), xytext=(0, 2), textcoords="offset points", ha="center", va="bottom",
                            fontsize="x-small")
-        panel.set_ylim(0, max(values + [1e-9]) * 1.25)
+        panel.set_ylim(0, max([*values, 1e-9]) * 1.25)
         panel.tick_params(axis="y", labelsize="x-small")
     estimated = any(r.provenance and r.provenance.estimated for r in (base, new))
     fig.suptitle(f"{base.label} → {new.label}: key metrics" + (" (estimated)" if estimated else ""))

@@ -31,11 +31,10 @@ def _safe(name: str) -> str:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from popviz import plot
     from popviz.errors import UsageError, shown
     from popviz.sources.discover import load
     from popviz.ui import status
-
-    from popviz import plot
 
     only = [a.strip() for a in args.only.split(",") if a.strip()] if args.only else list(plot.FIGURE_NAMES)
     unknown = [n for n in only if n not in plot.FIGURE_NAMES]
