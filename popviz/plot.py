@@ -119,6 +119,15 @@ def _cycle_axis(report: Report) -> tuple[float, str]:
     return 1.0, "cycles"
 
 
+def _legend(fig: Figure, ax: Axes, own: bool, handles: list) -> None:
+    """A one-row legend under the plot on figures popviz made; inside the axes on the caller's."""
+    if own:
+        fig.legend(handles=handles, loc="outside lower center", ncol=min(len(handles), 7), frameon=False,
+                   fontsize="small")
+    else:
+        ax.legend(handles=handles, fontsize="small")
+
+
 def _fmt_cycles(n: float) -> str:
     for unit, size in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
         if abs(n) >= size:
@@ -204,7 +213,8 @@ def timeline(report: Report, ax: Axes | None = None, *, run: int | None = None) 
     frame = steps_frame(report, run)
     scale, unit = _cycle_axis(report)
     ipus = sorted(int(i) for i in frame["ipu"].unique())
-    fig, ax = _figure(ax, (11, 0.5 * len(ipus) + 1.8))
+    own = ax is None
+    fig, ax = _figure(ax, (11, (0.5 if len(ipus) <= 16 else 0.22) * len(ipus) + 1.8))
     codes = {c: i for i, c in enumerate(TIMELINE_CATEGORIES)}
     cat = frame["category"].map(codes).to_numpy()
     ipu_col = frame["ipu"].to_numpy()
@@ -234,9 +244,8 @@ def timeline(report: Report, ax: Axes | None = None, *, run: int | None = None) 
     ax.set_xlabel(f"time in the call ({unit})")
     from matplotlib.patches import Patch
 
-    ax.legend(handles=[Patch(color=PALETTE[TIMELINE_CATEGORIES[c]], label=TIMELINE_CATEGORIES[c])
-                       for c in sorted(seen)], loc="upper center", bbox_to_anchor=(0.5, -0.18 - 0.3 / len(ipus)),
-              ncol=min(len(seen), 7), frameon=False, fontsize="small")
+    _legend(fig, ax, own, [Patch(color=PALETTE[TIMELINE_CATEGORIES[c]], label=TIMELINE_CATEGORIES[c])
+                           for c in sorted(seen)])
     steps = len(frame)
     ax.set_title(_title(report, f"execution trace of one call ({steps:,} steps)"))
     return fig
@@ -461,7 +470,8 @@ def breakdown(report: Report, ax: Axes | None = None) -> Figure:
     """Per IPU, the share of an executor call spent computing, exchanging, syncing/idle and in
     host copies (shares add up to 100%)."""
     frame = time_shares(report)
-    fig, ax = _figure(ax, (9, 0.45 * len(frame) + 1.8))
+    own = ax is None
+    fig, ax = _figure(ax, (9, (0.45 if len(frame) <= 16 else 0.22) * len(frame) + 1.8))
     left = [0.0] * len(frame)
     names = [*BREAKDOWN_PARTS, "other"]
     for name in names:
@@ -480,8 +490,7 @@ def breakdown(report: Report, ax: Axes | None = None) -> Figure:
     ax.set_ylim(len(frame) - 0.5, -0.5)
     ax.set_xlim(0, 100)
     ax.set_xlabel("share of the call's cycles (%)")
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.25 - 0.2 / max(len(frame), 1)), ncol=5, frameon=False,
-              fontsize="small")
+    _legend(fig, ax, own, ax.get_legend_handles_labels()[0])
     ax.set_title(_title(report, "where each IPU's time goes"))
     return fig
 
