@@ -63,7 +63,7 @@ def test_timeline_draws_every_ipu_and_marks_the_bottleneck(bert):
     ax = fig.axes[0]
     labels = [t.get_text() for t in ax.get_yticklabels()]
     assert labels == ["IPU0", "IPU1", "IPU2", "IPU3  bottleneck"]
-    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
     assert {"forward", "backward", "sync / idle", "host copy", "exchange"} <= set(legend)
     assert ax.get_title() == "training: execution trace of one call (1,264 steps)"
 
