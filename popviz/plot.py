@@ -65,12 +65,31 @@ class PlotDataError(PopvizError):
 
 # ----------------------------------------------------------------------------- shared helpers
 
+_FIGURE_CLASS: type | None = None
+
+
+def new_figure(size: tuple[float, float]) -> Figure:
+    """A matplotlib Figure (no pyplot state) that Jupyter shows as a PNG on its own."""
+    global _FIGURE_CLASS
+    if _FIGURE_CLASS is None:
+        from matplotlib.figure import Figure as _Base
+
+        class PopvizFigure(_Base):
+            def _repr_png_(self) -> bytes:
+                import io
+
+                buf = io.BytesIO()
+                self.savefig(buf, format="png", dpi=90)
+                return buf.getvalue()
+
+        _FIGURE_CLASS = PopvizFigure
+    return _FIGURE_CLASS(figsize=size, layout="constrained")
+
+
 def _figure(ax: Axes | None, size: tuple[float, float]) -> tuple[Figure, Axes]:
     if ax is not None:
         return ax.figure, ax
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=size, layout="constrained")
+    fig = new_figure(size)
     return fig, fig.add_subplot()
 
 
@@ -394,11 +413,9 @@ def tiles(report: Report, ipu: int | None = None, ax: Axes | None = None) -> Fig
         fig, axes = ax.figure, [ax]
         ipus = ipus[:1]
     else:
-        from matplotlib.figure import Figure
-
         ncols = min(len(ipus), 2)
         nrows = int(math.ceil(len(ipus) / ncols))
-        fig = Figure(figsize=(5.2 * ncols + 1.2, 2.9 * nrows + 0.8), layout="constrained")
+        fig = new_figure((5.2 * ncols + 1.2, 2.9 * nrows + 0.8))
         axes = fig.subplots(nrows, ncols, squeeze=False).ravel().tolist()
         for extra in axes[len(ipus):]:
             extra.set_visible(False)
@@ -582,11 +599,9 @@ def compare(base: Report, new: Report, ax: Axes | None = None) -> Figure:
         fig, axes = ax.figure, [ax]
         rows = rows[:1]
     else:
-        from matplotlib.figure import Figure
-
         ncols = min(3, len(rows))
         nrows = (len(rows) + ncols - 1) // ncols
-        fig = Figure(figsize=(3.3 * ncols + 0.5, 2.6 * nrows + 0.8), layout="constrained")
+        fig = new_figure((3.3 * ncols + 0.5, 2.6 * nrows + 0.8))
         axes = fig.subplots(nrows, ncols, squeeze=False).ravel().tolist()
         for extra in axes[len(rows):]:
             extra.set_visible(False)
