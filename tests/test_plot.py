@@ -135,3 +135,13 @@ def test_plot_command_svg_and_only(tmp_path):
     assert "<svg" in (tmp_path / "training-stages.svg").read_text()
     bad = run_cli("plot", str(SAMPLES / "bert_pipeline"), "-o", str(tmp_path / "x"), "--only", "pie")
     assert_one_line_error(bad, "'pie'")
+
+
+@pytest.mark.parametrize("sample", sorted(p.name for p in SAMPLES.iterdir() if p.is_dir()))
+def test_every_figure_draws_or_says_why_for_every_sample(sample):
+    for report in popviz.load(SAMPLES / sample):
+        for name, fig in plot.figures(report).items():
+            if isinstance(fig, plot.PlotDataError):
+                assert report.label in fig.message and name in fig.message
+            else:
+                assert fig.axes and fig.axes[0].get_title() or fig.get_suptitle()
