@@ -144,4 +144,4 @@ def test_every_figure_draws_or_says_why_for_every_sample(sample):
             if isinstance(fig, plot.PlotDataError):
                 assert report.label in fig.message and name in fig.message
             else:
-                assert fig.axes and fig.axes[0].get_title() or fig.get_suptitle()
+                assert (fig.axes and fig.axes[0].get_title()) or fig.get_suptitle()
