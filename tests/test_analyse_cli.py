@@ -185,4 +185,4 @@ def test_analyze_alias_and_fail_on_names_the_findings():
 def test_popviz_namespace_is_the_public_api():
     import popviz
 
-    assert dir(popviz) == ["__version__", "capture", "load", "wrap"]
+    assert dir(popviz) == ["__version__", "analyse", "capture", "load", "wrap"]
