@@ -569,9 +569,12 @@ class Report:
 class ReportSet(Sequence[Report]):
     """Every engine found under a report directory (or the one in a bundle)."""
 
-    def __init__(self, reports: Sequence[Report], root: str | None = None) -> None:
+    def __init__(self, reports: Sequence[Report], root: str | None = None,
+                 warnings: Sequence[str] = ()) -> None:
         self._reports = list(reports)
         self.root = root
+        self.warnings = list(warnings)
+        """Problems with the input that leave the reports usable (e.g. an interrupted capture)."""
 
     def __len__(self) -> int:
         return len(self._reports)

@@ -113,6 +113,10 @@ def render(result: Result, file: IO[str] | None = None, width: int | None = None
     from rich.console import Console
 
     console = Console(file=file, width=width, highlight=False)
+    from rich.text import Text
+
+    for w in result.warnings:
+        console.print(Text(f"warning: {w}", style="yellow"))
     for engine in result.engines:
         _engine(console, engine)
     n = len(result.engines)

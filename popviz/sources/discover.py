@@ -23,6 +23,7 @@ from pathlib import Path
 from popviz.errors import ReportNotFoundError, shown
 from popviz.model import Report, ReportSet
 from popviz.sources import bundle, manifest, pva
+from popviz.sources.runrecord import manifest_warning, run_warnings
 from popviz.sources.validate import check_report
 
 SKIP_DIRS = {"__pycache__", "node_modules"}
@@ -144,4 +145,11 @@ def load(path: str | os.PathLike[str]) -> ReportSet:
     when something cannot be read.
     """
     engines = find_engines(Path(path))
-    return ReportSet([read_engine(e) for e in engines], root=str(path))
+    reports = [read_engine(e) for e in engines]
+    root = Path(path)
+    warnings = run_warnings(root) if root.is_dir() else []
+    for engine, report in zip(engines, reports, strict=True):
+        note = manifest_warning(engine.path, report.label)
+        if note:
+            warnings.append(note)
+    return ReportSet(reports, root=str(path), warnings=warnings)
