@@ -62,8 +62,14 @@ def check_report(report: Report, where: Path | str,
     p = report.provenance
     if not isinstance(p.estimated, bool):
         raise c.fail("provenance.estimated", f"must be true or false, got {p.estimated!r}")
+    if not isinstance(p.tool, str):
+        raise c.fail("provenance.tool", f"must be a string, got {p.tool!r}")
+    if p.captured_at is not None and not isinstance(p.captured_at, str):
+        raise c.fail("provenance.captured_at", f"must be a string or null, got {p.captured_at!r}")
     t = report.target
     if t is not None:
+        if not isinstance(t.architecture, str) or not t.architecture:
+            raise c.fail("target.architecture", f"must be a non-empty string, got {t.architecture!r}")
         if not math.isfinite(t.clock_hz):
             raise c.fail("target.clock_hz", f"must be a finite positive number, got {t.clock_hz!r}")
         if t.num_ipus % t.num_replicas:
