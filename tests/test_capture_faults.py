@@ -62,6 +62,9 @@ def test_killed_popviz_reads_as_interrupted_and_its_temp_dir_is_cleaned(tmp_path
     assert "popviz was killed" in warnings[0]
     console = run_cli("analyse", "out", cwd=tmp_path)
     assert "warning: popviz-run.json: the capture was interrupted" in " ".join(console.stdout.split())
+    assert console.stdout.rstrip().endswith("1 input warning(s), shown at the top")
+    md = run_cli("analyse", "--markdown", "out", cwd=tmp_path)
+    assert "- ⚠️ **warning** popviz-run.json: the capture was interrupted" in md.stdout
     # the next capture removes the temp directory the killed one left
     again = run_cli("capture", "-o", "out2", "--", PY, "-c", "pass", cwd=tmp_path)
     assert again.returncode == 0, again.stderr

@@ -122,4 +122,5 @@ def render(result: Result, file: IO[str] | None = None, width: int | None = None
     n = len(result.engines)
     worst = result.worst_severity()
     console.print(f"{n} engine{'s' if n != 1 else ''} analysed"
-                  + (f"; worst finding: {worst}" if worst else ""))
+                  + (f"; worst finding: {worst}" if worst else "")
+                  + (f"; {len(result.warnings)} input warning(s), shown at the top" if result.warnings else ""))
