@@ -60,7 +60,11 @@ def _str_column(types, codes) -> pd.Series:
         return pd.Series([], dtype="str")
     arr = pa.DictionaryArray.from_arrays(pa.array(np.asarray(codes, dtype="int32")),
                                          pa.array([str(t) for t in types], type=pa.string()))
-    return pd.Series(pd.array(arr.cast(pa.string()).to_pandas(), dtype="str"))
+    strings = pa.chunked_array([arr.cast(pa.large_string())])
+    dtype = pd.Series([], dtype="str").dtype  # pandas' default string dtype (Arrow-backed)
+    mapper = {pa.large_string(): dtype, pa.string(): dtype}.get
+    out = pd.Series(strings.to_pandas(types_mapper=mapper))
+    return out if out.dtype == dtype else out.astype("str")
 
 
 def _aggregate(steps: pd.DataFrame, max_dense_bins: int) -> pd.DataFrame:
@@ -103,13 +107,25 @@ def _aggregate(steps: pd.DataFrame, max_dense_bins: int) -> pd.DataFrame:
         out_key.append(nz + (first - run_min) * per_run)
         out_sum.append(sums[nz])
     full = np.concatenate(out_key) if out_key else np.zeros(0, dtype="int64")
+    del out_key
     total = np.concatenate(out_sum) if out_sum else np.zeros(0)
+    del out_sum
+    # Column by column, dropping each temporary at once (peak memory on big tables).
+    type_code = (full % n_type).astype("int32")
+    full //= n_type
+    ipu_col = (full % n_ipu + ipu_min).astype("int32")
+    full //= n_ipu
+    full += run_min
+    run_col = full.astype("int32")
+    del full
+    if total.dtype.kind == "f":
+        np.rint(total, out=total)
     return pd.DataFrame({
-        "run": (full // per_run + run_min).astype("int32"),
-        "ipu": ((full // n_type) % n_ipu + ipu_min).astype("int32"),
-        "program_type": _str_column(types, full % n_type),
-        "cycles": np.rint(total).astype("int64") if total.dtype.kind == "f" else total.astype("int64"),
-    })
+        "run": run_col,
+        "ipu": ipu_col,
+        "program_type": _str_column(types, type_code),
+        "cycles": total.astype("int64"),
+    }, copy=False)
 
 
 def call_runs(agg: pd.DataFrame) -> list[int]:
