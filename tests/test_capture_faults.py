@@ -123,3 +123,36 @@ def test_100_mb_of_output_and_a_forking_child(tmp_path):
     assert b"grandchild\n" in log and b"parent\n" in log
     assert record(tmp_path)["status"] == "succeeded"
     assert time.monotonic() - t0 < 240
+
+
+def test_sigterm_leaves_a_current_manifest(tmp_path):
+    from test_capture_hooks import FAKE_ENV, NET
+
+    code = NET + (
+        "net = Net()\n"
+        "model = poptorch.inferenceModel(net, poptorch.Options())\n"
+        "for _ in range(7):\n"
+        "    model(torch.randn(4, 4), torch.randint(0, 3, (4,)))\n"
+        "print('ready', flush=True)\n"
+        "import time; time.sleep(120)\n")
+    proc = start_capture(tmp_path, code, env={**FAKE_ENV, "POPVIZ_SIGNAL_GRACE_SECONDS": "30"})
+    try:
+        wait_ready(proc)
+        os.kill(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate(timeout=30)
+    assert proc.returncode == 128 + signal.SIGTERM
+    run = record(tmp_path)
+    assert (run["status"], run["signal"], run["signals_forwarded"]) == ("killed", "SIGTERM", ["SIGTERM"])
+    doc = json.loads((tmp_path / "out" / "inference" / "popviz-model.json").read_text())
+    assert doc["status"] == "final"
+    assert popviz_calls(tmp_path) == 7
+
+
+def popviz_calls(tmp_path: Path) -> int:
+    import popviz
+
+    return popviz.load(tmp_path / "out")["inference"].host_io.calls
