@@ -561,6 +561,11 @@ class Report:
 
     __hash__ = None  # type: ignore[assignment]
 
+    def _repr_html_(self) -> str:
+        from popviz.render.html import notebook
+
+        return notebook(self)
+
     def __repr__(self) -> str:
         return (f"Report(name={self.label!r}, source={self.provenance.source!r}, "
                 f"estimated={self.provenance.estimated}, present={self.present})")
@@ -621,6 +626,11 @@ class ReportSet(Sequence[Report]):
                 **{f"has_{p}": r.has(p) for p in PARTS},
             })
         return pd.DataFrame(rows)
+
+    def _repr_html_(self) -> str:
+        from popviz.render.html import notebook
+
+        return notebook(self)
 
     def __repr__(self) -> str:
         return f"ReportSet(root={self.root!r}, engines={self.labels})"

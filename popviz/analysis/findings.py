@@ -122,6 +122,11 @@ class Result:
     def findings(self) -> list[Finding]:
         return [f for e in self.engines for f in e.findings]
 
+    def _repr_html_(self) -> str:
+        from popviz.render.html import notebook
+
+        return notebook(self)
+
     def worst_severity(self) -> str | None:
         ranks = [severity_rank(f.severity) for f in self.findings]
         return SEVERITIES[max(ranks)] if ranks else None
