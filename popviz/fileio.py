@@ -61,6 +61,10 @@ def read_versioned_json(path: Path, *, format_name: str, format_version: int, ki
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
         raise fail(f"is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
+    except RecursionError:
+        raise fail("nests JSON too deeply to be a popviz file") from None
+    except ValueError as exc:  # e.g. an integer longer than Python's digit limit
+        raise fail(f"holds a value popviz cannot read ({str(exc).split(';')[0]})") from None
     if not isinstance(doc, dict):
         raise fail("is not a JSON object")
     if doc.get("format") != format_name:

@@ -61,7 +61,8 @@ def analyse(reports: ReportSet, only: Sequence[str] | None = None) -> Result:
 
     for engine in engines:
         engine.plan = reconcile(engine)
-    return Result(root=reports.root, engines=engines, analyses=ran)
+    return Result(root=reports.root, engines=engines, analyses=ran,
+                  warnings=list(getattr(reports, "warnings", [])))
 
 
 __all__ = ["AnalysisOutput", "EngineResult", "Finding", "NotChecked", "Result", "analyse", "cross_checks",

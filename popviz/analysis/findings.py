@@ -116,6 +116,9 @@ class Result:
     root: str | None
     engines: list[EngineResult]
     analyses: list[str]
+    warnings: list[str] = field(default_factory=list)
+    """Problems with the input that left it usable (shown before the engines; ``--json``
+    ``warnings``)."""
 
     @property
     def findings(self) -> list[Finding]:

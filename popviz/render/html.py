@@ -170,6 +170,7 @@ def render(result: Result, *, figures: bool | tuple[str, ...] = True, standalone
     ``figures`` is True (all), False (none) or the names of the figures to draw."""
     body = [f"<h1>popviz analysis of <code>{_e(result.root)}</code></h1>",
             f'<p class="muted">popviz {_e(__version__)} · analyses: {_e(", ".join(result.analyses))}</p>',
+            *(f'<p class="warning">warning: {_e(w)}</p>' for w in result.warnings),
             *_summary(result)]
     for engine in result.engines:
         body += _engine(engine, figures)
