@@ -6,8 +6,7 @@ matplotlib, torch, pva) load only when a function needs them.
 
 from __future__ import annotations
 
-import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 __version__ = "0.1.0"
 
@@ -16,7 +15,9 @@ __version__ = "0.1.0"
 from popviz import capture
 
 if TYPE_CHECKING:
+    import os
     from collections.abc import Sequence
+    from typing import Any
 
     from popviz.analysis.findings import Result
     from popviz.model import Report, ReportSet
@@ -64,3 +65,11 @@ def wrap(executor: Any, report_dir: str | os.PathLike[str] | None = None) -> Any
 
 
 __all__ = ["__version__", "analyse", "capture", "load", "wrap"]
+
+
+def __dir__() -> list[str]:
+    """Only the public API (``dir(popviz)``, tab completion)."""
+    return sorted(__all__)
+
+
+del annotations, TYPE_CHECKING

@@ -42,6 +42,7 @@ def build_parser() -> Parser:
     for name in COMMANDS:
         module = importlib.import_module(f"popviz.commands.{name}")
         p = sub.add_parser(module.NAME, help=module.HELP, description=module.__doc__,
+                           aliases=getattr(module, "ALIASES", ()),
                            parents=[common], formatter_class=argparse.RawDescriptionHelpFormatter)
         module.add_arguments(p)
         p.set_defaults(run=module.run)

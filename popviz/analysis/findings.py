@@ -91,6 +91,8 @@ class EngineResult:
 
     report: Report
     outputs: dict[str, AnalysisOutput] = field(default_factory=dict)
+    plan: Any = None
+    """The engine's reconciled, ranked plan (``popviz.analysis.plan.Plan``), set by ``analyse``."""
 
     @property
     def findings(self) -> list[Finding]:

@@ -11,6 +11,7 @@ import argparse
 import sys
 
 NAME = "analyse"
+ALIASES = ("analyze",)
 HELP = "analyse a report directory and print findings"
 
 
@@ -22,7 +23,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--html", metavar="FILE",
                    help="also write a self-contained HTML page (tables, findings, figures) to FILE")
     p.add_argument("--only", metavar="A,B",
-                   help="run only these analyses, comma-separated: pipeline, memory, host_io")
+                   help="run only these analyses, comma-separated: pipeline, memory, host_io, "
+                   "instances")
     p.add_argument("--fail-on", choices=("info", "warning", "error"),
                    help="exit 1 when a finding reaches this severity (for CI); 0 otherwise")
 
@@ -61,7 +63,13 @@ def run(args: argparse.Namespace) -> int:
         with status(f"writing {args.html}"):
             write_new_text(args.html, render_html(result))
         print(f"popviz: wrote {args.html}", file=sys.stderr)
-    worst = result.worst_severity()
-    if args.fail_on and worst and severity_rank(worst) >= severity_rank(args.fail_on):
-        return 1
+    if args.fail_on:
+        triggered = [(e.report.label, f) for e in result.engines for f in e.findings
+                     if severity_rank(f.severity) >= severity_rank(args.fail_on)]
+        if triggered:
+            listed = ", ".join(f"{label}: {f.code} ({f.severity})" for label, f in triggered)
+            print(f"popviz: --fail-on {args.fail_on}: {len(triggered)} finding"
+                  f"{'s' if len(triggered) != 1 else ''} at or above {args.fail_on}: {listed}",
+                  file=sys.stderr)
+            return 1
     return 0

@@ -75,7 +75,7 @@ def _engine(console, engine: EngineResult) -> None:
         if has_table or out.caption:
             console.print()
     for f in engine.findings:
-        console.print(_finding(f), width=prose)
+        console.print(_finding(f, prose), width=prose)
     if engine.not_checked:
         console.print("[dim]not checked:[/]")
         for n in engine.not_checked:
@@ -86,22 +86,32 @@ def _engine(console, engine: EngineResult) -> None:
     console.print()
 
 
-def _finding(f):  # -> rich.table.Table
-    """Severity label in a fixed-width column; title, evidence and recommendation wrap beside it."""
+SEVERITY_COLUMN = 8
+"""Width of the severity label column, its padding included."""
+
+
+def _finding(f, width: int):  # -> rich.table.Table
+    """Severity label in a fixed-width column; title and evidence wrap beside it; the
+    recommendation is wrapped here so that its code is never cut inside an identifier (rich's
+    own wrapping would fold long code anywhere)."""
+    from rich.console import Group
     from rich.table import Table
     from rich.text import Text
 
     grid = Table.grid(padding=(0, 1))
-    grid.add_column(width=7, no_wrap=True)
+    grid.add_column(width=SEVERITY_COLUMN - 1, no_wrap=True)
     grid.add_column(overflow="fold")
     body = Text()
     body.append(f"{f.code} ", style="bold")
     body.append(f.title, style="bold")
     body.append(f"\n{f.evidence}")
-    body.append("\n→ ", style="green")
-    for piece, code in text.code_spans(f.recommendation):
-        body.append(piece, style="cyan" if code else None)
-    grid.add_row(Text(f.severity.upper(), style=SEVERITY_STYLE[f.severity]), body)
+    rec = Text(no_wrap=True, overflow="ignore")
+    lines = text.wrap_code_prose(f.recommendation, width - SEVERITY_COLUMN - 2)
+    for k, line in enumerate(lines):
+        rec.append("\n  " if k else "→ ", style="green")
+        for piece, code in line:
+            rec.append(piece, style="cyan" if code else None)
+    grid.add_row(Text(f.severity.upper(), style=SEVERITY_STYLE[f.severity]), Group(body, rec))
     return grid
 
 
@@ -113,12 +123,22 @@ def render(result: Result, file: IO[str] | None = None, width: int | None = None
     from rich.console import Console
 
     console = Console(file=file, width=width, highlight=False)
+    from rich.padding import Padding
     from rich.text import Text
 
     for w in result.warnings:
         console.print(Text(f"warning: {w}", style="yellow"))
-    for engine in result.engines:
-        _engine(console, engine)
+    prose = min(console.width, PROSE_WIDTH)
+    console.print("[bold]summary[/]")
+    for line in text.summary_lines(result):
+        console.print(Padding(Text(line), (0, 0, 0, 1), expand=False), width=prose)
+    console.print()
+    runs = text.run_groups(result)
+    for run, engines in runs:
+        if len(runs) > 1:
+            console.rule(f"[bold]{text.run_heading(run, engines)}[/]", align="left")
+        for engine in engines:
+            _engine(console, engine)
     n = len(result.engines)
     worst = result.worst_severity()
     console.print(f"{n} engine{'s' if n != 1 else ''} analysed"
