@@ -35,6 +35,7 @@ from typing import IO, Any
 
 from popviz import __version__
 from popviz.capture import hooks
+from popviz.capture.follow import follow_reports
 from popviz.childproc import SignalForwarder, exit_status, find_command
 from popviz.errors import MissingDependencyError, PopvizError, UsageError, shown
 
@@ -560,6 +561,8 @@ def run_capture(command: Sequence[str], *, output: str | None = None, new_run: b
         run["signals_forwarded"] = forwarder.forwarded
         run["ended_at"] = iso_now()
         run["duration_seconds"] = round(time.time() - started, 3)
+        followed = follow_reports(root)
+        run["notes"] += followed
         run["engines"] = _engines_found(root)
         poptorch_versions = sorted({e["model"]["poptorch"] for e in run["engines"]
                                     if e.get("model", {}).get("poptorch")})
@@ -574,3 +577,5 @@ def run_capture(command: Sequence[str], *, output: str | None = None, new_run: b
         if run["status"] not in ("running", "error", "launch_failed"):
             for line in summary_lines(run, root):
                 say(line)
+            for line in followed:
+                say("  " + line)

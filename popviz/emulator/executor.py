@@ -498,6 +498,11 @@ class PoplarExecutor:
                 self._anchor_memory[short] = value.detach().clone()
 
     # ------------------------------------------------------------------ device state
+    @property
+    def _executable(self) -> object | None:
+        """None until compiled and after ``destroy()`` (code such as Lightning's IPUStrategy tests it)."""
+        return self._token if self._compiled else None
+
     def isCompiled(self) -> bool:
         return self._compiled
 

@@ -1,0 +1,138 @@
+"""What real-world PopTorch code (PyTorch Lightning's IPUStrategy, HF-style models) needs from
+the emulator and the capture: ``_executable``, a user ``batch_sampler`` combined into D·G·R
+batches, unnamed ``with poptorch.Block`` blocks recorded once per executor, and profiles written
+to the ``autoReport.directory`` the program itself set gathered into the capture directory."""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+
+import pytest
+
+from conftest import run_cli
+
+torch = pytest.importorskip("torch")
+
+import popviz.emulator as poptorch  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def test_executable_is_none_until_compiled_and_after_destroy():
+    model = poptorch.inferenceModel(torch.nn.Linear(3, 2))
+    assert model._executable is None
+    model(torch.ones(2, 3))
+    assert model._executable is not None
+    model.destroy()
+    assert model._executable is None
+
+
+def _batch_sampler(n: int, size: int, drop_last: bool):
+    return torch.utils.data.BatchSampler(torch.utils.data.SequentialSampler(range(n)), size, drop_last)
+
+
+def test_batch_sampler_batches_are_combined_d_g_r_at_a_time():
+    opts = poptorch.Options().deviceIterations(3)
+    data = torch.utils.data.TensorDataset(torch.arange(40).float(), torch.arange(40))
+    loader = poptorch.DataLoader(opts, data, batch_sampler=_batch_sampler(40, 4, False))
+    batches = list(loader)
+    # 10 sampler batches of 4, three per call: 3 full calls of 12, the last sampler batch dropped
+    assert [tuple(x.shape) for x, _ in batches] == [(12,), (12,), (12,)]
+    assert batches[1][1].tolist() == list(range(12, 24))
+    assert loader.combinedBatchSize == 12
+    kept = poptorch.DataLoader(opts, data, batch_sampler=_batch_sampler(40, 4, False), drop_last=False)
+    assert [x.shape[0] for x, _ in kept] == [12, 12, 12, 4]
+
+
+def test_batch_sampler_batches_feed_the_executor():
+    opts = poptorch.Options().deviceIterations(5)
+    data = torch.utils.data.TensorDataset(torch.randn(40, 3))
+    loader = poptorch.DataLoader(opts, data, batch_sampler=_batch_sampler(40, 4, True))
+    model = poptorch.inferenceModel(torch.nn.Linear(3, 2), opts)
+    outs = [model(x) for (x,) in loader]
+    assert [tuple(o.shape) for o in outs] == [(20, 2), (20, 2)]
+
+
+def test_batch_sampler_rules_as_poptorch():
+    data = torch.utils.data.TensorDataset(torch.arange(8))
+    with pytest.raises(poptorch.Error, match="mutually exclusive with batch_size, shuffle"):
+        poptorch.DataLoader(poptorch.Options(), data, batch_size=2, batch_sampler=_batch_sampler(8, 2, True))
+
+
+SCRIPT = textwrap.dedent('''
+    import json, os, sys
+    import torch
+    import poptorch
+
+    # Like Lightning's IPUStrategy(autoreport=True, autoreport_dir=...): the program points
+    # Poplar's reports at its own directory, inside the process.
+    os.environ["POPLAR_ENGINE_OPTIONS"] = json.dumps(
+        {"autoReport.all": True, "autoReport.directory": sys.argv[1]})
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = torch.nn.Linear(8, 16)
+            self.b = torch.nn.Linear(16, 4)
+
+        def forward(self, x, y):
+            with poptorch.Block(ipu_id=0):
+                x = torch.relu(self.a(x))
+            with poptorch.Block(ipu_id=1):
+                x = self.b(x)
+                return x, poptorch.identity_loss(torch.nn.functional.cross_entropy(x, y), "none")
+
+    opts = poptorch.Options().deviceIterations(4)
+    opts.Training.gradientAccumulation(8)
+    opts.setExecutionStrategy(poptorch.PipelinedExecution())
+    model = poptorch.trainingModel(Net(), opts, torch.optim.SGD(Net().parameters(), lr=0.1))
+    for _ in range(2):
+        model(torch.randn(128, 8), torch.randint(0, 4, (128,)))
+''')
+
+
+@pytest.fixture(scope="module")
+def own_dir_capture(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("owndir")
+    (tmp / "train.py").write_text(SCRIPT)
+    proc = run_cli("capture", "-o", "cap", "--emulate", "--", sys.executable, "train.py", "elsewhere",
+                   cwd=tmp, env={"OMP_NUM_THREADS": "1"}, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    return tmp, proc
+
+
+def test_unnamed_blocks_are_recorded_once_per_executor(own_dir_capture):
+    tmp, _ = own_dir_capture
+    doc = json.loads((tmp / "cap" / "training" / "popviz-model.json").read_text())
+    assert doc["options"]["stages"] == [{"index": 0, "ipu": 0, "blocks": ["0"]},
+                                        {"index": 1, "ipu": 1, "blocks": ["1"]}]
+    # Linear(8, 16): 144 parameters; Linear(16, 4): 68
+    assert [(b["name"], b["ipu"], b["parameters"]) for b in doc["model"]["blocks"]] == [
+        ("0", 0, 144), ("1", 1, 68)]
+
+
+def test_profiles_written_elsewhere_are_gathered_with_their_manifest(own_dir_capture):
+    tmp, proc = own_dir_capture
+    doc = json.loads((tmp / "cap" / "training" / "popviz-model.json").read_text())
+    assert doc["executor"]["report_directory"] == str((tmp / "elsewhere").resolve())
+    assert (tmp / "elsewhere" / "training" / "popviz-report.json").is_file()  # left where it was
+    assert (tmp / "cap" / "training" / "popviz-report.json").is_file()
+    assert ("  training: profile written to elsewhere/training (the program's autoReport.directory); "
+            "linked execution.parquet, memory.parquet, popviz-report.json, runs.parquet into "
+            "cap/training") in proc.stderr
+    assert "training  popviz bundle · training, PipelinedExecution, 2 stage(s) · D=4 G=8" in proc.stderr
+    run = json.loads((tmp / "cap" / "popviz-run.json").read_text())
+    assert any("elsewhere/training" in n for n in run["notes"])
+    analysed = run_cli("analyse", "cap", "--json", cwd=tmp)
+    assert analysed.returncode == 0, analysed.stderr
+    [report] = json.loads(analysed.stdout)["engines"]
+    assert (report["config"]["device_iterations"], report["config"]["gradient_accumulation"]) == (4, 8)
+    assert [s["ipu"] for s in report["config"]["stages"]] == [0, 1]
