@@ -136,3 +136,64 @@ def test_profiles_written_elsewhere_are_gathered_with_their_manifest(own_dir_cap
     [report] = json.loads(analysed.stdout)["engines"]
     assert (report["config"]["device_iterations"], report["config"]["gradient_accumulation"]) == (4, 8)
     assert [s["ipu"] for s in report["config"]["stages"]] == [0, 1]
+
+
+CALLS_SCRIPT = textwrap.dedent('''
+    import torch
+    import poptorch
+
+    opts = poptorch.Options().deviceIterations(2)
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(4, 4)
+
+        def forward(self, x):
+            return poptorch.identity_loss(self.lin(x).pow(2).mean(), "none")
+
+    model = poptorch.trainingModel(Net(), opts)
+    try:
+        for step in range(5):
+            print(f"step {step}: loss {float(model(torch.ones(2, 4)).mean()):.4f}", flush=True)
+    finally:
+        print("cleanup ran", flush=True)
+    print("after the loop")
+''')
+
+
+@pytest.fixture(scope="module")
+def calls_run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("calls")
+    (tmp / "train.py").write_text(CALLS_SCRIPT)
+    proc = run_cli("capture", "-o", "cap", "--emulate", "--calls", "3", "--", sys.executable, "train.py",
+                   cwd=tmp, env={"OMP_NUM_THREADS": "1"}, timeout=300)
+    return tmp, proc
+
+
+def test_calls_stops_the_script_cleanly_at_the_nth_call(calls_run):
+    tmp, proc = calls_run
+    assert proc.returncode == 0, proc.stderr
+    # two calls run, the third estimated only, then the script unwinds (finally blocks run)
+    assert [line.split(":")[0] for line in proc.stdout.splitlines() if line.startswith("step")] == [
+        "step 0", "step 1"]
+    assert "cleanup ran" in proc.stdout and "after the loop" not in proc.stdout
+    progress = [line for line in proc.stderr.splitlines()
+                if line.startswith("popviz emulator: ") and "report" not in line.split(":")[1]]
+    assert progress[0] == "popviz emulator: compiling 'training': tracing and measuring one micro-batch"
+    assert progress[-3:-1] == ["popviz emulator: 'training': call 1 of 3 done",
+                               "popviz emulator: 'training': call 2 of 3 done"]
+    assert progress[-1] == ("popviz emulator: 'training': call 3 of 3 estimated, not run; stopping the "
+                            "script (--calls 3); reports are written as it exits")
+    doc = json.loads((tmp / "cap" / "training" / "popviz-model.json").read_text())
+    assert (doc["status"], doc["calls"]["count"], doc["calls"]["compile"]["error"]) == ("final", 3, None)
+    bundle = json.loads((tmp / "cap" / "training" / "popviz-report.json").read_text())
+    assert bundle["host_io"]["calls"] == 3
+
+
+def test_calls_needs_the_emulator():
+    from conftest import assert_one_line_error
+
+    proc = run_cli("capture", "--calls", "1", "--", sys.executable, "-c", "pass")
+    assert_one_line_error(proc, "--calls 1 stops an emulated run: add --emulate")
+    proc = run_cli("emulate", "--calls", "0", "--", sys.executable, "-c", "pass")
+    assert proc.returncode == 2 and "must be at least 1, got 0" in proc.stderr

@@ -1010,7 +1010,12 @@ def _recording_subclass(cls: type, recorder: Recorder) -> type:
             # The fast path: two clock reads and a list append; the rest only when due. With
             # caches cold after a device run, every bytecode here costs (see the benchmark).
             t0 = perf_counter()
-            output = call(self, *args, **kwargs)
+            try:
+                output = call(self, *args, **kwargs)
+            except SystemExit as exc:  # the emulator's --calls stop: the call counts as done
+                if getattr(exc, "popviz_call_completed", False):
+                    times.append(perf_counter() - t0)
+                raise
             t1 = perf_counter()
             times.append(t1 - t0)
             if t1 >= hot[1]:
@@ -1074,6 +1079,13 @@ def _compile_and_run(executor: Any, rec: Recorder, fn: Callable[..., Any], args:
         if tracer is not None:
             tracer.__exit__(None, None, None)
             rec.traced_blocks = tracer.ordered()  # what was traced before the failure
+        if getattr(exc, "popviz_call_completed", False) and _is_compiled(executor):
+            # the emulator's --calls stop right after compiling: compiled, and the call counts
+            with contextlib.suppress(Exception):
+                rec.on_compiled(executor, time.perf_counter() - t0, tracer)
+                if record:
+                    rec.on_call(executor, args, kwargs, None, None)
+            raise
         with contextlib.suppress(Exception):
             rec.on_compile_error(exc)
         raise

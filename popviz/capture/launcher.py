@@ -453,6 +453,7 @@ def summary_lines(run: Mapping[str, Any], root: Path) -> list[str]:
 
 def run_capture(command: Sequence[str], *, output: str | None = None, new_run: bool = False,
                 emulate: bool = False, pvti: bool = False, run_count: int | None = None,
+                calls: int | None = None,
                 stdout: IO[bytes] | None = None, stderr: IO[bytes] | None = None) -> int:
     """Run ``command`` under capture; return the exit code popviz should exit with."""
     command = list(command)
@@ -469,6 +470,10 @@ def run_capture(command: Sequence[str], *, output: str | None = None, new_run: b
     instance = hooks.instance_from_env(base_env)
     planned = plan_dir(output, new_run, instance)
     child_env = emulated(dict(base_env)) if emulate else dict(base_env)
+    if calls is not None:
+        from popviz.emulator.calls import ENV as CALLS_ENV
+
+        child_env[CALLS_ENV] = str(calls)
     if emulate:
         from popviz.emulator.launch import check_command
 

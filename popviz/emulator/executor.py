@@ -32,6 +32,7 @@ from typing import Any
 import torch
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
+from popviz.emulator import calls as _calls
 from popviz.emulator import costmodel, hardware, profiling
 from popviz.emulator import optim as _optim
 from popviz.emulator.blocks import BlockTrace, tracing
@@ -430,12 +431,23 @@ class PoplarExecutor:
         assert self._options.connection_type != ConnectionType.Never, (
             "Trying to run a model on an offline device (ConnectionType.Never): use model.compile(inputs) "
             "instead of model(inputs)")
+        most = _calls.limit()
         if not self._compiled:
+            if most is not None:
+                _calls.progress(f"compiling {self.engine_name!r}: tracing and measuring one micro-batch")
             self._compile(args, kwargs)
+            if most is not None:
+                _calls.progress(f"{self.engine_name!r} estimated in {self._compile_time.total_seconds():.1f} s")
         else:
             self._validate(args, kwargs)
             if not self._attached:
                 self.attachToDevice()
+        if most is not None and self._setup.calls + 1 >= most:
+            self._setup.calls += 1
+            self._last_call_start = time.time()
+            _calls.progress(f"{self.engine_name!r}: call {self._setup.calls} of {most} estimated, not run; "
+                            f"stopping the script (--calls {most}); reports are written as it exits")
+            raise _calls.CallLimitReached(self.engine_name, self._setup.calls)
         self._last_call_start = time.time()
         micro = self._split(args, kwargs)
         o = self._options
@@ -452,6 +464,8 @@ class PoplarExecutor:
                         out = self._model(*a, **k)
                     outputs.add(i // (g * r), (i // r) % g, i % r, out)
         self._setup.calls += 1
+        if most is not None:
+            _calls.progress(f"{self.engine_name!r}: call {self._setup.calls} of {most} done")
         self._update_anchors()
         result = outputs.result()
         for leaf in tree_flatten(result)[0]:
