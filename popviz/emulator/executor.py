@@ -415,6 +415,8 @@ class PoplarExecutor:
             output_return_period=o.output_return_period,
             optimizer_slots=slots, accumulator_element_bytes=accum_bytes,
             optimizer_on_chip=locations.on_chip("optimizer"),
+            optimizer_sharded=locations.sharded("optimizer"),
+            half_partials=o._Popart.options.get("partialsTypeMatMuls") == "half",
             accumulator_on_chip=locations.on_chip("accumulator"),
             available_memory_proportion=dict(o.available_memory_proportion),
             synthetic_data=o.synthetic_data, auto_round_num_ipus=o.auto_round_num_ipus,
