@@ -197,3 +197,65 @@ def test_calls_needs_the_emulator():
     assert_one_line_error(proc, "--calls 1 stops an emulated run: add --emulate")
     proc = run_cli("emulate", "--calls", "0", "--", sys.executable, "-c", "pass")
     assert proc.returncode == 2 and "must be at least 1, got 0" in proc.stderr
+
+
+class HFStyle(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 2)
+
+    def forward(self, input_ids, attention_mask=None, labels=None):
+        return self.lin(input_ids * attention_mask)
+
+
+def test_keyword_and_positional_calls_are_the_same_call():
+    model = poptorch.inferenceModel(HFStyle())
+    x, mask = torch.ones(2, 4), torch.ones(2, 4)
+    first = model(input_ids=x, attention_mask=mask)
+    assert torch.equal(model(x, mask), first)
+    assert torch.equal(model(x, attention_mask=mask), first)
+    with pytest.raises(AssertionError, match="Parameter input_ids was passed more than once"):
+        model(x, input_ids=x)
+    with pytest.raises(AssertionError, match="masks is not a valid parameter"):
+        model(x, masks=mask)
+    with pytest.raises(poptorch.Error, match="Mandatory parameter input_ids missing"):
+        poptorch.inferenceModel(HFStyle())(attention_mask=mask)
+
+
+def test_half_model_with_float_inputs_computes_in_float32():
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU()).half()
+    out = poptorch.inferenceModel(model)(torch.ones(2, 4))
+    assert out.dtype == torch.float32 and tuple(out.shape) == (2, 3)
+    assert model[0].weight.dtype == torch.float16  # the model itself is left as it was
+
+
+class Pair:
+    def __init__(self, a, b) -> None:
+        self.a, self.b = a, b
+
+
+class PairParser(poptorch.ICustomArgParser):
+    def yieldTensors(self, struct):
+        yield struct.a
+        yield struct.b
+
+    def reconstruct(self, original, tensors):
+        return Pair(next(tensors), next(tensors))
+
+
+class Doubler(torch.nn.Module):
+    def forward(self, pair):
+        return Pair(pair.a * 2, pair.b + 1)
+
+
+def test_custom_arg_parser_splits_and_rebuilds_user_types():
+    poptorch.registerCustomArgParser(Pair, PairParser())
+    try:
+        model = poptorch.inferenceModel(Doubler(), poptorch.Options().deviceIterations(2))
+        out = model(Pair(torch.arange(4.0).reshape(4, 1), torch.zeros(4, 3)))
+        assert isinstance(out, Pair)
+        assert out.a.flatten().tolist() == [0.0, 2.0, 4.0, 6.0] and tuple(out.b.shape) == (4, 3)
+        with pytest.raises(poptorch.Error, match="must inherit from ICustomArgParser"):
+            poptorch.registerCustomArgParser(Pair, object())
+    finally:
+        poptorch.registerCustomArgParser(Pair, None)

@@ -41,6 +41,7 @@ from popviz.emulator.errors import CPP_ERROR, Error
 from popviz.emulator.losses import LossCollector, final_loss
 from popviz.emulator.measure import measuring
 from popviz.emulator.options import Options
+from popviz.emulator.precision import upcasting
 from popviz.model import HostTensor
 
 NO_EXECUTABLE_ERR = "Model has not been compiled or has been destroyed."
@@ -190,6 +191,58 @@ class PoplarExecutor:
         return [p.name for p in params.values()
                 if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
 
+    @staticmethod
+    def _signature(model: Any) -> inspect.Signature | None:
+        try:
+            return inspect.signature(model.forward if isinstance(model, torch.nn.Module) else model)
+        except (TypeError, ValueError):
+            return None
+
+    def _canonical(self, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        """The call's arguments as PopTorch passes them to the model: every parameter of
+        ``forward`` in order (given positionally, by name, or its default), so ``m(x, mask=y)``
+        and ``m(x, y)`` are the same call; only ``**kwargs`` and what follows ``*args`` stay named."""
+        sig = self.__dict__.get("_sig_cache", False)
+        if sig is False:
+            sig = self._signature(self._model)
+            self.__dict__["_sig_cache"] = sig
+        if sig is None:
+            return args, kwargs
+        params = list(sig.parameters.values())
+        variadic = any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in params)
+        names = [p.name for p in params]
+        assert variadic or len(args) + len(kwargs) <= len(params), (
+            f"Too many arguments provided: expected {names} ({len(names)}) but got {len(args) + len(kwargs)}")
+        if not variadic:
+            for k in kwargs:
+                assert k in names, f"{k} is not a valid parameter.Allowed values are {names}"
+        out_args: list[Any] = []
+        out_kwargs: dict[str, Any] = {}
+        after_star = False
+        rest = list(args)
+        for i, p in enumerate(params):
+            if p.kind == p.VAR_KEYWORD:
+                out_kwargs.update({k: v for k, v in kwargs.items() if k not in names[:i]})
+            elif p.kind == p.VAR_POSITIONAL:
+                out_args.extend(rest[i:] if i < len(rest) else [])
+                rest = []
+                after_star = True
+            elif i < len(rest):
+                assert p.name not in kwargs, f"Parameter {p.name} was passed more than once"
+                out_args.append(rest[i])
+            else:
+                if p.name in kwargs:
+                    value = kwargs[p.name]
+                elif p.default is not p.empty:
+                    value = p.default
+                else:
+                    raise Error(f"Mandatory parameter {p.name} missing")
+                if after_star or p.kind == p.KEYWORD_ONLY:
+                    out_kwargs[p.name] = value
+                else:
+                    out_args.append(value)
+        return tuple(out_args), out_kwargs
+
     def __getattr__(self, attr: str) -> Any:
         if attr.startswith("__") or "_user_model" not in self.__dict__:
             raise AttributeError(attr)
@@ -306,7 +359,7 @@ class PoplarExecutor:
 
             log.warn("Call to compile() ignored: the executable is already compiled")
             return
-        self._compile(args, kwargs)
+        self._compile(*self._canonical(args, kwargs))
 
     def _compile(self, args: tuple, kwargs: dict) -> None:
         started = time.perf_counter()
@@ -338,11 +391,12 @@ class PoplarExecutor:
             with torch.set_grad_enabled(self._training), tracing(trace), \
                     measuring(self._model, trace, self._training) as recorder:
                 if self._training:
-                    with LossCollector() as losses:
+                    with LossCollector() as losses, upcasting():
                         out = self._model(*args, **kwargs)
                     loss = final_loss(losses.losses)
                 else:
-                    out = self._model(*args, **kwargs)
+                    with upcasting():
+                        out = self._model(*args, **kwargs)
                     loss = None
         finally:
             with torch.no_grad():
@@ -433,6 +487,7 @@ class PoplarExecutor:
         assert self._options.connection_type != ConnectionType.Never, (
             "Trying to run a model on an offline device (ConnectionType.Never): use model.compile(inputs) "
             "instead of model(inputs)")
+        args, kwargs = self._canonical(args, kwargs)
         most = _calls.limit()
         if not self._compiled:
             if most is not None:
@@ -462,7 +517,7 @@ class PoplarExecutor:
         else:
             with torch.no_grad():
                 for i, (a, k) in enumerate(micro):
-                    with tracing(self._trace()):
+                    with tracing(self._trace()), upcasting():
                         out = self._model(*a, **k)
                     outputs.add(i // (g * r), (i // r) % g, i % r, out)
         self._setup.calls += 1
@@ -489,7 +544,8 @@ class PoplarExecutor:
                 for replica in range(r):
                     a, k = micro[index]
                     index += 1
-                    with torch.enable_grad(), tracing(self._trace()), LossCollector() as losses:
+                    with torch.enable_grad(), tracing(self._trace()), LossCollector() as losses, \
+                            upcasting():
                         out = self._model(*a, **k)
                     loss = final_loss(losses.losses)
                     if loss.requires_grad:
