@@ -259,3 +259,32 @@ def test_custom_arg_parser_splits_and_rebuilds_user_types():
             poptorch.registerCustomArgParser(Pair, object())
     finally:
         poptorch.registerCustomArgParser(Pair, None)
+
+
+class AfterBlock(torch.nn.Module):
+    def forward(self, x):
+        with poptorch.Block(ipu_id=0):
+            x = x * 2
+        return x * 4  # no block is active here
+
+
+def test_an_operation_after_a_with_block_needs_a_block():
+    opts = poptorch.Options().deviceIterations(2)
+    opts.setExecutionStrategy(poptorch.PipelinedExecution(poptorch.AutoStage.AutoIncrement))
+    with pytest.raises(poptorch.Error, match="No active Block, all the ops must belong to a Block"):
+        poptorch.inferenceModel(AfterBlock(), opts).compile(torch.ones(2, 3))
+
+
+def test_for_loop_rules_as_poptorch():
+    x = torch.ones(1, 5, dtype=torch.int32)
+
+    def body(y):
+        y += 1
+        return y
+
+    assert poptorch.for_loop(3, body, [x])[0].tolist() == [[4] * 5]
+    assert x.tolist() == [[1] * 5]  # inputs are passed by value
+    with pytest.raises(ValueError, match=r"\(Object is not list\)"):
+        poptorch.for_loop(2, body, x)
+    with pytest.raises(ValueError, match=r"\(Object contained in list at index 1 is not torch.tensor\)"):
+        poptorch.for_loop(2, lambda a, b: (a, b), [x, 5])

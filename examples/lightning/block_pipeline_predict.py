@@ -33,17 +33,25 @@ class Pipelined(pl.LightningModule):
             x = torch.log_softmax(self.layer4(x), dim=1)
         return x
 
+    # PopTorch has no active block once a ``with poptorch.Block`` ends, and every operation must
+    # belong to one: what the steps compute after ``forward`` goes in a block too (the last IPU).
     def training_step(self, batch, batch_idx):
         x, y = batch
-        return torch.nn.functional.nll_loss(self(x), y)
+        out = self(x)
+        with poptorch.Block(ipu_id=3):
+            return torch.nn.functional.nll_loss(out, y)
 
     def validation_step(self, batch, batch_idx):
         x, y = batch
-        return torch.nn.functional.nll_loss(self(x), y)
+        out = self(x)
+        with poptorch.Block(ipu_id=3):
+            return torch.nn.functional.nll_loss(out, y)
 
     def predict_step(self, batch, batch_idx, dataloader_idx=0):
         x, _ = batch
-        return self(x).argmax(dim=1)
+        out = self(x)
+        with poptorch.Block(ipu_id=3):
+            return out.argmax(dim=1)
 
     def configure_optimizers(self):
         return torch.optim.SGD(self.parameters(), lr=0.05)
