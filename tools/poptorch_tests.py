@@ -8,7 +8,8 @@ Not part of popviz's test suite: it needs a checkout of the public graphcore/pop
 (its ``tests/`` directory), which is never copied into this repository. The tests are copied to a
 temporary directory; the one change made there is the one PopTorch's ``tests/helpers.py`` needs to
 import without PopTorch's compiled core: its ``import poptorch.poptorch_core`` is wrapped in
-``try/except ImportError``. Each file runs in its own ``pytest`` process with the emulator as
+``try/except ImportError``. Without torchvision installed, the test suite's stand-in
+(``tests/fake_torchvision``) goes on the path. Each file runs in its own ``pytest`` process with the emulator as
 ``poptorch`` (``popviz.emulator.launch.emulated_env``). Many of those tests read PopART / Poplar log
 lines or call compiler internals; they cannot pass against an emulator (see docs/emulator.md).
 """
@@ -16,6 +17,7 @@ lines or call compiler internals; they cannot pass against an emulator (see docs
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -31,6 +33,9 @@ FILES = ("batching_test.py", "buffers_test.py", "inputs_test.py", "options_test.
          "weights_writing_test.py", "poplar_executor_test.py", "test_perf_counters.py", "optimizers_test.py",
          "half_test.py", "dataloader_test.py")
 """The files that exercise PopTorch's public Python API (docs/emulator.md)."""
+
+FAKE_TORCHVISION = Path(__file__).resolve().parent.parent / "tests" / "fake_torchvision"
+"""The test suite's torchvision stand-in, used when torchvision is not installed."""
 
 CORE_IMPORT = "import poptorch.poptorch_core as poptorch_core  # type: ignore"
 
@@ -56,6 +61,8 @@ def run_file(tests: Path, name: str, timeout: float) -> dict:
 
     env = emulated_env(os.environ)
     env.setdefault("OMP_NUM_THREADS", "1")
+    if importlib.util.find_spec("torchvision") is None:  # half_test.py imports it: the tests' stand-in
+        env["PYTHONPATH"] += os.pathsep + str(FAKE_TORCHVISION)
     junit = tests / f".{name}.xml"
     started = time.perf_counter()
     try:

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from torch.utils._pytree import tree_flatten, tree_unflatten
+from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
 from popviz.emulator import calls as _calls
 from popviz.emulator import costmodel, hardware, profiling
@@ -168,6 +168,8 @@ class PoplarExecutor:
             assert not optimizer, "Optimizer should be None for inference"
         options._freeze()
         self._options = options
+        if training and optimizer is not None:
+            _optim.warn_if_subclassed(optimizer)
         self._optimizer = optimizer
         self._token = object()
         self._compiled = False
@@ -366,7 +368,8 @@ class PoplarExecutor:
         for hook in list(_precompile_hooks.values()):
             hook()
         micro = self._split(args, kwargs)
-        m_args, m_kwargs = micro[0]
+        # measured on a copy: the model may change its inputs in place, which only the run may do
+        m_args, m_kwargs = tree_map(lambda t: t.clone() if isinstance(t, torch.Tensor) else t, micro[0])
         measurement, outputs = self._measure(m_args, m_kwargs)
         for hook in list(_postcompile_hooks.values()):
             hook()
@@ -553,7 +556,7 @@ class PoplarExecutor:
                     outputs.add(iteration, step, replica, out)
             if max_norm != float("inf"):
                 torch.nn.utils.clip_grad_norm_(params, max_norm)
-            optimizer.step()
+            _optim.native_step(optimizer)
 
     def _update_anchors(self) -> None:
         anchors = self._options.anchored_tensors
@@ -625,6 +628,8 @@ class PoplarExecutor:
     def setOptimizer(self, optimizer: torch.optim.Optimizer) -> None:
         """Use ``optimizer`` from the next call; its state starts from the current one's."""
         old = self._optimizer
+        if optimizer is not old:
+            _optim.warn_if_subclassed(optimizer)
         if old is not None and optimizer is not old:
             for group in optimizer.param_groups:
                 for p in group["params"]:
