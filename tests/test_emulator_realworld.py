@@ -288,3 +288,34 @@ def test_for_loop_rules_as_poptorch():
         poptorch.for_loop(2, body, x)
     with pytest.raises(ValueError, match=r"\(Object contained in list at index 1 is not torch.tensor\)"):
         poptorch.for_loop(2, lambda a, b: (a, b), [x, 5])
+
+
+class TwoBuffers(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("b1", torch.ones(1))
+        self.register_buffer("b2", torch.ones(1))
+
+    def forward(self, x):
+        return torch.sum(x + self.b1 + self.b2)
+
+
+def test_inference_sees_host_buffers_only_when_copied():
+    host = TwoBuffers()
+    model = poptorch.inferenceModel(host, poptorch.Options().updatableNamedBuffers(["b1"]))
+    x = torch.ones(3)
+    assert float(model(x)) == 9.0
+    host.b1.add_(1)
+    host.b2.add_(1)
+    assert float(model(x)) == 9.0  # the device still has its own copy
+    model.copyNamedBuffersToDevice()
+    assert float(model(x)) == 12.0  # b1 only: b2 is not updatable
+    with pytest.raises(poptorch.Error, match="No named buffers marked as updatable"):
+        _compiled(poptorch.inferenceModel(TwoBuffers())).copyNamedBuffersToDevice()
+    with pytest.raises(poptorch.Error, match="'nope' is not a buffer of the model"):
+        poptorch.inferenceModel(TwoBuffers(), poptorch.Options().updatableNamedBuffers(["nope"]))(x)
+
+
+def _compiled(model):
+    model(torch.ones(3))
+    return model

@@ -20,6 +20,7 @@ Semantics follow PopTorch 3.x (see ``docs/emulator.md``):
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import datetime as _dt
 import functools
@@ -52,6 +53,9 @@ INPUTS_MISMATCH_END = (
 
 _precompile_hooks: dict[int, Callable[[], None]] = {}
 _postcompile_hooks: dict[int, Callable[[], None]] = {}
+_training_steps: dict[int, int] = {}
+"""Training calls run per user model (by id): an inference executor of the same model uploads the
+host's buffers again after any (PopTorch copies the weights to the device when they changed)."""
 _wrapped: weakref.WeakSet = weakref.WeakSet()
 """User models currently wrapped by a training executor."""
 
@@ -365,6 +369,11 @@ class PoplarExecutor:
 
     def _compile(self, args: tuple, kwargs: dict) -> None:
         started = time.perf_counter()
+        buffers = dict(self._model.named_buffers())
+        for name in self._options._Popart.options.get("updatableNamedBuffers", []):
+            if name not in buffers:
+                raise Error(f"updatableNamedBuffers: {name!r} is not a buffer of the model "
+                            f"(its buffers: {', '.join(buffers) or 'none'})", type=CPP_ERROR)
         for hook in list(_precompile_hooks.values()):
             hook()
         micro = self._split(args, kwargs)
@@ -377,6 +386,8 @@ class PoplarExecutor:
         self._setup = self._engine_setup(m_args, m_kwargs, outputs, len(measurement.segments))
         self._estimate = costmodel.estimate(measurement, self._setup)
         self._remember_inputs(args, kwargs)
+        if not self._training:  # the device's own copy: host changes reach it only when copied
+            self._snapshot_buffers()
         self._compiled = True
         self._attached = True
         self._compile_time = _dt.timedelta(seconds=time.perf_counter() - started)
@@ -518,7 +529,7 @@ class PoplarExecutor:
         if self._training:
             self._train(micro, outputs, d, g, r)
         else:
-            with torch.no_grad():
+            with torch.no_grad(), self._on_device_buffers():
                 for i, (a, k) in enumerate(micro):
                     with tracing(self._trace()), upcasting():
                         out = self._model(*a, **k)
@@ -557,6 +568,44 @@ class PoplarExecutor:
             if max_norm != float("inf"):
                 torch.nn.utils.clip_grad_norm_(params, max_norm)
             _optim.native_step(optimizer)
+        _training_steps[id(self._user_model)] = _training_steps.get(id(self._user_model), 0) + 1
+
+    def _snapshot_buffers(self) -> None:
+        self._device_buffers = {n: b.detach().clone() for n, b in self._model.named_buffers()}
+        self._buffers_at_step = _training_steps.get(id(self._user_model), 0)
+
+    @contextlib.contextmanager
+    def _on_device_buffers(self):
+        """An inference run sees the device's buffers, not the host model's (as in PopTorch);
+        after a training executor of the same model has run, weights and buffers are uploaded again."""
+        if getattr(self, "_buffers_at_step", 0) != _training_steps.get(id(self._user_model), 0):
+            self._snapshot_buffers()
+        saved = []
+        for name, value in getattr(self, "_device_buffers", {}).items():
+            prefix, _, leaf = name.rpartition(".")
+            module = self._model.get_submodule(prefix) if prefix else self._model
+            if leaf in module._buffers:
+                saved.append((module, leaf, module._buffers[leaf]))
+                module._buffers[leaf] = value
+        try:
+            yield
+        finally:
+            for module, leaf, host in saved:
+                module._buffers[leaf] = host
+
+    def copyNamedBuffersToDevice(self) -> None:
+        """Copy the buffers named in ``Options.updatableNamedBuffers`` from the host model to the
+        device (the only way a compiled inference model sees host changes to buffers)."""
+        if not self._compiled:
+            raise Error(NO_EXECUTABLE_ERR)
+        names = self._options._Popart.options.get("updatableNamedBuffers")
+        if not names:
+            raise Error("No named buffers marked as updatable via updatableNamedBuffers option")
+        host = dict(self._model.named_buffers())
+        device = getattr(self, "_device_buffers", None)
+        if device is not None:
+            for name in names:
+                device[name] = host[name].detach().clone()
 
     def _update_anchors(self) -> None:
         anchors = self._options.anchored_tensors
@@ -621,6 +670,8 @@ class PoplarExecutor:
     def copyWeightsToDevice(self) -> None:
         if not self._compiled:
             raise Error(NO_EXECUTABLE_ERR)
+        if not self._training:
+            self._snapshot_buffers()
 
     def copyWeightsToHostIfNeeded(self) -> bool:
         return False
