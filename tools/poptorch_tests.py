@@ -106,6 +106,8 @@ def main() -> int:
             print(f"{name:<28} {row['passed']:>5} passed {row['failed']:>4} failed {row['errors']:>3} errors "
                   f"{row['skipped']:>3} skipped  {'loads' if row['loads'] else 'DOES NOT LOAD'}  "
                   f"{row['seconds']:.0f} s", flush=True)
+            if not row["loads"]:
+                print("    " + " | ".join(row["tail"])[:300])
             if args.failures:
                 for test, message in row["failures"]:
                     print(f"    {test}: {message.splitlines()[0] if message else ''}")
