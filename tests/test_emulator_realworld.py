@@ -319,3 +319,13 @@ def test_inference_sees_host_buffers_only_when_copied():
 def _compiled(model):
     model(torch.ones(3))
     return model
+
+
+def test_distributed_shuffle_changes_each_epoch_with_persistent_workers():
+    opts = poptorch.Options().randomSeed(0)
+    opts.Distributed.configureProcessId(1, 2)
+    data = torch.utils.data.TensorDataset(torch.arange(64))
+    loader = poptorch.DataLoader(opts, data, batch_size=8, shuffle=True, num_workers=1)
+    epochs = [sorted(int(v) for (batch,) in loader for v in batch) for _ in range(3)]
+    assert all(len(e) == 32 for e in epochs)
+    assert epochs[0] != epochs[1] != epochs[2]

@@ -40,8 +40,13 @@ class _ProcessShare(torch.utils.data.Dataset):
             self.reshuffle()
 
     def reshuffle(self) -> None:
-        """A new global order, the same in every process (same seed)."""
-        self.order = torch.randperm(len(self.dataset), generator=self.generator)
+        """A new global order, the same in every process (same seed). The order lives in shared
+        memory and is updated in place, so persistent DataLoader workers read the new one."""
+        order = torch.randperm(len(self.dataset), generator=self.generator)
+        if self.order is None:
+            self.order = order.share_memory_()
+        else:
+            self.order.copy_(order)
 
     def __len__(self) -> int:
         return self.length
