@@ -329,3 +329,28 @@ def test_distributed_shuffle_changes_each_epoch_with_persistent_workers():
     epochs = [sorted(int(v) for (batch,) in loader for v in batch) for _ in range(3)]
     assert all(len(e) == 32 for e in epochs)
     assert epochs[0] != epochs[1] != epochs[2]
+
+
+class Scale(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.ones(2))
+
+    def forward(self, x):
+        return poptorch.identity_loss((x * self.w).sum(), "none")
+
+
+def test_float16_accumulators_choose_running_mean_reduction():
+    running = poptorch.MeanReductionStrategy.Running
+    model = Scale()
+    sgd = poptorch.optim.SGD(model.parameters(), lr=0.1, accum_type=torch.float16)
+    ex = poptorch.trainingModel(model, optimizer=sgd)
+    assert ex.options.Training.meanAccumulationAndReplicationReductionStrategy == running
+    ex.destroy()
+    model = Scale()
+    adam = poptorch.optim.Adam(model.parameters(), lr=0.1)
+    ex = poptorch.trainingModel(model, optimizer=adam)
+    ex.compile(torch.ones(1, 2))
+    adam.accum_type = torch.float16
+    with pytest.raises(ValueError, match="is already compiled"):
+        ex.setOptimizer(adam)

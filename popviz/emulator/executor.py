@@ -37,7 +37,7 @@ from popviz.emulator import calls as _calls
 from popviz.emulator import costmodel, hardware, profiling
 from popviz.emulator import optim as _optim
 from popviz.emulator.blocks import BlockTrace, tracing
-from popviz.emulator.enums import ConnectionType, OutputMode, ReductionType
+from popviz.emulator.enums import ConnectionType, MeanReductionStrategy, OutputMode, ReductionType
 from popviz.emulator.errors import CPP_ERROR, Error
 from popviz.emulator.losses import LossCollector, final_loss
 from popviz.emulator.measure import measuring
@@ -172,8 +172,10 @@ class PoplarExecutor:
             assert not optimizer, "Optimizer should be None for inference"
         options._freeze()
         self._options = options
+        self._compiled = False
         if training and optimizer is not None:
             _optim.warn_if_subclassed(optimizer)
+            self._mean_reduction_for(optimizer)
         self._optimizer = optimizer
         self._token = object()
         self._compiled = False
@@ -676,11 +678,27 @@ class PoplarExecutor:
     def copyWeightsToHostIfNeeded(self) -> bool:
         return False
 
+    def _mean_reduction_for(self, optimizer: torch.optim.Optimizer) -> None:
+        """float16 gradient accumulators (without the combined variant) need PopTorch's Running
+        mean reduction: set it before compiling; a compiled executable cannot change."""
+        if getattr(optimizer, "accum_type", None) != torch.float16 or getattr(optimizer, "use_combined_accum", False):
+            return
+        training = self._options.Training
+        if not self._compiled:
+            self._options._unfreeze()
+            training.setMeanAccumulationAndReplicationReductionStrategy(MeanReductionStrategy.Running)
+            self._options._freeze()
+        elif training.meanAccumulationAndReplicationReductionStrategy != MeanReductionStrategy.Running:
+            raise ValueError("Invalid optimizer: the new optimizer would require changing options.Training."
+                             "meanAccumulationAndReplicationReductionStrategy to "
+                             "poptorch.MeanReductionStrategy.Running but the executable is already compiled.")
+
     def setOptimizer(self, optimizer: torch.optim.Optimizer) -> None:
         """Use ``optimizer`` from the next call; its state starts from the current one's."""
         old = self._optimizer
         if optimizer is not old:
             _optim.warn_if_subclassed(optimizer)
+        self._mean_reduction_for(optimizer)  # also for the same optimizer with changed attributes
         if old is not None and optimizer is not old:
             for group in optimizer.param_groups:
                 for p in group["params"]:
