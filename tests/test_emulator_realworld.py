@@ -354,3 +354,20 @@ def test_float16_accumulators_choose_running_mean_reduction():
     adam.accum_type = torch.float16
     with pytest.raises(ValueError, match="is already compiled"):
         ex.setOptimizer(adam)
+
+
+def test_compile_hooks_and_the_ipu_limit():
+    calls = []
+    pre = poptorch.registerPreCompileHook(lambda: calls.append("pre"))
+    post = poptorch.registerPostCompileHook(lambda: calls.append("post"))
+    try:
+        poptorch.inferenceModel(torch.nn.Linear(2, 2))(torch.ones(1, 2))
+    finally:
+        pre.remove()
+        post.remove()
+    poptorch.inferenceModel(torch.nn.Linear(2, 2))(torch.ones(1, 2))
+    assert calls == ["pre", "post"]
+    model = poptorch.inferenceModel(torch.nn.Linear(2, 2), poptorch.Options().replicationFactor(128))
+    with pytest.raises(poptorch.Error, match=r"Too many IPUs requested \(128\)\. Experiments that need more "
+                                             r"than 64 IPUs require distributed execution"):
+        model(torch.ones(128, 2))

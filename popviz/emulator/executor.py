@@ -20,6 +20,7 @@ Semantics follow PopTorch 3.x (see ``docs/emulator.md``):
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import copy
 import datetime as _dt
@@ -45,14 +46,17 @@ from popviz.emulator.options import Options
 from popviz.emulator.precision import upcasting
 from popviz.model import HostTensor
 
+MAX_IPUS_PER_INSTANCE = 64
+"""PopTorch's limit on the IPUs one process uses (replicas × IPUs per replica); more need
+distributed execution (PopRun)."""
 NO_EXECUTABLE_ERR = "Model has not been compiled or has been destroyed."
 INPUTS_MISMATCH_END = (
     "\nThis error occurred because the inputs passed at runtime don't match the inputs used to "
     "compile the model.\nTo recompile the model for the new inputs create a new inferenceModel / "
     "trainingModel wrapper or call destroy() on the curent one and try again.")
 
-_precompile_hooks: dict[int, Callable[[], None]] = {}
-_postcompile_hooks: dict[int, Callable[[], None]] = {}
+_precompile_hooks: dict[int, Callable[[], None]] = collections.OrderedDict()
+_postcompile_hooks: dict[int, Callable[[], None]] = collections.OrderedDict()
 _training_steps: dict[int, int] = {}
 """Training calls run per user model (by id): an inference executor of the same model uploads the
 host's buffers again after any (PopTorch copies the weights to the device when they changed)."""
@@ -387,6 +391,10 @@ class PoplarExecutor:
         self._check_pipeline(len(measurement.segments))
         self._setup = self._engine_setup(m_args, m_kwargs, outputs, len(measurement.segments))
         self._estimate = costmodel.estimate(measurement, self._setup)
+        ipus = self._estimate.target.num_ipus
+        if ipus > MAX_IPUS_PER_INSTANCE:
+            raise Error(f"Too many IPUs requested ({ipus}). Experiments that need more than "
+                        f"{MAX_IPUS_PER_INSTANCE} IPUs require distributed execution.", type=CPP_ERROR)
         self._remember_inputs(args, kwargs)
         if not self._training:  # the device's own copy: host changes reach it only when copied
             self._snapshot_buffers()
