@@ -371,3 +371,20 @@ def test_compile_hooks_and_the_ipu_limit():
     with pytest.raises(poptorch.Error, match=r"Too many IPUs requested \(128\)\. Experiments that need more "
                                              r"than 64 IPUs require distributed execution"):
         model(torch.ones(128, 2))
+
+
+def test_a_model_wrapped_for_training_can_still_be_saved_whole():
+    import io
+
+    model = Scale()
+    ex = poptorch.trainingModel(model)
+    ex(torch.ones(1, 2))
+    buffer = io.BytesIO()
+    torch.save(model, buffer)  # the model's destroy() handle is picklable
+    buffer.seek(0)
+    copy_ = torch.load(buffer, weights_only=False)
+    assert torch.equal(copy_.w, model.w)
+    copy_.destroy()  # bound to no executor: does nothing
+    assert ex.isCompiled()
+    model.destroy()
+    assert not ex.isCompiled()

@@ -805,15 +805,27 @@ def trainingModel(model: torch.nn.Module, options: Options | None = None,
                            "on the model to unwrap before wrapping again.")
     executor = PoplarExecutor(copy.copy(model), options, True, optimizer, user_model=model)
     _wrapped.add(model)
-    ref = weakref.ref(executor)
+    model.__dict__["destroy"] = _Destroy(executor)
+    return executor
 
-    def destroy() -> None:
-        live = ref()
+
+class _Destroy:
+    """``model.destroy()`` on a model wrapped for training: destroys its executor. Picklable (so
+    ``torch.save(model)`` works, as in PopTorch); a copy is bound to no executor."""
+
+    def __init__(self, executor: PoplarExecutor) -> None:
+        self._ref: weakref.ref | None = weakref.ref(executor)
+
+    def __call__(self) -> None:
+        live = self._ref() if self._ref is not None else None
         if live is not None:
             live.destroy()
 
-    model.__dict__["destroy"] = destroy
-    return executor
+    def __getstate__(self) -> dict:
+        return {}
+
+    def __setstate__(self, state: dict) -> None:
+        self._ref = None
 
 
 def inferenceModel(model: torch.nn.Module, options: Options | None = None) -> PoplarExecutor:
