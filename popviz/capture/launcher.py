@@ -35,6 +35,7 @@ from typing import IO, Any
 
 from popviz import __version__
 from popviz.capture import hooks
+from popviz.capture.follow import follow_reports
 from popviz.childproc import SignalForwarder, exit_status, find_command
 from popviz.errors import MissingDependencyError, PopvizError, UsageError, shown
 
@@ -477,6 +478,7 @@ def summary_lines(run: Mapping[str, Any], root: Path) -> list[str]:
 
 def run_capture(command: Sequence[str], *, output: str | None = None, new_run: bool = False,
                 emulate: bool = False, pvti: bool = False, run_count: int | None = None,
+                calls: int | None = None,
                 stdout: IO[bytes] | None = None, stderr: IO[bytes] | None = None) -> int:
     """Run ``command`` under capture; return the exit code popviz should exit with."""
     command = list(command)
@@ -493,6 +495,10 @@ def run_capture(command: Sequence[str], *, output: str | None = None, new_run: b
     instance = hooks.instance_from_env(base_env)
     planned = plan_dir(output, new_run, instance)
     child_env = emulated(dict(base_env)) if emulate else dict(base_env)
+    if calls is not None:
+        from popviz.emulator.calls import ENV as CALLS_ENV
+
+        child_env[CALLS_ENV] = str(calls)
     if emulate:
         from popviz.emulator.launch import check_command
 
@@ -587,6 +593,8 @@ def run_capture(command: Sequence[str], *, output: str | None = None, new_run: b
             run["signals_escalated"] = forwarder.escalated
         run["ended_at"] = iso_now()
         run["duration_seconds"] = round(time.time() - started, 3)
+        followed = follow_reports(root)
+        run["notes"] += followed
         run["engines"] = _engines_found(root)
         poptorch_versions = sorted({e["model"]["poptorch"] for e in run["engines"]
                                     if e.get("model", {}).get("poptorch")})
@@ -601,3 +609,5 @@ def run_capture(command: Sequence[str], *, output: str | None = None, new_run: b
         if run["status"] not in ("running", "error", "launch_failed"):
             for line in summary_lines(run, root):
                 say(line)
+            for line in followed:
+                say("  " + line)
