@@ -25,6 +25,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="run only these analyses, comma-separated: pipeline, memory, host_io")
     p.add_argument("--fail-on", choices=("info", "warning", "error"),
                    help="exit 1 when a finding reaches this severity (for CI); 0 otherwise")
+    p.add_argument("--ignore", metavar="CODES",
+                   help="finding codes the team has accepted (e.g. PIPE003,HIO002): shown, marked ignored, and "
+                   "never fail --fail-on; also [tool.popviz] ignore in pyproject.toml")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -61,7 +64,15 @@ def run(args: argparse.Namespace) -> int:
         with status(f"writing {args.html}"):
             write_new_text(args.html, render_html(result))
         print(f"popviz: wrote {args.html}", file=sys.stderr)
-    worst = result.worst_severity()
-    if args.fail_on and worst and severity_rank(worst) >= severity_rank(args.fail_on):
+    from popviz.ci.cli import ignored_codes
+    from popviz.ci.thresholds import load_config
+
+    ignore = ignored_codes(args, load_config().ignore)
+    accepted = [f"{e.report.label} {f.code}" for e in result.engines for f in e.findings if f.code in ignore]
+    if accepted:
+        print(f"popviz: ignored (accepted by --ignore / [tool.popviz] ignore): {', '.join(accepted)}",
+              file=sys.stderr)
+    counted = [f for f in result.findings if f.code not in ignore]
+    if args.fail_on and any(severity_rank(f.severity) >= severity_rank(args.fail_on) for f in counted):
         return 1
     return 0
