@@ -22,7 +22,7 @@ def console(c: Comparison, *, all_rows: bool = False) -> None:
     from rich.table import Table
 
     con = Console(highlight=False, soft_wrap=False)
-    con.print(escape(c.headline()), style="bold red" if c.failed else "bold green")
+    con.print(escape(c.headline()), style="bold red" if c.failed else "bold green", soft_wrap=True)
     if c.config_changes:
         con.print("configuration changed (explains most metric changes):")
         for ch in c.config_changes:
