@@ -19,6 +19,8 @@ from popviz.ci.thresholds import Budget, Rule, threshold_for
 from popviz.errors import UsageError
 
 REGRESSED, IMPROVED, WITHIN, SAME, NEW, GONE = "regressed", "improved", "~", "=", "new", "gone"
+HEADLINE_ITEMS = 6
+"""Regressions named in the first line of the output (the table lists them all)."""
 
 
 @dataclass
@@ -78,9 +80,11 @@ class Comparison:
         """The first line of the output: what failed, or that nothing did."""
         parts = []
         if self.regressions:
+            shown_ = self.regressions[:HEADLINE_ITEMS]
+            more = len(self.regressions) - len(shown_)
             parts.append("regression in " + ", ".join(
                 f"{r.engine} {r.metric} ({fmt(r.base, r.unit)} → {fmt(r.new, r.unit)}, {r.change})"
-                for r in self.regressions))
+                for r in shown_) + (f" and {more} more" if more else ""))
         if self.broken_budgets:
             parts.append("budget broken: " + ", ".join(
                 f"{b['engine']} {b['metric']} = {fmt(b['value'], b['unit'])} (budget {b['budget']})"
