@@ -27,6 +27,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "instances")
     p.add_argument("--fail-on", choices=("info", "warning", "error"),
                    help="exit 1 when a finding reaches this severity (for CI); 0 otherwise")
+    p.add_argument("--ignore", metavar="CODES",
+                   help="finding codes the team has accepted (e.g. PIPE003,HIO002): shown, marked ignored, and "
+                   "never fail --fail-on; also [tool.popviz] ignore in pyproject.toml")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -63,9 +66,17 @@ def run(args: argparse.Namespace) -> int:
         with status(f"writing {args.html}"):
             write_new_text(args.html, render_html(result))
         print(f"popviz: wrote {args.html}", file=sys.stderr)
+    from popviz.ci.cli import ignored_codes
+    from popviz.ci.thresholds import load_config
+
+    ignore = ignored_codes(args, load_config().ignore)
+    accepted = [f"{e.report.label} {f.code}" for e in result.engines for f in e.findings if f.code in ignore]
+    if accepted:
+        print(f"popviz: ignored (accepted by --ignore / [tool.popviz] ignore): {', '.join(accepted)}",
+              file=sys.stderr)
     if args.fail_on:
         triggered = [(e.report.label, f) for e in result.engines for f in e.findings
-                     if severity_rank(f.severity) >= severity_rank(args.fail_on)]
+                     if f.code not in ignore and severity_rank(f.severity) >= severity_rank(args.fail_on)]
         if triggered:
             listed = ", ".join(f"{label}: {f.code} ({f.severity})" for label, f in triggered)
             print(f"popviz: --fail-on {args.fail_on}: {len(triggered)} finding"
