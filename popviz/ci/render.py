@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import IO, Any
 from xml.etree import ElementTree as ET
 
 from popviz.ci.compare import IMPROVED, REGRESSED, Comparison, fmt
@@ -16,12 +16,14 @@ def _verdict(v: str) -> str:
     return MARK.get(v, v)
 
 
-def console(c: Comparison, *, all_rows: bool = False) -> None:
+def console(c: Comparison, *, all_rows: bool = False, file: IO[str] | None = None,
+            width: int | None = None) -> None:
+    """Print the comparison (to ``file``, plain text, when given; else stdout)."""
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 
-    con = Console(highlight=False, soft_wrap=False)
+    con = Console(highlight=False, soft_wrap=False, file=file, width=width)
     con.print(escape(c.headline()), style="bold red" if c.failed else "bold green", soft_wrap=True)
     if c.config_changes:
         con.print("configuration changed (explains most metric changes):")
@@ -87,6 +89,15 @@ def markdown(c: Comparison, *, all_rows: bool = False) -> str:
                   f" ({'ignored' if f['ignored'] else 'fails'})" for f in c.findings]
         lines.append("")
     return "\n".join(lines)
+
+
+def text(c: Comparison, *, width: int = 120) -> str:
+    """The console view as plain text (pytest failure messages)."""
+    import io
+
+    buf = io.StringIO()
+    console(c, file=buf, width=width)
+    return buf.getvalue().rstrip() + "\n"
 
 
 def as_json(c: Comparison) -> str:
