@@ -95,18 +95,15 @@ class PopvizCapture:
         try:
             return self._run.load()
         except PopvizError as exc:
-            pytest.fail(f"popviz: no report to check: {exc.message}", pytrace=False)
+            message = exc.message
+        pytest.fail(f"popviz: no report to check: {message}", pytrace=False)
 
     def metrics(self) -> list[EngineMetrics]:
         """The engines' CI metrics (docs/ci.md), as popviz baseline save records them."""
         from popviz.ci.baseline import from_reports
-        from popviz.errors import PopvizError
 
         self.reports()  # flushes and fails readably when nothing was captured
-        try:
-            return from_reports(self.dir)
-        except PopvizError as exc:
-            pytest.fail(f"popviz: {exc.message}", pytrace=False)
+        return _guard(lambda: from_reports(self.dir))
 
     # ---------------------------------------------------------------------------- checking
 
@@ -193,7 +190,8 @@ def _guard(fn: Callable[[], T]) -> T:
     try:
         return fn()
     except PopvizError as exc:
-        pytest.fail(f"popviz: {exc.message}", pytrace=False)
+        message = exc.message  # failed outside the handler: no "during handling..." chain
+    pytest.fail(f"popviz: {message}", pytrace=False)
 
 
 def _fail_if(c: Comparison) -> None:
