@@ -91,13 +91,13 @@ def outcomes(result) -> dict[str, int]:
 @pytest.mark.timeout(600)
 def test_fixture_budgets_and_baselines_under_the_emulator(pytester):
     pytest.importorskip("torch")
-    pytester.makepyfile(test_model=MODEL.format(hidden=64))
-    env_args = ("--popviz-emulate", "-p", "no:cacheprovider", "-p", "no:randomly")
-    first = pytester.runpytest_subprocess(*env_args)
+    pytester.makepyfile(test_model=MODEL.format(hidden=64), test_other=MODEL.format(hidden=64))
+    env_args = ("--popviz-emulate", "-p", "no:cacheprovider")
+    first = pytester.runpytest_subprocess(*env_args, "test_model.py")
     assert outcomes(first) == {"passed": 1, "failed": 3}, first.stdout.str()
     first.stdout.fnmatch_lines([
         "*_ test_within_budget_and_baseline _*",
-        "popviz: no baseline popviz_baselines/test_within_budget_and_baseline.json; run pytest "
+        "popviz: no baseline popviz_baselines/test_model.test_within_budget_and_baseline.json; run pytest "
         "--popviz-update-baselines to write it, then commit it",
     ])
     first.stdout.fnmatch_lines([
@@ -110,10 +110,12 @@ def test_fixture_budgets_and_baselines_under_the_emulator(pytester):
                                 "popviz: no report to check: *this capture recorded no engine*"])
 
     update = pytester.runpytest_subprocess(*env_args, "--popviz-update-baselines", "-k", "baseline")
-    assert outcomes(update) == {"passed": 1}, update.stdout.str()
-    update.stdout.fnmatch_lines(["popviz: wrote 1 baseline(s); commit them:",
-                                 "  popviz_baselines/test_within_budget_and_baseline.json"])
-    saved = json.loads((pytester.path / "popviz_baselines" / "test_within_budget_and_baseline.json").read_text())
+    assert outcomes(update) == {"passed": 2}, update.stdout.str()
+    update.stdout.fnmatch_lines(["popviz: wrote 2 baseline(s); commit them:",
+                                 "  popviz_baselines/test_model.test_within_budget_and_baseline.json",
+                                 "  popviz_baselines/test_other.test_within_budget_and_baseline.json"])
+    saved = json.loads((pytester.path / "popviz_baselines" / "test_model.test_within_budget_and_baseline.json")
+                       .read_text())
     assert saved["format"] == "popviz-baseline"
     [engine] = saved["engines"]
     assert (engine["name"], engine["provenance"]["estimated"], engine["config"]["device_iterations"]) == (
@@ -124,15 +126,14 @@ def test_fixture_budgets_and_baselines_under_the_emulator(pytester):
     assert m["pipeline.imbalance_ratio"] == 3001 / ((3001 + 1500) / 2)
     assert (m["host_io.input_bytes_per_call"], m["host_io.output_bytes_per_call"]) == (4 * 2 * 64 * 4, 4 * 2 * 4 * 4)
 
-    same = pytester.runpytest_subprocess(*env_args, "-k", "baseline")
-    assert outcomes(same) == {"passed": 1}, same.stdout.str()
-
-    # a teammate widens the hidden layer 64 -> 4096: the committed baseline catches it
+    # a teammate widens the hidden layer 64 -> 4096 in test_model.py: its committed baseline catches
+    # it; test_other.py, unchanged, still matches its own
     pytester.makepyfile(test_model=MODEL.format(hidden=4096))
     wider = pytester.runpytest_subprocess(*env_args, "-k", "baseline")
-    assert outcomes(wider) == {"failed": 1}, wider.stdout.str()
-    wider.stdout.fnmatch_lines([
+    assert outcomes(wider) == {"passed": 1, "failed": 1}, wider.stdout.str()
+    wider.stdout.fnmatch_lines(["*_ test_within_budget_and_baseline _*",
         "popviz: FAIL: regression in inference pipeline.cycles_per_micro_batch (3,001 → *",
         "engine*metric*base*new*change*threshold*verdict*",
         "inference*memory.ipu0.used_bytes*regressed*",
     ])
+    assert "FAILED test_model.py::test_within_budget_and_baseline" in wider.stdout.str()

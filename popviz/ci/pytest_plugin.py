@@ -125,7 +125,7 @@ class PopvizCapture:
 
     def assert_baseline(self, name: str | None = None, *, fail: Sequence[str] = (),
                         allow_mixed: bool = False) -> Comparison | None:
-        """Compare with the baseline committed beside the test (``popviz_baselines/<test>.json``);
+        """Compare with the baseline committed beside the test (``popviz_baselines/<module>.<test>.json``);
         fail with popviz compare's table on a regression. ``fail`` adds thresholds
         (``"pipeline.imbalance_ratio:5%"``) after ``[tool.popviz.fail]``. With
         ``--popviz-update-baselines`` the baseline is written instead (returns None)."""
@@ -156,9 +156,10 @@ class PopvizCapture:
         return c
 
     def baseline_path(self, name: str | None = None) -> Path:
-        """``<test dir>/popviz_baselines/<name or test name>.json``."""
+        """``<test dir>/popviz_baselines/<name>.json``; by default the name is the test's module and
+        name (``test_model.test_training``, parameters included)."""
         node = self._request.node
-        stem = name or re.sub(r"[^A-Za-z0-9_.-]+", "_", node.name).strip("_")
+        stem = name or re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{Path(str(node.path)).stem}.{node.name}").strip("_")
         if not stem.endswith(".json"):
             stem += ".json"
         directory = Path(str(node.path)).parent / self._request.config.getini("popviz_baselines_dir")
