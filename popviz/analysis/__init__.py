@@ -52,7 +52,8 @@ def analyse(reports: ReportSet, only: Sequence[str] | None = None) -> Result:
                 engine.outputs[n] = produced[engine.report.label]
         if produced or only:
             ran.append(n)
-    return Result(root=reports.root, engines=engines, analyses=ran)
+    return Result(root=reports.root, engines=engines, analyses=ran,
+                  warnings=list(getattr(reports, "warnings", [])))
 
 
 __all__ = ["AnalysisOutput", "EngineResult", "Finding", "NotChecked", "Result", "analyse", "cross_checks",

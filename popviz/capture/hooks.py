@@ -1118,6 +1118,26 @@ def _ensure_atexit() -> None:
     if not STATE.atexit_registered:
         atexit.register(flush, True)
         STATE.atexit_registered = True
+        _flush_on_sigterm()
+
+
+def _flush_on_sigterm() -> None:
+    """SIGTERM skips atexit: when the program leaves SIGTERM at its default, write the manifests
+    (current call counts) first, then die of SIGTERM as before."""
+    import signal
+
+    if threading.current_thread() is not threading.main_thread():
+        return
+    with contextlib.suppress(ValueError, OSError):
+        if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+            return
+
+        def on_term(signo: int, _frame: Any) -> None:
+            flush(True)
+            signal.signal(signo, signal.SIG_DFL)
+            os.kill(os.getpid(), signo)
+
+        signal.signal(signal.SIGTERM, on_term)
 
 
 # ------------------------------------------------------------------------------ patching

@@ -269,10 +269,35 @@ del _popviz_bootstrap
 '''
 
 
+def clean_stale_bootstraps(parent: str | None = None) -> list[str]:
+    """Remove bootstrap directories left by a popviz that was killed (its pid, in the name, is no
+    longer running); return their names. Others' and running captures' are left alone."""
+    from popviz.sources.runrecord import pid_alive
+
+    parent = parent or tempfile.gettempdir()
+    removed = []
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        return removed
+    for name in names:
+        if not name.startswith(BOOTSTRAP_PREFIX):
+            continue
+        pid = name[len(BOOTSTRAP_PREFIX):].split("-", 1)[0]
+        path = os.path.join(parent, name)
+        if not pid.isdigit() or not os.path.isfile(os.path.join(path, BOOTSTRAP_MARKER)):
+            continue
+        if pid_alive(int(pid), socket.gethostname()) is False:
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(name)
+    return removed
+
+
 def make_bootstrap() -> Path:
     """A temporary directory with the bootstrap ``sitecustomize.py`` and a link to this popviz
     package, so the child imports the same popviz whatever its environment holds."""
-    directory = Path(tempfile.mkdtemp(prefix=BOOTSTRAP_PREFIX))
+    clean_stale_bootstraps()
+    directory = Path(tempfile.mkdtemp(prefix=f"{BOOTSTRAP_PREFIX}{os.getpid()}-"))
     (directory / "sitecustomize.py").write_text(BOOTSTRAP, encoding="utf-8")
     (directory / BOOTSTRAP_MARKER).write_text("popviz capture bootstrap\n", encoding="utf-8")
     package = Path(__file__).resolve().parent.parent
@@ -558,6 +583,8 @@ def run_capture(command: Sequence[str], *, output: str | None = None, new_run: b
         forwarder.restore()
         run["signals_received"] = forwarder.received
         run["signals_forwarded"] = forwarder.forwarded
+        if forwarder.escalated:
+            run["signals_escalated"] = forwarder.escalated
         run["ended_at"] = iso_now()
         run["duration_seconds"] = round(time.time() - started, 3)
         run["engines"] = _engines_found(root)

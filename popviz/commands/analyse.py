@@ -19,6 +19,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     fmt = p.add_mutually_exclusive_group()
     fmt.add_argument("--json", action="store_true", help="print the result as JSON (docs/json.md)")
     fmt.add_argument("--markdown", action="store_true", help="print the result as Markdown")
+    p.add_argument("--html", metavar="FILE",
+                   help="also write a self-contained HTML page (tables, findings, figures) to FILE")
     p.add_argument("--only", metavar="A,B",
                    help="run only these analyses, comma-separated: pipeline, memory, host_io")
     p.add_argument("--fail-on", choices=("info", "warning", "error"),
@@ -32,6 +34,10 @@ def run(args: argparse.Namespace) -> int:
     from popviz.ui import status
 
     only = [a.strip() for a in args.only.split(",") if a.strip()] if args.only else None
+    if args.html:
+        from popviz.fileio import refuse_existing
+
+        refuse_existing(args.html)
     with status(f"reading {args.path}"):
         reports = load(args.path)
     with status("analysing"):
@@ -48,6 +54,13 @@ def run(args: argparse.Namespace) -> int:
         from popviz.render.console import render as render_console
 
         render_console(result)
+    if args.html:
+        from popviz.fileio import write_new_text
+        from popviz.render.html import render as render_html
+
+        with status(f"writing {args.html}"):
+            write_new_text(args.html, render_html(result))
+        print(f"popviz: wrote {args.html}", file=sys.stderr)
     worst = result.worst_severity()
     if args.fail_on and worst and severity_rank(worst) >= severity_rank(args.fail_on):
         return 1

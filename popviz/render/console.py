@@ -33,10 +33,13 @@ def _widest(column) -> int:
 
 
 def _cell(value: object) -> str:
-    return text.fmt_cell(value)
+    from rich.markup import escape
+
+    return escape(text.fmt_cell(value))  # names from files are data, never markup
 
 
 def _engine(console, engine: EngineResult) -> None:
+    from rich.markup import escape
     from rich.padding import Padding
     from rich.panel import Panel
     from rich.table import Table
@@ -48,17 +51,17 @@ def _engine(console, engine: EngineResult) -> None:
     head.add_column(style="bold", no_wrap=True)
     head.add_column(overflow="fold")
     est = r.provenance.estimated
-    head.add_row("figures", f"[{'bold magenta' if est else 'green'}]{text.provenance_line(r)}[/]")
-    head.add_row("target", text.target_line(r))
-    head.add_row("strategy", text.strategy_line(r))
+    head.add_row("figures", Text(text.provenance_line(r), style="bold magenta" if est else "green"))
+    head.add_row("target", Text(text.target_line(r)))
+    head.add_row("strategy", Text(text.strategy_line(r)))
     for line in text.stage_lines(r):
-        head.add_row("", line)
-    head.add_row("batching", text.batching_line(r))
+        head.add_row("", Text(line))
+    head.add_row("batching", Text(text.batching_line(r)))
     for part, desc in text.data_line(r):
-        head.add_row(part, desc if desc != "missing" else "[dim]missing[/]")
+        head.add_row(part, Text(desc) if desc != "missing" else "[dim]missing[/]")
     if r.path:
-        head.add_row("path", r.path)
-    title = f"[bold]{r.label}[/]" + ("  [bold magenta](estimated)[/]" if est else "")
+        head.add_row("path", Text(r.path))
+    title = f"[bold]{escape(r.label)}[/]" + ("  [bold magenta](estimated)[/]" if est else "")
     console.print(Panel(head, title=title, title_align="left", expand=False))
     for name, out in engine.outputs.items():
         has_table = out.table is not None and len(out.table)
@@ -110,9 +113,14 @@ def render(result: Result, file: IO[str] | None = None, width: int | None = None
     from rich.console import Console
 
     console = Console(file=file, width=width, highlight=False)
+    from rich.text import Text
+
+    for w in result.warnings:
+        console.print(Text(f"warning: {w}", style="yellow"))
     for engine in result.engines:
         _engine(console, engine)
     n = len(result.engines)
     worst = result.worst_severity()
     console.print(f"{n} engine{'s' if n != 1 else ''} analysed"
-                  + (f"; worst finding: {worst}" if worst else ""))
+                  + (f"; worst finding: {worst}" if worst else "")
+                  + (f"; {len(result.warnings)} input warning(s), shown at the top" if result.warnings else ""))

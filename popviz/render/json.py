@@ -63,6 +63,7 @@ def result_to_dict(result: Result) -> dict[str, Any]:
         "root": result.root,
         "analyses": result.analyses,
         "engines": [engine_to_dict(e) for e in result.engines],
+        "warnings": list(result.warnings),
     })
 
 
