@@ -10,6 +10,13 @@ tracing one micro-batch under measurement, the cost model, the schedule simulati
 the report (timed separately). Target: under 30 s on the project's 2-core machine.
 
 Prints medians over --repeat fresh executors, and the estimate's headline figures.
+
+    python benchmarks/emulator_bert.py --calls
+
+instead runs the estimate-only path a user takes: ``popviz emulate --calls 1 -- python
+<script>``, where the script (this file with ``--script``) builds the same model with ``import
+poptorch`` and calls it once with G=16; it prints the wall time and the peak memory (max RSS) of
+that whole command. Target: under 30 s and under 2 GB.
 """
 
 from __future__ import annotations
@@ -73,12 +80,71 @@ def build_model(torch, poptorch, layers: int = 12, hidden: int = 768, heads: int
     return model
 
 
+TARGET_BYTES = 2 * 2**30
+
+
+def script(micro_batch: int) -> int:
+    """The user's script: one call of the pipelined encoder through ``import poptorch``."""
+    import poptorch
+    import torch
+
+    torch.manual_seed(0)
+    seq, g = 128, 16
+    input_ids = torch.randint(0, 30522, (micro_batch * g, seq))
+    attention_mask = torch.ones(micro_batch * g, seq, dtype=torch.long)
+    labels = torch.randint(0, 2, (micro_batch * g,))
+    model = build_model(torch, poptorch)
+    opts = poptorch.Options()
+    opts.Training.gradientAccumulation(g)
+    executor = poptorch.trainingModel(model, opts, poptorch.optim.AdamW(model.parameters(), lr=1e-4))
+    executor(input_ids, attention_mask, labels)
+    return 0
+
+
+def calls_run(micro_batch: int, repeat: int) -> int:
+    """``popviz emulate --calls 1`` on :func:`script`: wall seconds and peak RSS of the command."""
+    import os
+    import resource
+    import subprocess
+
+    walls, rss = [], []
+    for _ in range(repeat):
+        with tempfile.TemporaryDirectory() as tmp:
+            env = {**os.environ, "POPLAR_ENGINE_OPTIONS":
+                   f'{{"autoReport.all":"true","autoReport.directory":"{tmp}"}}'}
+            t0 = time.perf_counter()
+            proc = subprocess.run([sys.executable, "-m", "popviz", "emulate", "--calls", "1", "--",
+                                   sys.executable, __file__, "--script", "--micro-batch", str(micro_batch)],
+                                  env=env, capture_output=True, text=True)
+            walls.append(time.perf_counter() - t0)
+            if proc.returncode != 0 or not (Path(tmp) / "training" / "popviz-report.json").is_file():
+                print(proc.stderr, file=sys.stderr)
+                return 2
+        # ru_maxrss of children: the largest of all waited-for descendants (KiB on Linux)
+        rss.append(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024)
+    wall, peak = statistics.median(walls), max(rss)
+    print(f"emulator benchmark: popviz emulate --calls 1 on a BERT-base-sized encoder (12 x 768, seq 128), "
+          f"micro-batch {micro_batch}, G=16, 4-IPU pipeline, one call")
+    print(f"  wall time of the command (median of {len(walls)})  {wall:7.2f} s "
+          f"(min {min(walls):.2f}, max {max(walls):.2f}) = {wall / TARGET_SECONDS:.0%} of {TARGET_SECONDS:.0f} s")
+    print(f"  peak memory (max RSS of any process)   {peak / 2**30:7.2f} GiB = "
+          f"{peak / TARGET_BYTES:.0%} of {TARGET_BYTES / 2**30:.0f} GiB")
+    return 0 if wall < TARGET_SECONDS and peak < TARGET_BYTES else 1
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", action="store_true",
+                        help="time popviz emulate --calls 1 on a one-call script (wall time, peak RSS)")
+    parser.add_argument("--script", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--micro-batch", type=int, default=8)
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
     args = parser.parse_args()
+    if args.script:
+        return script(args.micro_batch)
+    if args.calls:
+        return calls_run(args.micro_batch, args.repeat)
 
     started = time.perf_counter()
     import torch

@@ -6,8 +6,7 @@ matplotlib, torch, pva) load only when a function needs them.
 
 from __future__ import annotations
 
-import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 __version__ = "0.1.0"
 
@@ -16,7 +15,12 @@ __version__ = "0.1.0"
 from popviz import capture
 
 if TYPE_CHECKING:
-    from popviz.model import ReportSet
+    import os
+    from collections.abc import Sequence
+    from typing import Any
+
+    from popviz.analysis.findings import Result
+    from popviz.model import Report, ReportSet
 
 
 def load(path: str | os.PathLike[str]) -> ReportSet:
@@ -28,6 +32,21 @@ def load(path: str | os.PathLike[str]) -> ReportSet:
     from popviz.sources.discover import load as _load
 
     return _load(path)
+
+
+def analyse(reports: Report | ReportSet, only: Sequence[str] | None = None) -> Result:
+    """Run the analyses (all, or those named in ``only``) on a Report or a ReportSet.
+
+    >>> result = popviz.analyse(popviz.load("sample_reports/mnist_pipeline"))
+    >>> result            # in Jupyter: summary, findings and figures
+    """
+    from popviz.analysis import analyse as _analyse
+    from popviz.model import Report as _Report
+    from popviz.model import ReportSet as _ReportSet
+
+    if isinstance(reports, _Report):
+        reports = _ReportSet([reports])
+    return _analyse(reports, only=only)
 
 
 def wrap(executor: Any, report_dir: str | os.PathLike[str] | None = None) -> Any:
@@ -45,4 +64,12 @@ def wrap(executor: Any, report_dir: str | os.PathLike[str] | None = None) -> Any
     return _wrap(executor, report_dir)
 
 
-__all__ = ["__version__", "capture", "load", "wrap"]
+__all__ = ["__version__", "analyse", "capture", "load", "wrap"]
+
+
+def __dir__() -> list[str]:
+    """Only the public API (``dir(popviz)``, tab completion)."""
+    return sorted(__all__)
+
+
+del annotations, TYPE_CHECKING

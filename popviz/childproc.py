@@ -16,6 +16,12 @@ from typing import Any
 
 from popviz.errors import UsageError
 
+GRACE_ENV = "POPVIZ_SIGNAL_GRACE_SECONDS"
+DEFAULT_GRACE_SECONDS = 10.0
+"""After forwarding SIGINT or SIGTERM, how long the child has to exit before popviz escalates
+(SIGINT -> SIGTERM -> SIGKILL, one step per grace period). ``POPVIZ_SIGNAL_GRACE_SECONDS``
+overrides it."""
+
 SI_KERNEL = 0x80
 """``si_code`` of a signal the kernel sent (e.g. the terminal's Ctrl-C, which the child, in the
 same process group, receives too): such signals are not forwarded a second time."""
@@ -52,6 +58,12 @@ class SignalForwarder:
         self.blocking = hasattr(signal, "sigwaitinfo") and hasattr(signal, "pthread_sigmask")
         self._old_handlers: dict[int, Any] = {}
         self._old_mask: set[int] | None = None
+        self.escalated: list[str] = []
+        self._escalating = False
+        try:
+            self.grace_seconds = max(0.0, float(os.environ.get(GRACE_ENV, DEFAULT_GRACE_SECONDS)))
+        except ValueError:
+            self.grace_seconds = DEFAULT_GRACE_SECONDS
 
     def before_spawn(self) -> None:
         if self.blocking:
@@ -74,11 +86,27 @@ class SignalForwarder:
         name = signal.Signals(signo).name
         self.received.append(name)
         proc = self.proc
-        if proc is None or proc.poll() is not None or from_terminal:
+        if proc is None or proc.poll() is not None:
             return
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(proc.pid, signo)
-            self.forwarded.append(name)
+        if not from_terminal:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc.pid, signo)
+                self.forwarded.append(name)
+        if not self._escalating:  # a child that ignores the signal is not waited for forever
+            self._escalating = True
+            threading.Thread(target=self._escalate, args=(proc, signo), daemon=True).start()
+
+    def _escalate(self, proc: subprocess.Popen[bytes], signo: int) -> None:
+        steps = [signal.SIGTERM, signal.SIGKILL] if signo == signal.SIGINT else [signal.SIGKILL]
+        for step in steps:
+            try:
+                proc.wait(timeout=self.grace_seconds)
+                return
+            except subprocess.TimeoutExpired:
+                pass
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc.pid, step)
+                self.escalated.append(signal.Signals(step).name)
 
     def _wait_loop(self) -> None:
         while True:

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from popviz import __version__
 from popviz.errors import PopvizError
 
-COMMANDS = ("analyse", "export", "emulate", "capture")
+COMMANDS = ("analyse", "export", "emulate", "capture", "plot", "compare", "check", "baseline")
 """Subcommand modules under popviz.commands, in the order ``--help`` lists them."""
 
 EXIT_OK, EXIT_VERDICT, EXIT_USAGE, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
@@ -42,6 +42,7 @@ def build_parser() -> Parser:
     for name in COMMANDS:
         module = importlib.import_module(f"popviz.commands.{name}")
         p = sub.add_parser(module.NAME, help=module.HELP, description=module.__doc__,
+                           aliases=getattr(module, "ALIASES", ()),
                            parents=[common], formatter_class=argparse.RawDescriptionHelpFormatter)
         module.add_arguments(p)
         p.set_defaults(run=module.run)

@@ -50,6 +50,6 @@ def shown(path: str | Path) -> str:
     try:
         rel = p.resolve().relative_to(Path.cwd().resolve())
         text = str(rel) if str(rel) != "." else "."
-    except (ValueError, OSError):
+    except (ValueError, OSError, RuntimeError):  # RuntimeError: a symlink loop (Python < 3.13)
         text = str(p)
     return text if len(text) <= len(str(p)) else str(p)

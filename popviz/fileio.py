@@ -61,6 +61,10 @@ def read_versioned_json(path: Path, *, format_name: str, format_version: int, ki
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
         raise fail(f"is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
+    except RecursionError:
+        raise fail("nests JSON too deeply to be a popviz file") from None
+    except ValueError as exc:  # e.g. an integer longer than Python's digit limit
+        raise fail(f"holds a value popviz cannot read ({str(exc).split(';')[0]})") from None
     if not isinstance(doc, dict):
         raise fail("is not a JSON object")
     if doc.get("format") != format_name:
@@ -74,3 +78,29 @@ def read_versioned_json(path: Path, *, format_name: str, format_version: int, ki
             f"{doc.get('written_by', 'a newer popviz')}; this popviz {__version__} reads format "
             f"{format_version} and older: upgrade popviz (pip install -U popviz)")
     return doc
+
+
+def refuse_existing(path: str | os.PathLike[str]) -> None:
+    """UsageError when ``path`` exists: popviz never writes over a file the user already has."""
+    from popviz.errors import UsageError
+
+    p = Path(path)
+    if p.exists() or p.is_symlink():
+        raise UsageError(f"{shown(p)} exists; popviz never writes over files: choose a new file name")
+    if not p.parent.is_dir():
+        raise UsageError(f"{shown(p.parent)} is not a directory; create it first or choose another path")
+
+
+def write_new_text(path: str | os.PathLike[str], text: str) -> None:
+    """Write ``text`` to a file that must not exist yet (created exclusively, so a file that
+    appears in the meantime is not overwritten either)."""
+    from popviz.errors import UsageError
+
+    p = Path(path)
+    try:
+        with open(p, "x", encoding="utf-8") as fh:
+            fh.write(text)
+    except FileExistsError:
+        raise UsageError(f"{shown(p)} exists; popviz never writes over files: choose a new file name") from None
+    except OSError as exc:
+        raise UsageError(f"{shown(p)}: cannot be written ({exc.strerror})") from None

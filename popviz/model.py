@@ -117,6 +117,8 @@ def _coerce(df: pd.DataFrame, columns: Mapping[str, str], what: str, optional: S
             elif dtype.startswith("int") and col.isna().any():
                 raise ModelError(f"{what} column {name} has missing values")
             else:
+                if dtype.lower().startswith("int"):
+                    _check_integral(col, dtype, what, name)
                 col = col.astype(dtype)
         except (TypeError, ValueError) as exc:
             if isinstance(exc, ModelError):
@@ -132,6 +134,28 @@ def _coerce(df: pd.DataFrame, columns: Mapping[str, str], what: str, optional: S
         except (TypeError, ValueError) as exc:
             raise ModelError(f"{what} column {name} cannot be read as {extra_dtype}: {exc}") from None
     return pd.DataFrame(out)
+
+
+def _check_integral(col: pd.Series, dtype: str, what: str, name: str) -> None:
+    """Refuse values an integer cast would silently change: fractions, booleans, out of range."""
+    import numpy as np
+
+    kind = col.dtype.kind
+    if kind == "b":
+        raise ModelError(f"{what} column {name} holds booleans, not integers")
+    if kind not in "fu":
+        return
+    info = np.iinfo(dtype.lower())
+    values = col.dropna().to_numpy()
+    if kind == "f":
+        bad = ~np.isfinite(values) | (values != np.floor(values))
+        bad |= (values < info.min) | (values >= float(info.max))
+    else:
+        bad = values > info.max
+    if bad.any():
+        row = int(np.flatnonzero(bad)[0])
+        raise ModelError(f"{what} column {name} row {row}: {values[row]!r} is not a whole number "
+                         f"that fits {dtype.lower()}")
 
 
 def _frames_equal(a: pd.DataFrame | None, b: pd.DataFrame | None) -> bool:
@@ -537,6 +561,11 @@ class Report:
 
     __hash__ = None  # type: ignore[assignment]
 
+    def _repr_html_(self) -> str:
+        from popviz.render.html import notebook
+
+        return notebook(self)
+
     def __repr__(self) -> str:
         return (f"Report(name={self.label!r}, source={self.provenance.source!r}, "
                 f"estimated={self.provenance.estimated}, present={self.present})")
@@ -545,9 +574,12 @@ class Report:
 class ReportSet(Sequence[Report]):
     """Every engine found under a report directory (or the one in a bundle)."""
 
-    def __init__(self, reports: Sequence[Report], root: str | None = None) -> None:
+    def __init__(self, reports: Sequence[Report], root: str | None = None,
+                 warnings: Sequence[str] = ()) -> None:
         self._reports = list(reports)
         self.root = root
+        self.warnings = list(warnings)
+        """Problems with the input that leave the reports usable (e.g. an interrupted capture)."""
 
     def __len__(self) -> int:
         return len(self._reports)
@@ -594,6 +626,11 @@ class ReportSet(Sequence[Report]):
                 **{f"has_{p}": r.has(p) for p in PARTS},
             })
         return pd.DataFrame(rows)
+
+    def _repr_html_(self) -> str:
+        from popviz.render.html import notebook
+
+        return notebook(self)
 
     def __repr__(self) -> str:
         return f"ReportSet(root={self.root!r}, engines={self.labels})"

@@ -40,6 +40,21 @@ def test_mnist_pipeline_trains_and_leaves_estimated_reports(tmp_path):
     doc = json.loads(run_cli("analyse", str(out), "--json").stdout)
     assert [e["provenance"]["estimated"] for e in doc["engines"]] == [True, True]
     assert {e["provenance"]["source"] for e in doc["engines"]} == {"emulator"}
+    # one value per option across an engine's findings; the cycle shares add up to 100% and
+    # agree with the utilisation (issue 11)
+    for e in doc["engines"]:
+        values: dict[str, set[str]] = {}
+        for f in e["findings"]:
+            for setter, value in re.findall(r"(opts\.[A-Za-z_.]+)\((\d+)\)", f["recommendation"]):
+                values.setdefault(setter, set()).add(value)
+        assert all(len(v) == 1 for v in values.values()), (e["name"], values)
+        p = e["metrics"]["pipeline"]
+        sh = p["cycle_shares"]
+        parts = ("useful", "weight_update", "imbalance", "ramp", "exchange", "host", "other")
+        assert sum(sh[f"{k}_cycles"] for k in parts) == sh["ipus"] * sh["elapsed_cycles"]
+        assert abs(sum(sh[f"{k}_frac"] for k in parts) - 1) < 1e-12
+        assert abs(sh["useful_frac"] + sh["weight_update_frac"] - p["utilisation_frac"]) < 1e-12
+        assert p["ramp_efficiency_basis"] == "time"
 
 
 def test_committed_emulated_sample_loads_and_is_labelled_estimated():

@@ -193,3 +193,75 @@ def test_one_capture_per_rank_into_one_directory(tmp_path):
                            cwd=tmp_path, env={**env, "OMPI_COMM_WORLD_RANK": "0"},
                            capture_output=True, text=True)
     assert again.returncode == 2 and "instance-0 is not empty" in again.stderr
+
+
+# ------------------------------------------------------------------------ runs, not instances
+
+def test_separate_runs_in_one_directory_are_not_instances():
+    r = testing.pipeline_report([100, 100], tiles_per_ipu=4, gradient_accumulation=4)
+    slow = testing.pipeline_report([100, 300], tiles_per_ipu=4, gradient_accumulation=8)
+    runs = ReportSet([r.replace(instance="20261122-101500"), slow.replace(instance="20261122-101730")])
+    assert instances.check(runs) == {}
+    assert "instances" not in analyse(runs).analyses
+    # asked for explicitly: said to be not applicable, on every engine
+    result = analyse(runs, only=["instances"])
+    assert result.analyses == ["instances"]
+    for e in result.engines:
+        [nc] = e.outputs["instances"].not_checked
+        assert nc.reason.startswith("not applicable: this directory holds no multi-instance")
+    # a rank recorded at capture time makes an instance whatever the directory is called
+    dist = {"distributed": {"process_id": 0, "num_processes": 2}}
+    ranked = [x.replace(config=x.cfg.__class__(**{**x.cfg.__dict__, "options": dist})) for x in (r, slow)]
+    assert instances.is_instance(ranked[0].replace(instance="rank-a"))
+    assert not instances.is_instance(r.replace(instance="rank-a"))
+
+
+def test_instances_of_two_poprun_runs_are_compared_within_each_run():
+    r = testing.pipeline_report([100, 100], tiles_per_ipu=4, gradient_accumulation=4)
+    odd = testing.pipeline_report([100, 100], tiles_per_ipu=4, gradient_accumulation=8)
+    reports = ReportSet([r.replace(instance="a/instance-0"), r.replace(instance="a/instance-1"),
+                         odd.replace(instance="b/instance-0"), odd.replace(instance="b/instance-1")])
+    out = instances.check(reports)
+    # each run agrees with itself: run b's G = 8 is not compared with run a's G = 4
+    assert sorted(out) == ["a/instance-0/training", "a/instance-1/training",
+                           "b/instance-0/training", "b/instance-1/training"]
+    assert all(not o.findings for o in out.values())
+    assert [instances.run_of(x) for x in reports] == ["a", "a", "b", "b"]
+
+
+def test_two_ordinary_captures_and_the_samples_give_no_instance_finding(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent(RANKED).replace('int(os.environ["OMPI_COMM_WORLD_RANK"])', "0")
+                      .replace('print(rank, json.loads(os.environ["POPLAR_ENGINE_OPTIONS"])'
+                               '["autoReport.directory"], flush=True)', ""))
+    for _ in range(2):
+        proc = run_cli("capture", "-o", "runs", "--new-run", "--", PY, "train.py", cwd=tmp_path, env=FAKE_ENV)
+        assert proc.returncode == 0, proc.stderr
+    reports = popviz.load(tmp_path / "runs")
+    assert len(reports.instances) == 2 and not any(instances.is_instance(r) for r in reports)
+    for path in (str(tmp_path / "runs"), str(ROOT / "sample_reports")):
+        doc = json.loads(run_cli("analyse", path, "--json").stdout)
+        assert "instances" not in doc["analyses"]
+        assert not [f for e in doc["engines"] for f in e["findings"] if f["code"].startswith("INST")]
+    # the console groups the engines run by run
+    console = run_cli("analyse", str(ROOT / "sample_reports"), env={"COLUMNS": "100"}).stdout
+    heads = [line for line in console.splitlines() if line.startswith("run ")]
+    assert [h.split()[1] for h in heads] == ["bert_pipeline", "mnist_pipeline", "oom_compile"]
+    single = run_cli("analyse", str(tmp_path / "runs"), "--only", "instances", env={"COLUMNS": "100"})
+    assert single.returncode == 0 and "not applicable" in single.stdout
+
+
+def test_emulated_two_instance_run_is_still_cross_checked(tmp_path):
+    (tmp_path / "poprun.py").write_text(textwrap.dedent(POPRUN))
+    (tmp_path / "train.py").write_text(textwrap.dedent(RANKED))
+    proc = run_cli("capture", "-o", "out", "--emulate", "--", PY, "poprun.py", "2", PY, "train.py",
+                   cwd=tmp_path, env={"OMP_NUM_THREADS": "1"}, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    reports = popviz.load(tmp_path / "out")
+    assert all(r.provenance.estimated and instances.is_instance(r) for r in reports)
+    doc = json.loads(run_cli("analyse", str(tmp_path / "out"), "--json").stdout)
+    assert "instances" in doc["analyses"]
+    codes = {e["instance"]: [f["code"] for f in e["findings"] if f["analysis"] == "instances"]
+             for e in doc["engines"]}
+    # rank 1 runs D = 4 (rank 0: D = 2) and sleeps 30 ms per call
+    assert codes["instance-0"] == [] and codes["instance-1"][:2] == ["INST002", "INST003"]

@@ -52,7 +52,17 @@ def analyse(reports: ReportSet, only: Sequence[str] | None = None) -> Result:
                 engine.outputs[n] = produced[engine.report.label]
         if produced or only:
             ran.append(n)
-    return Result(root=reports.root, engines=engines, analyses=ran)
+        if not produced and only and n in only:
+            for engine in engines:
+                engine.outputs[n] = AnalysisOutput(not_checked=[NotChecked(
+                    n, "cross-check of instances", "not applicable: this directory holds no "
+                    "multi-instance (PopRun) run; separate runs are each analysed on their own")])
+    from popviz.analysis.plan import reconcile
+
+    for engine in engines:
+        engine.plan = reconcile(engine)
+    return Result(root=reports.root, engines=engines, analyses=ran,
+                  warnings=list(getattr(reports, "warnings", [])))
 
 
 __all__ = ["AnalysisOutput", "EngineResult", "Finding", "NotChecked", "Result", "analyse", "cross_checks",

@@ -91,6 +91,8 @@ class EngineResult:
 
     report: Report
     outputs: dict[str, AnalysisOutput] = field(default_factory=dict)
+    plan: Any = None
+    """The engine's reconciled, ranked plan (``popviz.analysis.plan.Plan``), set by ``analyse``."""
 
     @property
     def findings(self) -> list[Finding]:
@@ -114,10 +116,18 @@ class Result:
     root: str | None
     engines: list[EngineResult]
     analyses: list[str]
+    warnings: list[str] = field(default_factory=list)
+    """Problems with the input that left it usable (shown before the engines; ``--json``
+    ``warnings``)."""
 
     @property
     def findings(self) -> list[Finding]:
         return [f for e in self.engines for f in e.findings]
+
+    def _repr_html_(self) -> str:
+        from popviz.render.html import notebook
+
+        return notebook(self)
 
     def worst_severity(self) -> str | None:
         ranks = [severity_rank(f.severity) for f in self.findings]

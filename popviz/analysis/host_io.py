@@ -37,6 +37,7 @@ def empty_metrics() -> dict[str, Any]:
         "input_bytes_per_call": None, "alternatives": None,
         "stream_copy_frac": None, "host_wait_frac": None, "transfer_frac": None, "stream_copy_ipu": None,
         "ipus": [], "call_device_seconds": None, "recommended_device_iterations": None,
+        "anchored_tensors": None,
     }
 
 
@@ -49,6 +50,25 @@ def outputs_per_call(mode: str, d: int, g: int, r: int, period: int | None = Non
     if mode in ("Final", "Sum"):
         return r
     raise ValueError(f"unknown output mode {mode!r}")
+
+
+def recorded_option(report: Report, key: str):
+    """The value of a PopTorch/PopART option named ``key`` anywhere in the recorded options
+    (``opts._Popart.set(key, ...)`` values sit nested), or None when not recorded."""
+    stack = [report.cfg.options] if report.has("config") else []
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            if key in node and not isinstance(node[key], (dict, list)):
+                return node[key]
+            stack.extend(node.values())
+    return None
+
+
+def synthetic_data(report: Report) -> bool:
+    """``opts.enableSyntheticData(True)`` recorded: no stream copies move input data."""
+    mode = recorded_option(report, "syntheticDataMode")
+    return bool(mode) or bool(recorded_option(report, "enable_synthetic_data"))
 
 
 def analyse(report: Report) -> AnalysisOutput:
@@ -95,7 +115,12 @@ def _outputs(report: Report, o: Collector) -> str | None:
                "to record them)")
     m["output_bytes_per_micro_batch"] = out_bytes
     m["output_bytes_per_call"] = count * out_bytes if out_bytes is not None else None
+    if synthetic_data(report):
+        in_bytes = None
+        o.skip("input bytes per call", "not meaningful: synthetic data is enabled "
+               "(opts.enableSyntheticData), so no inputs are copied from the host")
     m["input_bytes_per_call"] = d * g * r * in_bytes if in_bytes is not None else None
+    _anchored(report, o, mode, d, g, r)
     alternatives: dict[str, Any] = {}
     for alt in MODES:
         p = (period if mode == "EveryN" else d) if alt == "EveryN" else None
@@ -118,6 +143,46 @@ def _outputs(report: Report, o: Collector) -> str | None:
     if in_bytes is not None:
         line += f" · inputs {nbytes(d * g * r * in_bytes)} per call"
     return line
+
+
+def _anchored(report: Report, o: Collector, mode: str, d: int, g: int, r: int) -> None:
+    """Tensors returned with ``opts.anchorTensor(short, long, output_mode, period)``: each comes
+    back with its own return mode (the engine's when none was given), on top of the outputs."""
+    from popviz.sources.manifest import output_mode_name
+
+    anchors = recorded_option_dict(report, "anchored_tensors")
+    if not anchors:
+        return
+    sizes = {t.name: t.bytes for t in report.host_io.outputs} if report.host_io is not None else {}
+    rows = []
+    for short, spec in sorted(anchors.items()):
+        if not isinstance(spec, list) or len(spec) < 4:
+            continue
+        _long, use_default, raw_mode, period = spec[:4]
+        amode = mode if use_default else (output_mode_name(raw_mode) or mode)
+        if amode == "Default":
+            amode = report.cfg.effective_output_mode or mode
+        p = int(period) if isinstance(period, int) and period >= 1 else 1
+        copies = outputs_per_call(amode, d, g, r, p)
+        size = sizes.get(short)
+        rows.append({"name": short, "output_mode": amode, "return_period": p if amode == "EveryN" else None,
+                     "copies_per_call": copies, "bytes_per_call": copies * size if size is not None else None})
+    o.out.metrics["anchored_tensors"] = rows
+    if any(row["bytes_per_call"] is None for row in rows):
+        o.skip("anchored tensor bytes", "the sizes of tensors anchored with opts.anchorTensor are not "
+               "recorded; their copies per call are in anchored_tensors")
+
+
+def recorded_option_dict(report: Report, key: str) -> dict | None:
+    """Like ``recorded_option`` for an option whose value is a mapping."""
+    stack = [report.cfg.options] if report.has("config") else []
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            if isinstance(node.get(key), dict):
+                return node[key]
+            stack.extend(v for v in node.values() if isinstance(v, dict))
+    return None
 
 
 def _output_finding(report: Report, o: Collector, mode: str, count: int, out_bytes: int | None,
@@ -194,7 +259,7 @@ def _stream_copies(report: Report, o: Collector) -> str | None:
                 "transfer %": [round(100 * (r["transfer_frac"] or 0), 1) for r in shown],
             })
         if worst["stream_copy_frac"] and worst["stream_copy_frac"] >= STREAM_COPY_WARN_FRAC:
-            _copy_finding(o, worst, m["output_mode"])
+            _copy_finding(report, o, worst, m["output_mode"])
     seconds = _call_seconds(report, agg, runs)
     m["call_device_seconds"] = seconds
     if seconds is None:
@@ -223,24 +288,33 @@ def _call_seconds(report: Report, agg, runs: list[int]) -> float | None:
     return report.target.cycles_to_seconds(elapsed_cycles(agg, runs)) / len(runs)
 
 
-def _copy_finding(o: Collector, worst: dict[str, Any], mode: str | None) -> None:
+def _copy_finding(report: Report, o: Collector, worst: dict[str, Any], mode: str | None) -> None:
     k = worst["ipu"]
     c, w, x = worst["stream_copy_frac"], worst["host_wait_frac"], worst["transfer_frac"]
     evidence = (f"stream copies take {pct(c)} of IPU{k}'s cycles in a call: {pct(w)} waiting for the "
                 f"host (StreamCopyBegin/End), {pct(x)} transferring (StreamCopyMid)")
     if c and w / c >= HOST_WAIT_DOMINANT_FRAC:
         title = f"IPU{k} waits for the host: {pct(c)} of its cycles in stream copies"
-        rec = ("The host does not keep up: raise opts.deviceIterations(...) so each call does more work "
-               "per host round trip, prefetch deeper with opts._Popart.set(\"defaultPrefetchBufferingDepth\", 3), "
-               "load data with poptorch.DataLoader(opts, ..., mode=poptorch.DataLoaderMode.Async); "
-               "opts.enableSyntheticData(True) measures the upper bound without host I/O.")
+        steps = ["raise opts.deviceIterations(...) so each call does more work per host round trip"]
+        depth = recorded_option(report, "defaultPrefetchBufferingDepth")
+        if not (isinstance(depth, (int, float)) and depth >= 3):  # never propose what is already set
+            steps.append("prefetch deeper with opts._Popart.set(\"defaultPrefetchBufferingDepth\", 3)")
+        steps.append("load data with poptorch.DataLoader(opts, ..., mode=poptorch.DataLoaderMode.Async) "
+                     "if it is not already")
+        rec = ("The host does not keep up: " + ", ".join(steps)
+               + ("; opts.enableSyntheticData(True) measures the upper bound without host I/O."
+                  if not synthetic_data(report) else "."))
     else:
         title = f"Host transfers take {pct(c)} of IPU{k}'s cycles"
         fewer = ("return fewer outputs (opts.outputMode(poptorch.OutputMode.Final) or Sum), "
                  if mode in ("All", "EveryN") else "")
-        rec = (f"The transfers themselves take the time: move fewer bytes — {fewer}send inputs in "
-               "narrower dtypes (int32 or float16 instead of int64 or float32), return outputs in "
-               "float16, or do preprocessing on the IPU.")
+        inputs = report.host_io.inputs if report.host_io is not None else ()
+        wide = [t for t in inputs if t.dtype in ("int64", "float32", "float64")]
+        narrower = ("send inputs in narrower dtypes (int32 or float16 instead of int64 or float32"
+                    + (f": {', '.join(t.name for t in wide)}" if wide else "") + "), ") \
+            if wide or not inputs else ""  # never propose float16 inputs that already are
+        rec = (f"The transfers themselves take the time: move fewer bytes — {fewer}{narrower}return "
+               "outputs in float16, or do preprocessing on the IPU.")
     o.find("HIO001", "warning", title, evidence, rec)
 
 
@@ -250,7 +324,9 @@ def _device_iterations(report: Report, o: Collector, seconds: float) -> None:
     if seconds >= CALL_DEVICE_SECONDS_MIN or seconds <= 0:
         return
     wall = report.host_io.stat("wall_seconds") if report.host_io is not None else None
-    measured = f"; measured wall time per call {_ms(wall.mean)}" if wall is not None and wall.count else ""
+    # An estimated report's wall time is the emulator running the model on the CPU, not the host.
+    measured = (f"; measured wall time per call {_ms(wall.mean)}"
+                if wall is not None and wall.count and not report.provenance.estimated else "")
     evidence = (f"one call keeps the IPUs busy for {_ms(seconds)}"
                 + (f" with D = {d}" if d else "")
                 + f", under {_ms(CALL_DEVICE_SECONDS_MIN)}: the fixed host cost of every call "

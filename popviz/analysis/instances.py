@@ -14,6 +14,7 @@ others back at every gradient all-reduce; a faster one does not).
 
 from __future__ import annotations
 
+import re
 import statistics
 from collections.abc import Callable
 from typing import Any
@@ -92,63 +93,101 @@ def _recommendation(metric: str) -> str:
             "the same way on every rank (no rank-dependent shapes or options), then capture again.")
 
 
+INSTANCE_DIR = re.compile(r"instance-\d+")
+"""How the instances of one PopRun/PopDist run are laid out: ``DIR/instance-<rank>/<engine>``
+(what ``popviz capture`` creates for each rank it finds in the OpenMPI/PMI variables)."""
+
+
+def is_instance(report: Report) -> bool:
+    """True when ``report`` is one instance of a multi-instance (PopRun) run: its directory follows
+    the instance layout, or its capture recorded a rank among several processes. Other
+    subdirectories (``popviz-reports/<run>``, ``sample_reports/<model>``) are separate runs."""
+    if not report.instance:
+        return False
+    last = report.instance.rsplit("/", 1)[-1]
+    if INSTANCE_DIR.fullmatch(last):
+        return True
+    dist = report.cfg.options.get("distributed") if report.has("config") else None
+    if isinstance(dist, dict):
+        n = dist.get("num_processes")
+        return isinstance(n, int) and not isinstance(n, bool) and n > 1
+    return False
+
+
+def run_of(report: Report) -> str | None:
+    """The run a report belongs to: its directory for a separate run, the parent of the instance
+    directories for a PopRun instance (None for the root run)."""
+    if not report.instance:
+        return None
+    if is_instance(report):
+        head = report.instance.rsplit("/", 1)
+        return head[0] if len(head) == 2 else None
+    return report.instance
+
+
 def check(reports: ReportSet) -> dict[str, AnalysisOutput]:
-    """Per engine label, the findings of comparing its instance with the others."""
-    instances = reports.instances
-    if len(instances) < 2:
-        return {}
+    """Per engine label, the findings of comparing its instance with the other instances of the
+    same run. Separate runs in one directory are not instances of each other: never compared."""
     import pandas as pd
 
     outputs: dict[str, AnalysisOutput] = {}
-    groups: dict[str, list[Report]] = {}
+    runs: dict[tuple[str | None, str], list[Report]] = {}
     for r in reports:
-        if r.instance:
-            groups.setdefault(r.name, []).append(r)
-    for name, group in groups.items():
-        group.sort(key=lambda r: _instance_key(r.instance or ""))
-        outs = {r.label: outputs.setdefault(r.label, AnalysisOutput()) for r in group}
-        first = outs[group[0].label]
-        absent = [i for i in instances if i not in {r.instance for r in group}]
-        if absent:
-            first.findings.append(Finding(
-                CODES["missing"], "warning", NAME, f"Engine {name!r} is missing on {len(absent)} instance(s)",
-                f"{name} found on {', '.join(r.instance or '' for r in group)}; not on {', '.join(absent)}",
-                "Check those instances' capture.log: the process may have failed before compiling, or "
-                "written its reports elsewhere (autoReport.directory per instance)."))
-        _compare_config(name, group, outs)
-        rows: dict[str, dict[str, Any]] = {r.instance or "": {"instance": r.instance} for r in group}
-        for metric, (get, threshold, label) in FIGURES.items():
-            values = {r.label: get(r) for r in group}
-            for r in group:
-                rows[r.instance or ""][metric] = values[r.label]
-            known = {k: v for k, v in values.items() if v is not None}
-            if len(known) < 2:
-                first.not_checked.append(NotChecked(
-                    NAME, f"{label} across instances",
-                    f"known for {len(known)} of {len(group)} instances of {name}"))
-                continue
-            for r in group:
-                value = known.get(r.label)
-                if value is None:
-                    continue
-                others = [v for k, v in known.items() if k != r.label]
-                ref = statistics.median(others)
-                if ref > 0 and value > ref * (1 + threshold):
-                    outs[r.label].findings.append(Finding(
-                        CODES[metric], "warning", NAME,
-                        f"{r.instance}: {label} {_above(value, ref)} the other instances",
-                        f"{label} of {name} on {r.instance}: {_fmt(metric, value)}; median of the other "
-                        f"{len(others)} instance(s): {_fmt(metric, ref)} (flagged above "
-                        f"{100 * threshold:.0f}%)",
-                        _recommendation(metric)))
-        table = pd.DataFrame(list(rows.values()))
-        if "median_call_seconds" in table:
-            table["median_call_ms"] = table.pop("median_call_seconds") * 1e3
-        first.table = table.dropna(axis=1, how="all")
-        for r in group:
-            outs[r.label].metrics = {k: v for k, v in rows[r.instance or ""].items() if k != "instance"}
-            outs[r.label].metrics["instances"] = len(group)
+        if is_instance(r):
+            runs.setdefault((run_of(r), r.name), []).append(r)
+    for (run, name), group in runs.items():
+        instances = list(dict.fromkeys(r.instance for r in reports if is_instance(r) and run_of(r) == run))
+        if len(instances) < 2:
+            continue
+        _check_group(name, group, instances, outputs, pd)
     return outputs
+
+
+def _check_group(name: str, group: list[Report], instances: list, outputs: dict[str, AnalysisOutput],
+                 pd) -> None:  # pd: pandas, imported by check
+    group.sort(key=lambda r: _instance_key(r.instance or ""))
+    outs = {r.label: outputs.setdefault(r.label, AnalysisOutput()) for r in group}
+    first = outs[group[0].label]
+    absent = [i for i in instances if i not in {r.instance for r in group}]
+    if absent:
+        first.findings.append(Finding(
+            CODES["missing"], "warning", NAME, f"Engine {name!r} is missing on {len(absent)} instance(s)",
+            f"{name} found on {', '.join(r.instance or '' for r in group)}; not on {', '.join(absent)}",
+            "Check those instances' capture.log: the process may have failed before compiling, or "
+            "written its reports elsewhere (autoReport.directory per instance)."))
+    _compare_config(name, group, outs)
+    rows: dict[str, dict[str, Any]] = {r.instance or "": {"instance": r.instance} for r in group}
+    for metric, (get, threshold, label) in FIGURES.items():
+        values = {r.label: get(r) for r in group}
+        for r in group:
+            rows[r.instance or ""][metric] = values[r.label]
+        known = {k: v for k, v in values.items() if v is not None}
+        if len(known) < 2:
+            first.not_checked.append(NotChecked(
+                NAME, f"{label} across instances",
+                f"known for {len(known)} of {len(group)} instances of {name}"))
+            continue
+        for r in group:
+            value = known.get(r.label)
+            if value is None:
+                continue
+            others = [v for k, v in known.items() if k != r.label]
+            ref = statistics.median(others)
+            if ref > 0 and value > ref * (1 + threshold):
+                outs[r.label].findings.append(Finding(
+                    CODES[metric], "warning", NAME,
+                    f"{r.instance}: {label} {_above(value, ref)} the other instances",
+                    f"{label} of {name} on {r.instance}: {_fmt(metric, value)}; median of the other "
+                    f"{len(others)} instance(s): {_fmt(metric, ref)} (flagged above "
+                    f"{100 * threshold:.0f}%)",
+                    _recommendation(metric)))
+    table = pd.DataFrame(list(rows.values()))
+    if "median_call_seconds" in table:
+        table["median_call_ms"] = table.pop("median_call_seconds") * 1e3
+    first.table = table.dropna(axis=1, how="all")
+    for r in group:
+        outs[r.label].metrics = {k: v for k, v in rows[r.instance or ""].items() if k != "instance"}
+        outs[r.label].metrics["instances"] = len(group)
 
 
 def _above(value: float, ref: float) -> str:

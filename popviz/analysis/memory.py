@@ -29,7 +29,8 @@ TILE_CHECK = "fullest tile, tiles above 90%, overflowing tiles"
 
 def empty_metrics() -> dict[str, Any]:
     return {"level": None, "bytes_per_tile": None, "capacity_bytes_per_ipu": None, "ipus": [],
-            "fullest_ipu": None, "spread_pct": None}
+            "fullest_ipu": None, "spread_pct": None, "total_used_bytes": None,
+            "total_capacity_bytes": None, "total_over_bytes": None}
 
 
 def analyse(report: Report) -> AnalysisOutput:
@@ -58,11 +59,13 @@ def analyse(report: Report) -> AnalysisOutput:
         full = max(fracs, key=lambda k: fracs[k])
         m["fullest_ipu"] = full
         m["spread_pct"] = 100 * (fracs[full] - min(fracs.values()))
+    no_fit = _no_fit(report, o, rows)
     pressured = []
     for row in rows:
-        if _ipu_findings(report, o, row, rows):
+        if _ipu_findings(report, o, row, rows, no_fit):
             pressured.append(row)
-    _spread(report, o, pressured, rows)
+    if not no_fit:
+        _spread(report, o, pressured, rows)
     _table(report, o, rows)
     return o.out
 
@@ -135,7 +138,87 @@ def _mib(n: int) -> str:
     return f"{n / 2**20:,.1f} MiB"
 
 
-def _ipu_findings(report: Report, o: Collector, row: dict[str, Any], rows: list[dict[str, Any]]) -> bool:
+def _no_fit(report: Report, o: Collector, rows: list[dict[str, Any]]) -> bool:
+    """The model's bytes against the capacity of all its IPUs, first: when the total is over, no
+    split of the model fits and moving blocks cannot help (MEM005). True in that case."""
+    t = report.target
+    if t is None or not rows:
+        return False
+    m = o.out.metrics
+    total = sum(r["used_bytes"] for r in rows)
+    capacity = t.bytes_per_ipu * len(rows)
+    m.update(total_used_bytes=total, total_capacity_bytes=capacity, total_over_bytes=max(0, total - capacity))
+    if total <= capacity:
+        return False
+    over = total - capacity
+    n = len(rows)
+    need_ipus = -(-total // t.bytes_per_ipu)
+    levers = _model_levers(report, rows, over)
+    est = " (estimated)" if report.provenance.estimated else ""
+    o.find("MEM005", "error", f"The model does not fit on {n} IPUs: no split of it can",
+           f"the {n} IPUs hold {nbytes(capacity)}; the model needs {nbytes(total)}{est}, "
+           f"{pct(total / capacity)} of them combined, {nbytes(over)} over; per IPU "
+           + ", ".join(f"IPU{r['ipu']} {pct(r['used_pct'] / 100, 0)}" for r in rows)
+           + ": moving blocks between these IPUs cannot make it fit",
+           f"Free about {nbytes(over)} in total, or spread the model over at least {need_ipus} IPUs "
+           "(more pipeline stages). Levers, largest saving first: "
+           + "; ".join(f"({i}) {text}" for i, (text, _saving) in enumerate(levers, 1)) + "."
+           + _closing(levers, over))
+    return True
+
+
+def _closing(levers: list[tuple[str, int | None]], over: int) -> str:
+    """`` (1) alone closes the gap.`` / `` (1) and (2) together close it.`` / that they do not."""
+    saved = 0
+    for i, (_text, saving) in enumerate(levers, 1):
+        saved += saving or 0
+        if saving and saved >= over:
+            return (" (1) alone closes the gap." if i == 1 else
+                    f" (1) to ({i}) together close the gap.")
+    if saved:
+        return f" All of them together save about {nbytes(saved)}: not enough; use more IPUs."
+    return ""
+
+
+def _model_levers(report: Report, rows: list[dict[str, Any]], over: int) -> list[tuple[str, int | None]]:
+    """Whole-model levers with the bytes each saves (from the memory categories), largest first."""
+    cfg = report.cfg
+    training = cfg.mode == "training"
+    cats: dict[str, int] = {}
+    for r in rows:
+        for k, v in (r["categories"] or {}).items():
+            cats[k] = cats.get(k, 0) + v
+    stash, temps = cats.get("activationStash"), cats.get("temporaries")
+    out: list[tuple[str, int | None]] = []
+    if training and cfg.optimizer_state_on_chip and cats.get("optimizerState"):
+        out.append((f"optimizer state off chip saves {nbytes(cats['optimizerState'])}: "
+                    "opts.TensorLocations.setOptimizerLocation("
+                    "poptorch.TensorLocationSettings().useOnChipStorage(False))", cats["optimizerState"]))
+    if training and stash:
+        out.append((f"recomputation saves up to about {nbytes(stash // 2)} of the {nbytes(stash)} "
+                    "activation stash: poptorch.recomputationCheckpoint(x) on each layer's output "
+                    "(optimum-graphcore: recompute_checkpoint_every_layer)", stash // 2))
+    if stash or temps:
+        half = ((stash or 0) + (temps or 0)) // 2
+        out.append((f"halving the micro-batch size (doubling gradient accumulation or device "
+                    f"iterations to keep the batch) saves about {nbytes(half)} of stash and temporaries",
+                    half))
+    big = sum(cats.get(k, 0) for k in ("weights", "optimizerState", "gradientAccumulators",
+                                       "activationStash", "temporaries"))
+    if big:
+        out.append((f"if the model runs in float32: model.half() with float16 inputs halves weights, "
+                    f"optimizer state, accumulators, stash and temporaries: about {nbytes(big // 2)}",
+                    big // 2))
+    out.sort(key=lambda lev: -(lev[1] or 0))
+    shown = list(out)
+    if not shown:
+        shown.append(("offload the optimizer state, recompute activations, lower the micro-batch "
+                      "size or use float16 (the report has no memory categories to size each)", None))
+    return shown
+
+
+def _ipu_findings(report: Report, o: Collector, row: dict[str, Any], rows: list[dict[str, Any]],
+                  no_fit: bool = False) -> bool:
     """Findings for one IPU; True when it is under pressure."""
     t = report.target
     k = row["ipu"]
@@ -153,7 +236,7 @@ def _ipu_findings(report: Report, o: Collector, row: dict[str, Any], rows: list[
                    f"{_kib(t.bytes_per_tile)}, by {nbytes(row['overflow_bytes'])} in total; "
                    f"fullest tile {row['max_tile']} holds {nbytes(row['max_tile_bytes'])}, "
                    f"{pct(row['max_tile_pct'] / 100)} of its capacity; {used}; {liveness}{cat}",
-                   _recommend(report, row, rows))
+                   _recommend(report, row, rows, no_fit))
             return True
         if row["tiles_over_90pct"]:
             o.find("MEM002", "warning",
@@ -162,19 +245,19 @@ def _ipu_findings(report: Report, o: Collector, row: dict[str, Any], rows: list[
                    f"{pct(row['max_tile_pct'] / 100)} of its {_kib(t.bytes_per_tile)}; "
                    f"{row['tiles_over_90pct']:,} of {row['tiles']:,} tiles are above "
                    f"{pct(TILE_FULL_FRAC, 0)}; {used}; {liveness}{cat}",
-                   _recommend(report, row, rows))
+                   _recommend(report, row, rows, no_fit))
             return True
         return False
     if row["overflow_bytes"]:
         o.find("MEM001", "error", f"IPU{k} is out of memory",
                f"IPU{k} needs {nbytes(row['used_bytes'])}, {nbytes(row['overflow_bytes'])} more than "
                f"its capacity{' (per-IPU estimate)' if report.provenance.estimated else ''}; "
-               f"{liveness}{cat}", _recommend(report, row, rows))
+               f"{liveness}{cat}", _recommend(report, row, rows, no_fit))
         return True
     if t is not None and row["used_pct"] / 100 > IPU_FULL_FRAC:
         o.find("MEM003", "warning", f"IPU{k} is {pct(row['used_pct'] / 100, 0)} full",
                f"{used} (per-IPU figures: single tiles are fuller than the mean and may not fit); "
-               f"{liveness}{cat}", _recommend(report, row, rows))
+               f"{liveness}{cat}", _recommend(report, row, rows, no_fit))
         return True
     return False
 
@@ -187,7 +270,17 @@ def _spread(report: Report, o: Collector, pressured: list[dict[str, Any]], rows:
     gap = (full["used_pct"] - empty["used_pct"]) / 100
     if gap < MEMORY_SPREAD_WARN_FRAC:
         return
-    free = report.target.bytes_per_ipu - empty["used_bytes"]
+    cap = report.target.bytes_per_ipu
+    # Never onto an IPU that would then be full, nor through one (boundaries shift stage by stage).
+    excess = max(0, full["used_bytes"] - int(IPU_FULL_FRAC * cap))
+    if empty["used_bytes"] + excess > cap:
+        return
+    order = [s.ipu for s in report.cfg.stages]
+    if full["ipu"] in order and empty["ipu"] in order:
+        a, b = sorted((order.index(full["ipu"]), order.index(empty["ipu"])))
+        if any(r["ipu"] in order[a + 1:b] for r in pressured):
+            return
+    free = cap - empty["used_bytes"]
     o.find("MEM004", "warning",
            f"Memory unevenly spread: IPU{full['ipu']} is under pressure, IPU{empty['ipu']} is not",
            f"IPU{full['ipu']} uses {pct(full['used_pct'] / 100)} of its memory, IPU{empty['ipu']} "
@@ -208,29 +301,52 @@ def _move_hint(report: Report, src: int, dst: int) -> str:
             "layers_per_ipu)")
 
 
-def _recommend(report: Report, row: dict[str, Any], rows: list[dict[str, Any]]) -> str:
-    levers = _levers(report, row, rows)
+def _recommend(report: Report, row: dict[str, Any], rows: list[dict[str, Any]], no_fit: bool = False) -> str:
+    levers = _levers(report, row, rows, no_fit)
     if len(levers) == 1:
         return levers[0][0].upper() + levers[0][1:] + "."
     return "Levers that fit: " + "; ".join(f"({i}) {lev}" for i, lev in enumerate(levers, 1)) + "."
 
 
-def _levers(report: Report, row: dict[str, Any], rows: list[dict[str, Any]]) -> list[str]:
-    """The levers that fit this IPU's evidence, best first, at most MAX_MEMORY_LEVERS."""
+def _levers(report: Report, row: dict[str, Any], rows: list[dict[str, Any]], no_fit: bool = False) -> list[str]:
+    """The levers that fit this IPU's evidence. Where the memory categories size them (the
+    emulator's), ranked by the bytes they save and as many as close the gap to
+    ``IPU_FULL_FRAC`` (at most MAX_MEMORY_LEVERS); otherwise in a fixed order of fit."""
     cfg = report.cfg
     k = row["ipu"]
     nal, var, _top, _share = _shares(row)
+    cats = row["categories"] or {}
+    stash, temps = cats.get("activationStash"), cats.get("temporaries")
+    nal_bytes = row["not_always_live_bytes"]
+    # Known split of the not-always-live bytes: the available memory proportion governs the
+    # temporaries of matmuls/convolutions, not the activation stash.
+    temps_dominate = temps is None or (nal_bytes > 0 and temps >= NOT_ALWAYS_LIVE_DOMINANT_FRAC * nal_bytes)
+    stash_dominates = stash is not None and nal_bytes > 0 and stash >= NOT_ALWAYS_LIVE_DOMINANT_FRAC * nal_bytes
+    savings: dict[str, int | None] = {}
     training = cfg.mode == "training"
     pipelined = cfg.execution_strategy == "PipelinedExecution" and cfg.num_stages > 1
     stages = [s for s in cfg.stages if s.ipu == k]
     out = []
-    if training and cfg.optimizer_state_on_chip and var is not None and var >= VARIABLE_DOMINANT_FRAC:
+    opt_bytes = cats.get("optimizerState")
+    total_cat = sum(cats.values())
+    if opt_bytes and total_cat and training and cfg.optimizer_state_on_chip and \
+            opt_bytes >= VARIABLE_DOMINANT_FRAC / 2 * total_cat:
+        out.append(f"the optimizer state is {pct(opt_bytes / total_cat, 0)} of IPU{k}'s bytes and on chip: "
+                   "offload it with opts.TensorLocations.setOptimizerLocation("
+                   "poptorch.TensorLocationSettings().useOnChipStorage(False))")
+        savings[out[-1]] = opt_bytes
+    elif training and cfg.optimizer_state_on_chip and var is not None and var >= VARIABLE_DOMINANT_FRAC:
         out.append(f"variables are {pct(var, 0)} of IPU{k}'s bytes and the optimizer state is on chip: "
                    "offload it with opts.TensorLocations.setOptimizerLocation("
                    "poptorch.TensorLocationSettings().useOnChipStorage(False))")
-    if row["used_pct"] is not None:
+        savings[out[-1]] = cats.get("optimizerState")
+    cap = report.target.bytes_per_ipu if report.target is not None else None
+    if row["used_pct"] is not None and cap and not no_fit:
+        excess = max(0, row["used_bytes"] - int(IPU_FULL_FRAC * cap))
+        # only onto an IPU that can take the excess without exceeding its capacity
         roomy = [r for r in rows if r["used_pct"] is not None
-                 and r["used_pct"] <= row["used_pct"] - 100 * MEMORY_SPREAD_WARN_FRAC]
+                 and r["used_pct"] <= row["used_pct"] - 100 * MEMORY_SPREAD_WARN_FRAC
+                 and r["used_bytes"] + excess <= cap]
         if roomy:
             order = [s.ipu for s in cfg.stages]
             if k in order:  # prefer the IPU of a neighbouring stage
@@ -239,7 +355,8 @@ def _levers(report: Report, row: dict[str, Any], rows: list[dict[str, Any]]) -> 
                 roomy = [r for r in roomy if r["ipu"] in near] or roomy
             dst = min(roomy, key=lambda r: r["used_pct"])
             out.append(f"move blocks off IPU{k} to IPU{dst['ipu']} ({pct(dst['used_pct'] / 100, 0)} used)")
-    if nal is not None and nal >= NOT_ALWAYS_LIVE_DOMINANT_FRAC:
+            savings[out[-1]] = excess or None
+    if nal is not None and nal >= NOT_ALWAYS_LIVE_DOMINANT_FRAC and temps_dominate:
         set_amp = cfg.available_memory_proportion.get(k)
         cur = set_amp if set_amp is not None else DEFAULT_AVAILABLE_MEMORY_PROPORTION
         new = max(MIN_AVAILABLE_MEMORY_PROPORTION, round(cur / 2, 2))
@@ -247,26 +364,40 @@ def _levers(report: Report, row: dict[str, Any], rows: list[dict[str, Any]]) -> 
             now = f"now {cur:g}" if set_amp is not None else f"PopTorch's default {cur:g}"
             out.append(f"not-always-live memory is {pct(nal, 0)}: lower the available memory proportion "
                        f"({now}) with opts.setAvailableMemoryProportion({{\"IPU{k}\": {new:g}}})")
+            savings[out[-1]] = temps // 2 if temps else None
     if any("embed" in b.lower() for s in stages for b in s.blocks):
         out.append(f"serialize the embedding on IPU{k} (optimum-graphcore: "
                    "embedding_serialization_factor; PopTorch: poptorch.serializedMatMul for the "
                    "vocabulary projection)")
-    if training and nal is not None and nal >= NOT_ALWAYS_LIVE_DOMINANT_FRAC:
+    if training and ((nal is not None and nal >= NOT_ALWAYS_LIVE_DOMINANT_FRAC) or stash_dominates):
         if pipelined:
             out.append("recompute more: PopTorch already recomputes each pipeline stage; add "
                        "poptorch.recomputationCheckpoint(x) on layer outputs inside "
                        f"the stage{'s' if len(stages) != 1 else ''} on IPU{k}")
         else:
             out.append("enable recomputation: opts._Popart.set(\"autoRecomputation\", 1)")
+        savings[out[-1]] = stash // 2 if stash else None
     if training and pipelined and stages and min(s.index for s in stages) < cfg.num_stages - 1:
         i = min(s.index for s in stages)
         out.append(f"fewer micro-batches in flight: stage {i} stashes activations of about "
                    f"{2 * (cfg.num_stages - i) - 1} micro-batches; halve the micro-batch size and "
                    "double gradientAccumulation to keep the global batch")
+        savings[out[-1]] = ((stash or 0) + (temps or 0)) // 2 or None
     if not out:
         out.append("lower the available memory proportion (opts.setAvailableMemoryProportion) or "
                    f"move blocks off IPU{k} (poptorch.BeginBlock ipu_id)")
-    return out[:MAX_MEMORY_LEVERS]
+    if not any(savings.get(lev) for lev in out):
+        return out[:MAX_MEMORY_LEVERS]
+    need = max(0, row["used_bytes"] - int(IPU_FULL_FRAC * cap)) if cap else 0
+    ranked = sorted(out, key=lambda lev: -(savings.get(lev) or 0))  # stable: fit order on ties
+    sized = all(savings.get(lev) for lev in out)  # unsized levers are never cut for sized ones
+    shown, saved = [], 0
+    for lev in ranked[:MAX_MEMORY_LEVERS]:
+        shown.append(lev + (f" (saves about {nbytes(savings[lev])})" if savings.get(lev) else ""))
+        saved += savings.get(lev) or 0
+        if sized and need and saved >= need:
+            break
+    return shown
 
 
 # ------------------------------------------------------------------------------------------- table

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from popviz.analysis._common import call_runs, ceil_exact, elapsed_cycles, num, pct, run_cycles
+from popviz.analysis.cycles import decompose, shares_line, sync_floor_cycles, weight_update_cycles
 from popviz.analysis.findings import AnalysisOutput, Collector
 from popviz.analysis.thresholds import (
     IMBALANCE_WARN_RATIO,
@@ -44,9 +45,13 @@ def empty_metrics(cfg: ModelConfig) -> dict[str, Any]:
         "balanced_gain_frac": None,
         "utilisation_frac": None,
         "ramp_efficiency_frac": None,
+        "ramp_efficiency_basis": None,
+        "ramp_efficiency_count_frac": None,
         "ramp_target_frac": RAMP_EFFICIENCY_TARGET_FRAC,
         "micro_batches_for_target": None,
         "pipelining_speedup_ratio": None,
+        "cycle_shares": None,
+        "rebalance_to_ipu": None,
     }
 
 
@@ -58,6 +63,15 @@ def ramp_efficiency(micro_batches: int, pipeline_stages: int) -> float:
 def micro_batches_for(target_frac: float, pipeline_stages: int) -> int:
     """The smallest G with G / (G + S - 1) >= target_frac."""
     return max(pipeline_stages, ceil_exact(target_frac * (pipeline_stages - 1), 1 - target_frac))
+
+
+def micro_batches_for_time(target_frac: float, g: int, eff: float, pipeline_stages: int) -> int:
+    """The smallest G' reaching ``target_frac`` time-weighted: the ramp time per weight update
+    stays the same while the steady-state work grows with G, so eff(G') = G'w / (G'w + R) with
+    R/w = G (1 - eff) / eff measured at the current G."""
+    ramp_per_work = g * (1 - eff) / eff
+    need = ceil_exact(target_frac * ramp_per_work, 1 - target_frac)
+    return max(pipeline_stages, g + 1, need)
 
 
 def _micro_batches_per_call(cfg: ModelConfig) -> int | None:
@@ -103,9 +117,11 @@ def analyse(report: Report) -> AnalysisOutput:
                "and no pipeline to fill")
         return o.out
     pipelined = strategy == "PipelinedExecution"
+    _stage_cycles(report, o, pipelined)
     if pipelined:
         _ramp(report, o)
-    _stage_cycles(report, o, pipelined)
+    if m["imbalance_ratio"] is not None:
+        _table(report, o)
     if strategy == "ShardedExecution":
         _sharded(report, o)
     m["num_stages"] = cfg.num_stages
@@ -130,9 +146,19 @@ def _ramp(report: Report, o: Collector) -> None:
     if g is None:
         o.skip("ramp efficiency", f"{what} not recorded")
         return
-    eff = ramp_efficiency(g, s)
-    target = micro_batches_for(RAMP_EFFICIENCY_TARGET_FRAC, s)
+    count_eff = ramp_efficiency(g, s)
+    shares = m["cycle_shares"]
+    timed = shares is not None and shares["ramp_efficiency_frac"] is not None
+    eff = shares["ramp_efficiency_frac"] if timed else count_eff
+    if timed and eff < RAMP_EFFICIENCY_TARGET_FRAC:
+        target = micro_batches_for_time(RAMP_EFFICIENCY_TARGET_FRAC, g, eff, s)
+    elif timed:
+        target = g
+    else:
+        target = micro_batches_for(RAMP_EFFICIENCY_TARGET_FRAC, s)
     m["ramp_efficiency_frac"] = eff
+    m["ramp_efficiency_basis"] = "time" if timed else "count"
+    m["ramp_efficiency_count_frac"] = count_eff
     m["micro_batches_for_target"] = target
     letter = "G" if training else "D"
     setter = ("opts.Training.gradientAccumulation({})" if training
@@ -153,10 +179,17 @@ def _ramp(report: Report, o: Collector) -> None:
                       "or retune the learning rate." if training else
                       " Each call then consumes more samples (the DataLoader given the same options "
                       "follows).")
+        if timed:
+            how = (f"the bottleneck IPU{shares['bottleneck_ipu']} works {pct(eff)} of the time it is not "
+                   f"copying (time-weighted ramp efficiency; the count bound {letter}/({letter}+S-1) "
+                   f"is {pct(count_eff)})")
+        else:
+            how = (f"ramp efficiency {letter}/({letter}+S-1) = {pct(eff)} (a bound counted in pipeline "
+                   "cycles: no execution profile to weigh them by time)")
         o.find("PIPE003", severity, f"Low pipeline ramp efficiency: {pct(eff)}",
                f"{letter} = {g} micro-batches per {'weight update' if training else 'call'} take "
                f"{letter} + S - 1 = {g + s - 1} pipeline cycles ({depth}); {lost} of them only fill "
-               f"or drain the pipeline: ramp efficiency {letter}/({letter}+S-1) = {pct(eff)}",
+               f"or drain the pipeline: {how}",
                f"Set {setter.format(target)} to reach {pct(RAMP_EFFICIENCY_TARGET_FRAC, 0)} "
                f"({letter} = {target}).{batch_note}")
 
@@ -217,7 +250,9 @@ def _stage_cycles(report: Report, o: Collector, pipelined: bool) -> None:
              utilisation_frac=sum(totals) / (len(ipus) * elapsed) if elapsed else None)
     if sharded:
         m["pipelining_speedup_ratio"] = sum(totals) / biggest
-    _table(report, o, per_mb, totals, idle, b)
+    m["cycle_shares"] = decompose(agg, runs, list(ipus), elapsed,
+                                  weight_update_cycles(report.execution, runs),
+                                  sync_floor_cycles(report.execution, runs))
     ratio = biggest / mean
     if pipelined and ratio >= IMBALANCE_WARN_RATIO:
         st = stages[b]
@@ -225,6 +260,7 @@ def _stage_cycles(report: Report, o: Collector, pipelined: bool) -> None:
         # as busy, e.g. two stages tie as the slowest), every boundary in between shifts.
         to = min((k for k in range(len(stages)) if k != b), key=lambda k: (totals[k], abs(k - b)))
         ties = [k for k, t in enumerate(totals) if k != b and t >= biggest * (1 - TIE_FRAC)]
+        m["rebalance_to_ipu"] = stages[to].ipu
         tie_text = (f" (stage{'s' if len(ties) > 1 else ''} {', '.join(str(stages[k].index) for k in ties)}"
                     f" {'are' if len(ties) > 1 else 'is'} as slow)" if ties else "")
         if abs(to - b) == 1:
@@ -248,11 +284,15 @@ def _stage_cycles(report: Report, o: Collector, pipelined: bool) -> None:
                f"throughput by up to {pct(ratio - 1, 0)}.")
 
 
-def _table(report: Report, o: Collector, per_mb: list, totals: list[int], idle: list[float], b: int) -> None:
+def _table(report: Report, o: Collector) -> None:
     import pandas as pd
 
     stages = report.cfg.stages
     m = o.out.metrics
+    per_mb = [row["cycles"] for row in m["stages"]]
+    totals = [row["total_cycles"] for row in m["stages"]]
+    idle = [row["idle_frac"] for row in m["stages"]]
+    b = [s.index for s in stages].index(m["bottleneck_stage"])
     marked = m["imbalance_ratio"] > 1.0
     has_mb = per_mb[0] is not None
     col = "cycles/micro-batch" if has_mb else "cycles (profile)"
@@ -270,11 +310,16 @@ def _table(report: Report, o: Collector, per_mb: list, totals: list[int], idle: 
     if m["utilisation_frac"] is not None:
         parts.append(f"IPU utilisation {pct(m['utilisation_frac'], 0)}")
     lines = [" · ".join(parts)]
+    if m["cycle_shares"] is not None:
+        lines.append(shares_line(m["cycle_shares"], report.cfg.execution_strategy == "ShardedExecution"))
     if m["ramp_efficiency_frac"] is not None:
         letter = "G" if report.cfg.mode == "training" else "D"
-        lines.append(f"ramp efficiency {pct(m['ramp_efficiency_frac'])} (S = {m['pipeline_stages']}; "
-                     f"{letter} = {m['micro_batches_for_target']} reaches "
-                     f"{pct(RAMP_EFFICIENCY_TARGET_FRAC, 0)})")
+        basis = "time-weighted" if m["ramp_efficiency_basis"] == "time" else "counted"
+        reach = (f"{letter} = {m['micro_batches_for_target']} reaches {pct(RAMP_EFFICIENCY_TARGET_FRAC, 0)}"
+                 if m["ramp_efficiency_frac"] < RAMP_EFFICIENCY_TARGET_FRAC else
+                 f"count bound {letter}/({letter}+S-1) {pct(m['ramp_efficiency_count_frac'])}")
+        lines.append(f"ramp efficiency {pct(m['ramp_efficiency_frac'])} {basis} "
+                     f"(S = {m['pipeline_stages']}; {reach})")
     calls = m["calls_counted"]
     lines.append(f"counted: {' + '.join(COUNTED_TYPES)} over {calls} call{'s' if calls != 1 else ''}")
     o.out.caption = "\n".join(lines)

@@ -24,8 +24,9 @@ TIE_FRAC = 0.01
 then recommended to move towards the least loaded stage, not into a neighbour as busy."""
 
 RAMP_EFFICIENCY_WARN_FRAC = 0.8
-"""Pipelined: warn when G / (G + S - 1) is below this (a fifth or more of every weight update
-spent filling and draining the pipeline)."""
+"""Pipelined: warn when the ramp efficiency is below this (a fifth or more of every weight update
+spent filling and draining the pipeline). Time-weighted from the execution profile when there is
+one (the bottleneck IPU's work over its work plus its ramp wait); else the count G / (G + S - 1)."""
 
 RAMP_EFFICIENCY_TARGET_FRAC = 0.9
 """The ramp efficiency the recommendation aims for, and below which an info finding is given."""

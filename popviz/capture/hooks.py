@@ -438,6 +438,9 @@ class BlockTracer:
         self.auto_id = 0
         self.seen_params: set[int] = set()
         self.in_enter = False
+        self.depth = 0
+        """Module forwards running now: 0 between passes. Each pass (the emulator runs one per
+        micro-batch) restarts the numbering of unnamed blocks, so a block is recorded once."""
         self._undo: list[Callable[[], None]] = []
 
     def _enter(self, user_id: Any, ipu_id: Any) -> None:
@@ -451,9 +454,14 @@ class BlockTracer:
             block["ipu"] = ipu_id
         self.current = name
 
+    def _post_hook(self, _module: Any, _inputs: Any, _output: Any) -> None:
+        self.depth = max(0, self.depth - 1)
+
     def _pre_hook(self, module: Any, _inputs: Any) -> None:
+        top = self.depth == 0
+        self.depth += 1
         try:
-            if module is self.root:
+            if module is self.root or top:
                 self.auto_id = 0
                 self.current = None
             hook = _begin_block_hook(module)
@@ -523,7 +531,13 @@ class BlockTracer:
             self._patch_block_class(block_cls)
         torch = sys.modules.get("torch")
         register = _attr(torch, "nn", "modules", "module", "register_module_forward_pre_hook")
-        if register is not None:
+        register_post = _attr(torch, "nn", "modules", "module", "register_module_forward_hook")
+        if register is not None and register_post is not None:
+            try:
+                post = register_post(self._post_hook, always_call=True)
+            except TypeError:  # torch without always_call
+                post = register_post(self._post_hook)
+            self._undo.append(post.remove)
             handle = register(self._pre_hook)
             self._undo.append(handle.remove)
         return self
@@ -652,6 +666,8 @@ class Recorder:
         self.compile_wall: float | None = None
         self.compile_poptorch: float | None = None
         self.compile_error: str | None = None
+        self.report_directory: str | None = None
+        """Absolute ``autoReport.directory`` of the engine options when it compiled (None: unset)."""
         self.traced_blocks: list[dict[str, Any]] = []
         self.wall = Stat()
         self.figures: dict[str, Stat] = {}
@@ -718,6 +734,7 @@ class Recorder:
             with STATE.lock:
                 STATE.engines[self.path] = self
         self.compile_wall = wall_seconds
+        self.report_directory = _report_directory()
         if tracer is not None:
             self.traced_blocks = tracer.ordered()
         with contextlib.suppress(Exception):
@@ -899,7 +916,8 @@ class Recorder:
                         "num_processes": opts["distributed"].get("num_processes")},
             "versions": {k: v for k, v in versions.items() if v},
             "executor": {"mode": self.mode, "created_at": self.created_at,
-                         "engine_options": _jsonable(_parse_json(self.engine_options_at_creation))},
+                         "engine_options": _jsonable(_parse_json(self.engine_options_at_creation)),
+                         "report_directory": self.report_directory},
             "options": opts,
             "model": model,
             "calls": {"count": self.calls, "window": WINDOW,
@@ -943,6 +961,15 @@ class Recorder:
             self.last_write = time.perf_counter()
 
 
+def _report_directory() -> str | None:
+    """The absolute ``autoReport.directory`` in this process's engine options now (a program
+    such as Lightning's IPUStrategy may set its own), or None."""
+    opts = _parse_json(os.environ.get(ENGINE_OPTIONS_ENV))
+    if not isinstance(opts, dict) or not opts.get("autoReport.directory"):
+        return None
+    return os.path.abspath(str(opts["autoReport.directory"]))
+
+
 def _hostname() -> str:
     import socket
 
@@ -983,7 +1010,12 @@ def _recording_subclass(cls: type, recorder: Recorder) -> type:
             # The fast path: two clock reads and a list append; the rest only when due. With
             # caches cold after a device run, every bytecode here costs (see the benchmark).
             t0 = perf_counter()
-            output = call(self, *args, **kwargs)
+            try:
+                output = call(self, *args, **kwargs)
+            except SystemExit as exc:  # the emulator's --calls stop: the call counts as done
+                if getattr(exc, "popviz_call_completed", False):
+                    times.append(perf_counter() - t0)
+                raise
             t1 = perf_counter()
             times.append(t1 - t0)
             if t1 >= hot[1]:
@@ -1047,6 +1079,13 @@ def _compile_and_run(executor: Any, rec: Recorder, fn: Callable[..., Any], args:
         if tracer is not None:
             tracer.__exit__(None, None, None)
             rec.traced_blocks = tracer.ordered()  # what was traced before the failure
+        if getattr(exc, "popviz_call_completed", False) and _is_compiled(executor):
+            # the emulator's --calls stop right after compiling: compiled, and the call counts
+            with contextlib.suppress(Exception):
+                rec.on_compiled(executor, time.perf_counter() - t0, tracer)
+                if record:
+                    rec.on_call(executor, args, kwargs, None, None)
+            raise
         with contextlib.suppress(Exception):
             rec.on_compile_error(exc)
         raise
@@ -1118,6 +1157,26 @@ def _ensure_atexit() -> None:
     if not STATE.atexit_registered:
         atexit.register(flush, True)
         STATE.atexit_registered = True
+        _flush_on_sigterm()
+
+
+def _flush_on_sigterm() -> None:
+    """SIGTERM skips atexit: when the program leaves SIGTERM at its default, write the manifests
+    (current call counts) first, then die of SIGTERM as before."""
+    import signal
+
+    if threading.current_thread() is not threading.main_thread():
+        return
+    with contextlib.suppress(ValueError, OSError):
+        if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+            return
+
+        def on_term(signo: int, _frame: Any) -> None:
+            flush(True)
+            signal.signal(signo, signal.SIG_DFL)
+            os.kill(os.getpid(), signo)
+
+        signal.signal(signal.SIGTERM, on_term)
 
 
 # ------------------------------------------------------------------------------ patching

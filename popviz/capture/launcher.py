@@ -35,6 +35,7 @@ from typing import IO, Any
 
 from popviz import __version__
 from popviz.capture import hooks
+from popviz.capture.follow import follow_reports
 from popviz.childproc import SignalForwarder, exit_status, find_command
 from popviz.errors import MissingDependencyError, PopvizError, UsageError, shown
 
@@ -269,10 +270,35 @@ del _popviz_bootstrap
 '''
 
 
+def clean_stale_bootstraps(parent: str | None = None) -> list[str]:
+    """Remove bootstrap directories left by a popviz that was killed (its pid, in the name, is no
+    longer running); return their names. Others' and running captures' are left alone."""
+    from popviz.sources.runrecord import pid_alive
+
+    parent = parent or tempfile.gettempdir()
+    removed = []
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        return removed
+    for name in names:
+        if not name.startswith(BOOTSTRAP_PREFIX):
+            continue
+        pid = name[len(BOOTSTRAP_PREFIX):].split("-", 1)[0]
+        path = os.path.join(parent, name)
+        if not pid.isdigit() or not os.path.isfile(os.path.join(path, BOOTSTRAP_MARKER)):
+            continue
+        if pid_alive(int(pid), socket.gethostname()) is False:
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(name)
+    return removed
+
+
 def make_bootstrap() -> Path:
     """A temporary directory with the bootstrap ``sitecustomize.py`` and a link to this popviz
     package, so the child imports the same popviz whatever its environment holds."""
-    directory = Path(tempfile.mkdtemp(prefix=BOOTSTRAP_PREFIX))
+    clean_stale_bootstraps()
+    directory = Path(tempfile.mkdtemp(prefix=f"{BOOTSTRAP_PREFIX}{os.getpid()}-"))
     (directory / "sitecustomize.py").write_text(BOOTSTRAP, encoding="utf-8")
     (directory / BOOTSTRAP_MARKER).write_text("popviz capture bootstrap\n", encoding="utf-8")
     package = Path(__file__).resolve().parent.parent
@@ -452,6 +478,7 @@ def summary_lines(run: Mapping[str, Any], root: Path) -> list[str]:
 
 def run_capture(command: Sequence[str], *, output: str | None = None, new_run: bool = False,
                 emulate: bool = False, pvti: bool = False, run_count: int | None = None,
+                calls: int | None = None,
                 stdout: IO[bytes] | None = None, stderr: IO[bytes] | None = None) -> int:
     """Run ``command`` under capture; return the exit code popviz should exit with."""
     command = list(command)
@@ -468,6 +495,10 @@ def run_capture(command: Sequence[str], *, output: str | None = None, new_run: b
     instance = hooks.instance_from_env(base_env)
     planned = plan_dir(output, new_run, instance)
     child_env = emulated(dict(base_env)) if emulate else dict(base_env)
+    if calls is not None:
+        from popviz.emulator.calls import ENV as CALLS_ENV
+
+        child_env[CALLS_ENV] = str(calls)
     if emulate:
         from popviz.emulator.launch import check_command
 
@@ -558,8 +589,12 @@ def run_capture(command: Sequence[str], *, output: str | None = None, new_run: b
         forwarder.restore()
         run["signals_received"] = forwarder.received
         run["signals_forwarded"] = forwarder.forwarded
+        if forwarder.escalated:
+            run["signals_escalated"] = forwarder.escalated
         run["ended_at"] = iso_now()
         run["duration_seconds"] = round(time.time() - started, 3)
+        followed = follow_reports(root)
+        run["notes"] += followed
         run["engines"] = _engines_found(root)
         poptorch_versions = sorted({e["model"]["poptorch"] for e in run["engines"]
                                     if e.get("model", {}).get("poptorch")})
@@ -574,3 +609,5 @@ def run_capture(command: Sequence[str], *, output: str | None = None, new_run: b
         if run["status"] not in ("running", "error", "launch_failed"):
             for line in summary_lines(run, root):
                 say(line)
+            for line in followed:
+                say("  " + line)

@@ -11,6 +11,7 @@ import argparse
 import sys
 
 NAME = "analyse"
+ALIASES = ("analyze",)
 HELP = "analyse a report directory and print findings"
 
 
@@ -19,10 +20,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     fmt = p.add_mutually_exclusive_group()
     fmt.add_argument("--json", action="store_true", help="print the result as JSON (docs/json.md)")
     fmt.add_argument("--markdown", action="store_true", help="print the result as Markdown")
+    p.add_argument("--html", metavar="FILE",
+                   help="also write a self-contained HTML page (tables, findings, figures) to FILE")
     p.add_argument("--only", metavar="A,B",
-                   help="run only these analyses, comma-separated: pipeline, memory, host_io")
+                   help="run only these analyses, comma-separated: pipeline, memory, host_io, "
+                   "instances")
     p.add_argument("--fail-on", choices=("info", "warning", "error"),
                    help="exit 1 when a finding reaches this severity (for CI); 0 otherwise")
+    p.add_argument("--ignore", metavar="CODES",
+                   help="finding codes the team has accepted (e.g. PIPE003,HIO002): shown, marked ignored, and "
+                   "never fail --fail-on; also [tool.popviz] ignore in pyproject.toml")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -32,6 +39,10 @@ def run(args: argparse.Namespace) -> int:
     from popviz.ui import status
 
     only = [a.strip() for a in args.only.split(",") if a.strip()] if args.only else None
+    if args.html:
+        from popviz.fileio import refuse_existing
+
+        refuse_existing(args.html)
     with status(f"reading {args.path}"):
         reports = load(args.path)
     with status("analysing"):
@@ -48,7 +59,28 @@ def run(args: argparse.Namespace) -> int:
         from popviz.render.console import render as render_console
 
         render_console(result)
-    worst = result.worst_severity()
-    if args.fail_on and worst and severity_rank(worst) >= severity_rank(args.fail_on):
-        return 1
+    if args.html:
+        from popviz.fileio import write_new_text
+        from popviz.render.html import render as render_html
+
+        with status(f"writing {args.html}"):
+            write_new_text(args.html, render_html(result))
+        print(f"popviz: wrote {args.html}", file=sys.stderr)
+    from popviz.ci.cli import ignored_codes
+    from popviz.ci.thresholds import load_config
+
+    ignore = ignored_codes(args, load_config().ignore)
+    accepted = [f"{e.report.label} {f.code}" for e in result.engines for f in e.findings if f.code in ignore]
+    if accepted:
+        print(f"popviz: ignored (accepted by --ignore / [tool.popviz] ignore): {', '.join(accepted)}",
+              file=sys.stderr)
+    if args.fail_on:
+        triggered = [(e.report.label, f) for e in result.engines for f in e.findings
+                     if f.code not in ignore and severity_rank(f.severity) >= severity_rank(args.fail_on)]
+        if triggered:
+            listed = ", ".join(f"{label}: {f.code} ({f.severity})" for label, f in triggered)
+            print(f"popviz: --fail-on {args.fail_on}: {len(triggered)} finding"
+                  f"{'s' if len(triggered) != 1 else ''} at or above {args.fail_on}: {listed}",
+                  file=sys.stderr)
+            return 1
     return 0

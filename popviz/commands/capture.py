@@ -43,12 +43,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--run-count", metavar="N", type=_positive,
                    help="executions of each program to profile "
                         "(autoReport.executionProfileProgramRunCount)")
+    p.add_argument("--calls", metavar="N", type=_positive,
+                   help="with --emulate: estimate only, stopping the command at the N-th call of an "
+                        "executor (that call is estimated, not run); 1 = stop right after compiling")
     p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD ARGS",
                    help="the command to run, after --")
 
 
 def run(args: argparse.Namespace) -> int:
     from popviz.capture.launcher import run_capture
+    from popviz.errors import UsageError
 
+    if args.calls is not None and not args.emulate:
+        raise UsageError(f"--calls {args.calls} stops an emulated run: add --emulate (a real IPU run "
+                         "is not stopped by popviz)")
     return run_capture(args.command, output=args.output, new_run=args.new_run, emulate=args.emulate,
-                       pvti=args.pvti, run_count=args.run_count)
+                       pvti=args.pvti, run_count=args.run_count, calls=args.calls)

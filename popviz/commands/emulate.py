@@ -23,6 +23,11 @@ HELP = "run a PopTorch script on the CPU with the emulator as poptorch"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from popviz.commands.capture import _positive
+
+    p.add_argument("--calls", metavar="N", type=_positive,
+                   help="estimate only: stop the command at the N-th call of an executor (that call is "
+                        "estimated, not run; 1 = stop right after compiling); progress on stderr")
     p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD [ARGS ...]",
                    help="the command to run, after --")
 
@@ -66,4 +71,9 @@ def run(args: argparse.Namespace) -> int:
     from popviz.emulator.launch import emulated_env
 
     cmd = command_from(args)
-    return run_child(cmd, emulated_env(os.environ))
+    env = emulated_env(os.environ)
+    if args.calls is not None:
+        from popviz.emulator.calls import ENV
+
+        env[ENV] = str(args.calls)
+    return run_child(cmd, env)

@@ -21,8 +21,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "exist or be empty")
 
 
+def _name_source(engine_dir: Path) -> Path:
+    """The file an engine's name was read from, for messages."""
+    from popviz.sources import bundle, manifest, pva
+
+    for name in (bundle.METADATA_FILE, manifest.MODEL_FILE, pva.PROFILE_FILE):
+        if (engine_dir / name).is_file():
+            return engine_dir / name
+    return engine_dir
+
+
 def run(args: argparse.Namespace) -> int:
     from popviz.errors import UsageError, shown
+    from popviz.paths import safe_join
     from popviz.sources.bundle import write_bundle
     from popviz.sources.discover import load
     from popviz.ui import status
@@ -34,8 +45,16 @@ def run(args: argparse.Namespace) -> int:
                          "directory (popviz never overwrites)")
     with status(f"reading {src}"):
         reports = load(src)
+    # Names come from the report files: check every destination before writing anything.
+    dests = []
     for report in reports:
-        dest = out.joinpath(*(report.instance or "").split("/"), report.name)
+        parts = [*(report.instance.split("/") if report.instance else []), report.name]
+        dest = safe_join(out, parts, "engine", _name_source(Path(report.path or src)))
+        if dest in dests:
+            raise UsageError(f"two engines would both be exported to {shown(dest)}; export "
+                             "their directories one at a time")
+        dests.append(dest)
+    for report, dest in zip(reports, dests, strict=True):
         with status(f"writing {dest}"):
             write_bundle(report, dest)
         print(f"{report.label}: {', '.join(report.present)} -> {shown(dest)}")

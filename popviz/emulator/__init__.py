@@ -32,6 +32,7 @@ _MODULES: dict[str, tuple[str, ...]] = {
     "executor": ("PoplarExecutor", "inferenceModel", "registerPostCompileHook", "registerPreCompileHook",
                  "trainingModel"),
     "dataloader": ("AsynchronousDataAccessor", "DataLoader"),
+    "custom_args": ("ICustomArgParser", "registerCustomArgParser"),
 }
 _EXPORTS: dict[str, str] = {name: module for module, names in _MODULES.items() for name in names}
 """Public name -> submodule of popviz.emulator that defines it."""

@@ -5,10 +5,11 @@ model, a :class:`BlockTrace` is active: every block start resolves its stage and
 execution strategy (raising PopTorch's errors for unknown blocks), and the emulator's
 measurement reads :attr:`BlockTrace.current` to attribute operations to blocks.
 
-Attribution rule (PopTorch leaves it implicit): an operation belongs to the most recently
-started block; leaving a ``with Block(...)`` returns to the enclosing ``with`` block when there
-is one, else the block stays current until the next one starts. Operations before the first
-block belong to the first stage.
+Attribution rule: an operation belongs to the most recently started block; leaving a ``with
+Block(...)`` returns to the enclosing ``with`` block when there is one; with none, there is no
+active block until the next one starts, and an operation there raises PopTorch's "No active
+Block, all the ops must belong to a Block". Operations before the first block belong to the
+first stage.
 """
 
 from __future__ import annotations
@@ -35,11 +36,15 @@ class BlockTrace:
         self.placements: dict[str, BlockPlacement] = {}
         """Every block started, in order of first start."""
         self.listeners: list[Callable[[BlockPlacement], None]] = []
+        self.cleared = False
+        """True after a ``with Block`` ended with no enclosing one and before the next block
+        starts: PopTorch then has no active block, and an operation there is an error."""
 
     def begin(self, user_id: str | None, ipu_id: int | None) -> None:
         placement = self.resolver.begin(user_id, ipu_id)
         self.placements.setdefault(placement.block, placement)
         self.current = placement
+        self.cleared = False
         for listener in self.listeners:
             listener(placement)
 
@@ -51,6 +56,7 @@ class BlockTrace:
         """Leave a ``with Block``: the enclosing ``with`` block (if any) is current again."""
         if self._stack:
             self._stack.pop()
+        self.cleared = not self._stack
         if self._stack and self._stack[-1] is not self.current:
             self.current = self._stack[-1]
             for listener in self.listeners:

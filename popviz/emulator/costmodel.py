@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -118,6 +119,11 @@ class EngineSetup:
     """Bytes per element of the gradient accumulators (None: the parameter's own)."""
     optimizer_on_chip: bool = True
     accumulator_on_chip: bool = True
+    optimizer_sharded: bool = False
+    """Optimizer state with replicated tensor sharding: each replica holds 1/R of it and the
+    updated weights are all-gathered after each step."""
+    half_partials: bool = False
+    """``Precision.setPartialsType(torch.half)``: float16 matmuls accumulate in float16."""
     available_memory_proportion: Mapping[int, float] = field(default_factory=dict)
     synthetic_data: bool = False
     auto_round_num_ipus: bool = False
@@ -146,24 +152,40 @@ MEMORY_CATEGORIES = ("weights", "optimizerState", "gradientAccumulators", "activ
 """The emulator's memory categories (``cat_<name>_bytes`` columns); see docs/emulator.md."""
 
 
-def op_cycles(op: OpCost, spec: hw.IpuSpec) -> float:
-    """Cycles of one operation on one IPU."""
+def op_cycles(op: OpCost, spec: hw.IpuSpec, cap: float | None = None, half_partials: bool = False) -> float:
+    """Cycles of one operation on one IPU; a matmul whose temporaries the available memory
+    proportion caps at ``cap`` bytes runs serialised (slower), and one with float16 operands runs
+    faster with half-precision partials."""
     if op.matmul and op.flops > 0:
-        compute = op.flops / (spec.flops_per_cycle(op.element_bytes) * hw.MATMUL_EFFICIENCY)
+        rate = spec.flops_per_cycle(op.element_bytes) * hw.MATMUL_EFFICIENCY
+        if half_partials and op.element_bytes == 2:
+            rate *= hw.HALF_PARTIALS_SPEEDUP
+        compute = op.flops / rate
         exchange = op.activation_bytes / spec.per_cycle(spec.exchange_bytes_per_second)
-        cycles = compute + exchange
+        cycles = (compute + exchange) * serialisation_factor(op, cap)
     else:
         cycles = (op.in_bytes + op.out_bytes) / (spec.per_cycle(spec.memory_bytes_per_second)
                                                  * hw.MEMORY_EFFICIENCY)
     return cycles + hw.OP_OVERHEAD_CYCLES
 
 
+def serialisation_factor(op: OpCost, cap: float | None) -> float:
+    """How much slower a matmul runs when its temporaries are capped below what its fastest plan
+    wants (1 when they fit): ``1 + AMP_SERIALISATION_PENALTY × log2(want / cap)``."""
+    if not op.matmul or cap is None or cap <= 0:
+        return 1.0
+    want = op.activation_bytes * hw.MATMUL_TEMPORARY_FACTOR
+    if want <= cap:
+        return 1.0
+    return 1.0 + hw.AMP_SERIALISATION_PENALTY * math.log2(want / cap)
+
+
 def op_temporary_bytes(op: OpCost, cap: float) -> float:
     """Bytes an operation needs while it runs (its non-parameter operands and its result; matmuls
-    more, capped by the available memory proportion)."""
+    more, capped by the available memory proportion but never below their operands and result)."""
     working = op.activation_bytes
     if op.matmul:
-        return min(working * hw.MATMUL_TEMPORARY_FACTOR, cap)
+        return min(working * hw.MATMUL_TEMPORARY_FACTOR, max(cap, working))
     return working
 
 
@@ -206,7 +228,7 @@ def stage_estimates(m: Measurement, setup: EngineSetup) -> list[StageEstimate]:
         trainable = [p for p in params if p.trainable]
         amp = setup.available_memory_proportion.get(seg.ipu, hw.DEFAULT_AVAILABLE_MEMORY_PROPORTION)
         cap = amp * spec.bytes_per_ipu
-        forward = sum(op_cycles(o, spec) for o in ops)
+        forward = sum(op_cycles(o, spec, cap, setup.half_partials) for o in ops)
         out.append(StageEstimate(
             index=index, ipu=seg.ipu, blocks=list(seg.blocks),
             forward_cycles=int(round(forward)),
@@ -267,6 +289,8 @@ def memory_table(stages: Sequence[StageEstimate], m: Measurement, setup: EngineS
         weights = sum(s.weight_bytes for s in mine)
         elements = sum(s.trainable_elements for s in mine)
         optimizer = elements * slot_bytes if setup.training and setup.optimizer_on_chip else 0
+        if setup.optimizer_sharded and setup.replication_factor > 1:
+            optimizer = optimizer / setup.replication_factor
         accumulators = 0
         if setup.training and setup.gradient_accumulation > 1 and setup.accumulator_on_chip:
             accumulators = (elements * setup.accumulator_element_bytes if setup.accumulator_element_bytes
@@ -319,6 +343,12 @@ def weight_update_cycles(stages: Sequence[StageEstimate], setup: EngineSetup, ip
         if r > 1:
             cycles += (2 * (r - 1) / r * grad_bytes / spec.per_cycle(spec.ipu_link_bytes_per_second)
                        + hw.INTER_IPU_COPY_CYCLES)
+            if setup.optimizer_sharded:
+                # each replica updates 1/R of the weights (its shard of the state), then all-gathers
+                touched_sharded = touched - 2 * elements * slot_bytes * (r - 1) / r
+                cycles -= (touched - touched_sharded) / mem
+                cycles += (r - 1) / r * wbytes / spec.per_cycle(spec.ipu_link_bytes_per_second) \
+                    + hw.INTER_IPU_COPY_CYCLES
         out[ipu] = int(round(cycles))
     return out
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 import torch.utils.data
+from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from popviz.emulator.enums import DataLoaderMode, SharingStrategy
 from popviz.emulator.errors import Error
@@ -39,8 +40,13 @@ class _ProcessShare(torch.utils.data.Dataset):
             self.reshuffle()
 
     def reshuffle(self) -> None:
-        """A new global order, the same in every process (same seed)."""
-        self.order = torch.randperm(len(self.dataset), generator=self.generator)
+        """A new global order, the same in every process (same seed). The order lives in shared
+        memory and is updated in place, so persistent DataLoader workers read the new one."""
+        order = torch.randperm(len(self.dataset), generator=self.generator)
+        if self.order is None:
+            self.order = order.share_memory_()
+        else:
+            self.order.copy_(order)
 
     def __len__(self) -> int:
         return self.length
@@ -66,6 +72,7 @@ class DataLoader(torch.utils.data.DataLoader):
                 raise Error("`batch_sampler` option is mutually exclusive with "
                             "auto_distributed_partitioning=True.")
             batch_size = getattr(batch_sampler, "batch_size", batch_size)
+            self._sampler_drop_last = drop_last
         elif shuffle is None:
             shuffle = False
         assert isinstance(options, Options)
@@ -73,11 +80,13 @@ class DataLoader(torch.utils.data.DataLoader):
         self._options = options
         if persistent_workers is None:
             persistent_workers = num_workers > 0
+        self._batches_to_combine = options.device_iterations * \
+            (options.replication_factor // options.input_group_size) * options.Training.gradient_accumulation
+        self._user_sampler = user_sampler
         if batch_size is None:
             self._combined_batch_size = None
         else:
-            self._combined_batch_size = batch_size * options.device_iterations * \
-                (options.replication_factor // options.input_group_size) * options.Training.gradient_accumulation
+            self._combined_batch_size = batch_size * self._batches_to_combine
         if rebatched_worker_size is not None and self._combined_batch_size is not None:
             assert rebatched_worker_size <= self._combined_batch_size, (
                 f"The rebatched_worker_size ({rebatched_worker_size}) must be <= to the combined batch size "
@@ -118,7 +127,35 @@ class DataLoader(torch.utils.data.DataLoader):
     def __iter__(self):
         if self._share is not None and self._share.order is not None:
             self._share.reshuffle()
+        if self._user_sampler and self._batches_to_combine != 1:
+            return _combined(super().__iter__(), self._batches_to_combine, self._sampler_drop_last)
         return super().__iter__()
+
+
+def _combined(batches: Any, count: int, drop_last: bool) -> Any:
+    """Concatenates every ``count`` consecutive sampler batches along dim 0 (as PopTorch does with a
+    user ``batch_sampler``); a shorter last group is yielded only when ``drop_last`` is False."""
+    group: list[Any] = []
+    for batch in batches:
+        group.append(batch)
+        if len(group) == count:
+            yield _concat(group)
+            group = []
+    if group and not drop_last:
+        yield _concat(group)
+
+
+def _concat(batches: list[Any]) -> Any:
+    leaves = [tree_flatten(b) for b in batches]
+    spec = leaves[0][1]
+    parts = []
+    for i, first in enumerate(leaves[0][0]):
+        column = [flat[i] for flat, _ in leaves]
+        if isinstance(first, torch.Tensor):
+            parts.append(torch.cat([t if t.dim() else t.reshape(1) for t in column], dim=0))
+        else:
+            parts.append(column[-1])
+    return tree_unflatten(parts, spec)
 
 
 class AsynchronousDataAccessor:

@@ -20,6 +20,8 @@ Semantics follow PopTorch 3.x (see ``docs/emulator.md``):
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import copy
 import datetime as _dt
 import functools
@@ -30,26 +32,34 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from torch.utils._pytree import tree_flatten, tree_unflatten
+from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
+from popviz.emulator import calls as _calls
 from popviz.emulator import costmodel, hardware, profiling
 from popviz.emulator import optim as _optim
 from popviz.emulator.blocks import BlockTrace, tracing
-from popviz.emulator.enums import ConnectionType, OutputMode, ReductionType
+from popviz.emulator.enums import ConnectionType, MeanReductionStrategy, OutputMode, ReductionType
 from popviz.emulator.errors import CPP_ERROR, Error
 from popviz.emulator.losses import LossCollector, final_loss
 from popviz.emulator.measure import measuring
 from popviz.emulator.options import Options
+from popviz.emulator.precision import upcasting
 from popviz.model import HostTensor
 
+MAX_IPUS_PER_INSTANCE = 64
+"""PopTorch's limit on the IPUs one process uses (replicas × IPUs per replica); more need
+distributed execution (PopRun)."""
 NO_EXECUTABLE_ERR = "Model has not been compiled or has been destroyed."
 INPUTS_MISMATCH_END = (
     "\nThis error occurred because the inputs passed at runtime don't match the inputs used to "
     "compile the model.\nTo recompile the model for the new inputs create a new inferenceModel / "
     "trainingModel wrapper or call destroy() on the curent one and try again.")
 
-_precompile_hooks: dict[int, Callable[[], None]] = {}
-_postcompile_hooks: dict[int, Callable[[], None]] = {}
+_precompile_hooks: dict[int, Callable[[], None]] = collections.OrderedDict()
+_postcompile_hooks: dict[int, Callable[[], None]] = collections.OrderedDict()
+_training_steps: dict[int, int] = {}
+"""Training calls run per user model (by id): an inference executor of the same model uploads the
+host's buffers again after any (PopTorch copies the weights to the device when they changed)."""
 _wrapped: weakref.WeakSet = weakref.WeakSet()
 """User models currently wrapped by a training executor."""
 
@@ -166,6 +176,10 @@ class PoplarExecutor:
             assert not optimizer, "Optimizer should be None for inference"
         options._freeze()
         self._options = options
+        self._compiled = False
+        if training and optimizer is not None:
+            _optim.warn_if_subclassed(optimizer)
+            self._mean_reduction_for(optimizer)
         self._optimizer = optimizer
         self._token = object()
         self._compiled = False
@@ -188,6 +202,58 @@ class PoplarExecutor:
             return []
         return [p.name for p in params.values()
                 if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+
+    @staticmethod
+    def _signature(model: Any) -> inspect.Signature | None:
+        try:
+            return inspect.signature(model.forward if isinstance(model, torch.nn.Module) else model)
+        except (TypeError, ValueError):
+            return None
+
+    def _canonical(self, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        """The call's arguments as PopTorch passes them to the model: every parameter of
+        ``forward`` in order (given positionally, by name, or its default), so ``m(x, mask=y)``
+        and ``m(x, y)`` are the same call; only ``**kwargs`` and what follows ``*args`` stay named."""
+        sig = self.__dict__.get("_sig_cache", False)
+        if sig is False:
+            sig = self._signature(self._model)
+            self.__dict__["_sig_cache"] = sig
+        if sig is None:
+            return args, kwargs
+        params = list(sig.parameters.values())
+        variadic = any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in params)
+        names = [p.name for p in params]
+        assert variadic or len(args) + len(kwargs) <= len(params), (
+            f"Too many arguments provided: expected {names} ({len(names)}) but got {len(args) + len(kwargs)}")
+        if not variadic:
+            for k in kwargs:
+                assert k in names, f"{k} is not a valid parameter.Allowed values are {names}"
+        out_args: list[Any] = []
+        out_kwargs: dict[str, Any] = {}
+        after_star = False
+        rest = list(args)
+        for i, p in enumerate(params):
+            if p.kind == p.VAR_KEYWORD:
+                out_kwargs.update({k: v for k, v in kwargs.items() if k not in names[:i]})
+            elif p.kind == p.VAR_POSITIONAL:
+                out_args.extend(rest[i:] if i < len(rest) else [])
+                rest = []
+                after_star = True
+            elif i < len(rest):
+                assert p.name not in kwargs, f"Parameter {p.name} was passed more than once"
+                out_args.append(rest[i])
+            else:
+                if p.name in kwargs:
+                    value = kwargs[p.name]
+                elif p.default is not p.empty:
+                    value = p.default
+                else:
+                    raise Error(f"Mandatory parameter {p.name} missing")
+                if after_star or p.kind == p.KEYWORD_ONLY:
+                    out_kwargs[p.name] = value
+                else:
+                    out_args.append(value)
+        return tuple(out_args), out_kwargs
 
     def __getattr__(self, attr: str) -> Any:
         if attr.startswith("__") or "_user_model" not in self.__dict__:
@@ -305,21 +371,33 @@ class PoplarExecutor:
 
             log.warn("Call to compile() ignored: the executable is already compiled")
             return
-        self._compile(args, kwargs)
+        self._compile(*self._canonical(args, kwargs))
 
     def _compile(self, args: tuple, kwargs: dict) -> None:
         started = time.perf_counter()
+        buffers = dict(self._model.named_buffers())
+        for name in self._options._Popart.options.get("updatableNamedBuffers", []):
+            if name not in buffers:
+                raise Error(f"updatableNamedBuffers: {name!r} is not a buffer of the model "
+                            f"(its buffers: {', '.join(buffers) or 'none'})", type=CPP_ERROR)
         for hook in list(_precompile_hooks.values()):
             hook()
         micro = self._split(args, kwargs)
-        m_args, m_kwargs = micro[0]
+        # measured on a copy: the model may change its inputs in place, which only the run may do
+        m_args, m_kwargs = tree_map(lambda t: t.clone() if isinstance(t, torch.Tensor) else t, micro[0])
         measurement, outputs = self._measure(m_args, m_kwargs)
         for hook in list(_postcompile_hooks.values()):
             hook()
         self._check_pipeline(len(measurement.segments))
         self._setup = self._engine_setup(m_args, m_kwargs, outputs, len(measurement.segments))
         self._estimate = costmodel.estimate(measurement, self._setup)
+        ipus = self._estimate.target.num_ipus
+        if ipus > MAX_IPUS_PER_INSTANCE:
+            raise Error(f"Too many IPUs requested ({ipus}). Experiments that need more than "
+                        f"{MAX_IPUS_PER_INSTANCE} IPUs require distributed execution.", type=CPP_ERROR)
         self._remember_inputs(args, kwargs)
+        if not self._training:  # the device's own copy: host changes reach it only when copied
+            self._snapshot_buffers()
         self._compiled = True
         self._attached = True
         self._compile_time = _dt.timedelta(seconds=time.perf_counter() - started)
@@ -337,11 +415,12 @@ class PoplarExecutor:
             with torch.set_grad_enabled(self._training), tracing(trace), \
                     measuring(self._model, trace, self._training) as recorder:
                 if self._training:
-                    with LossCollector() as losses:
+                    with LossCollector() as losses, upcasting():
                         out = self._model(*args, **kwargs)
                     loss = final_loss(losses.losses)
                 else:
-                    out = self._model(*args, **kwargs)
+                    with upcasting():
+                        out = self._model(*args, **kwargs)
                     loss = None
         finally:
             with torch.no_grad():
@@ -414,6 +493,8 @@ class PoplarExecutor:
             output_return_period=o.output_return_period,
             optimizer_slots=slots, accumulator_element_bytes=accum_bytes,
             optimizer_on_chip=locations.on_chip("optimizer"),
+            optimizer_sharded=locations.sharded("optimizer"),
+            half_partials=o._Popart.options.get("partialsTypeMatMuls") == "half",
             accumulator_on_chip=locations.on_chip("accumulator"),
             available_memory_proportion=dict(o.available_memory_proportion),
             synthetic_data=o.synthetic_data, auto_round_num_ipus=o.auto_round_num_ipus,
@@ -430,12 +511,24 @@ class PoplarExecutor:
         assert self._options.connection_type != ConnectionType.Never, (
             "Trying to run a model on an offline device (ConnectionType.Never): use model.compile(inputs) "
             "instead of model(inputs)")
+        args, kwargs = self._canonical(args, kwargs)
+        most = _calls.limit()
         if not self._compiled:
+            if most is not None:
+                _calls.progress(f"compiling {self.engine_name!r}: tracing and measuring one micro-batch")
             self._compile(args, kwargs)
+            if most is not None:
+                _calls.progress(f"{self.engine_name!r} estimated in {self._compile_time.total_seconds():.1f} s")
         else:
             self._validate(args, kwargs)
             if not self._attached:
                 self.attachToDevice()
+        if most is not None and self._setup.calls + 1 >= most:
+            self._setup.calls += 1
+            self._last_call_start = time.time()
+            _calls.progress(f"{self.engine_name!r}: call {self._setup.calls} of {most} estimated, not run; "
+                            f"stopping the script (--calls {most}); reports are written as it exits")
+            raise _calls.CallLimitReached(self.engine_name, self._setup.calls)
         self._last_call_start = time.time()
         micro = self._split(args, kwargs)
         o = self._options
@@ -446,12 +539,14 @@ class PoplarExecutor:
         if self._training:
             self._train(micro, outputs, d, g, r)
         else:
-            with torch.no_grad():
+            with torch.no_grad(), self._on_device_buffers():
                 for i, (a, k) in enumerate(micro):
-                    with tracing(self._trace()):
+                    with tracing(self._trace()), upcasting():
                         out = self._model(*a, **k)
                     outputs.add(i // (g * r), (i // r) % g, i % r, out)
         self._setup.calls += 1
+        if most is not None:
+            _calls.progress(f"{self.engine_name!r}: call {self._setup.calls} of {most} done")
         self._update_anchors()
         result = outputs.result()
         for leaf in tree_flatten(result)[0]:
@@ -473,7 +568,8 @@ class PoplarExecutor:
                 for replica in range(r):
                     a, k = micro[index]
                     index += 1
-                    with torch.enable_grad(), tracing(self._trace()), LossCollector() as losses:
+                    with torch.enable_grad(), tracing(self._trace()), LossCollector() as losses, \
+                            upcasting():
                         out = self._model(*a, **k)
                     loss = final_loss(losses.losses)
                     if loss.requires_grad:
@@ -481,7 +577,45 @@ class PoplarExecutor:
                     outputs.add(iteration, step, replica, out)
             if max_norm != float("inf"):
                 torch.nn.utils.clip_grad_norm_(params, max_norm)
-            optimizer.step()
+            _optim.native_step(optimizer)
+        _training_steps[id(self._user_model)] = _training_steps.get(id(self._user_model), 0) + 1
+
+    def _snapshot_buffers(self) -> None:
+        self._device_buffers = {n: b.detach().clone() for n, b in self._model.named_buffers()}
+        self._buffers_at_step = _training_steps.get(id(self._user_model), 0)
+
+    @contextlib.contextmanager
+    def _on_device_buffers(self):
+        """An inference run sees the device's buffers, not the host model's (as in PopTorch);
+        after a training executor of the same model has run, weights and buffers are uploaded again."""
+        if getattr(self, "_buffers_at_step", 0) != _training_steps.get(id(self._user_model), 0):
+            self._snapshot_buffers()
+        saved = []
+        for name, value in getattr(self, "_device_buffers", {}).items():
+            prefix, _, leaf = name.rpartition(".")
+            module = self._model.get_submodule(prefix) if prefix else self._model
+            if leaf in module._buffers:
+                saved.append((module, leaf, module._buffers[leaf]))
+                module._buffers[leaf] = value
+        try:
+            yield
+        finally:
+            for module, leaf, host in saved:
+                module._buffers[leaf] = host
+
+    def copyNamedBuffersToDevice(self) -> None:
+        """Copy the buffers named in ``Options.updatableNamedBuffers`` from the host model to the
+        device (the only way a compiled inference model sees host changes to buffers)."""
+        if not self._compiled:
+            raise Error(NO_EXECUTABLE_ERR)
+        names = self._options._Popart.options.get("updatableNamedBuffers")
+        if not names:
+            raise Error("No named buffers marked as updatable via updatableNamedBuffers option")
+        host = dict(self._model.named_buffers())
+        device = getattr(self, "_device_buffers", None)
+        if device is not None:
+            for name in names:
+                device[name] = host[name].detach().clone()
 
     def _update_anchors(self) -> None:
         anchors = self._options.anchored_tensors
@@ -498,6 +632,11 @@ class PoplarExecutor:
                 self._anchor_memory[short] = value.detach().clone()
 
     # ------------------------------------------------------------------ device state
+    @property
+    def _executable(self) -> object | None:
+        """None until compiled and after ``destroy()`` (code such as Lightning's IPUStrategy tests it)."""
+        return self._token if self._compiled else None
+
     def isCompiled(self) -> bool:
         return self._compiled
 
@@ -541,13 +680,33 @@ class PoplarExecutor:
     def copyWeightsToDevice(self) -> None:
         if not self._compiled:
             raise Error(NO_EXECUTABLE_ERR)
+        if not self._training:
+            self._snapshot_buffers()
 
     def copyWeightsToHostIfNeeded(self) -> bool:
         return False
 
+    def _mean_reduction_for(self, optimizer: torch.optim.Optimizer) -> None:
+        """float16 gradient accumulators (without the combined variant) need PopTorch's Running
+        mean reduction: set it before compiling; a compiled executable cannot change."""
+        if getattr(optimizer, "accum_type", None) != torch.float16 or getattr(optimizer, "use_combined_accum", False):
+            return
+        training = self._options.Training
+        if not self._compiled:
+            self._options._unfreeze()
+            training.setMeanAccumulationAndReplicationReductionStrategy(MeanReductionStrategy.Running)
+            self._options._freeze()
+        elif training.meanAccumulationAndReplicationReductionStrategy != MeanReductionStrategy.Running:
+            raise ValueError("Invalid optimizer: the new optimizer would require changing options.Training."
+                             "meanAccumulationAndReplicationReductionStrategy to "
+                             "poptorch.MeanReductionStrategy.Running but the executable is already compiled.")
+
     def setOptimizer(self, optimizer: torch.optim.Optimizer) -> None:
         """Use ``optimizer`` from the next call; its state starts from the current one's."""
         old = self._optimizer
+        if optimizer is not old:
+            _optim.warn_if_subclassed(optimizer)
+        self._mean_reduction_for(optimizer)  # also for the same optimizer with changed attributes
         if old is not None and optimizer is not old:
             for group in optimizer.param_groups:
                 for p in group["params"]:
@@ -646,15 +805,27 @@ def trainingModel(model: torch.nn.Module, options: Options | None = None,
                            "on the model to unwrap before wrapping again.")
     executor = PoplarExecutor(copy.copy(model), options, True, optimizer, user_model=model)
     _wrapped.add(model)
-    ref = weakref.ref(executor)
+    model.__dict__["destroy"] = _Destroy(executor)
+    return executor
 
-    def destroy() -> None:
-        live = ref()
+
+class _Destroy:
+    """``model.destroy()`` on a model wrapped for training: destroys its executor. Picklable (so
+    ``torch.save(model)`` works, as in PopTorch); a copy is bound to no executor."""
+
+    def __init__(self, executor: PoplarExecutor) -> None:
+        self._ref: weakref.ref | None = weakref.ref(executor)
+
+    def __call__(self) -> None:
+        live = self._ref() if self._ref is not None else None
         if live is not None:
             live.destroy()
 
-    model.__dict__["destroy"] = destroy
-    return executor
+    def __getstate__(self) -> dict:
+        return {}
+
+    def __setstate__(self, state: dict) -> None:
+        self._ref = None
 
 
 def inferenceModel(model: torch.nn.Module, options: Options | None = None) -> PoplarExecutor:

@@ -128,6 +128,20 @@ error 2x."""
 DEFAULT_AVAILABLE_MEMORY_PROPORTION = 0.6
 """PopTorch's default available memory proportion (its documentation)."""
 
+AMP_SERIALISATION_PENALTY = 0.15
+"""Extra cycles of a matmul/convolution per halving of its temporary memory below what its
+fastest plan wants (``MATMUL_TEMPORARY_FACTOR`` × inputs plus output): when the available memory
+proportion caps the temporaries at ``cap``, the op costs ``1 + 0.15 × log2(want / cap)`` times its
+cycles (the planner serialises the op into pieces that each re-exchange an operand). Assumption
+from Graphcore's guidance that lowering the proportion trades speed for memory by tens of
+percent; known error 2x on the penalty, and a proportion that still leaves room for the fastest
+plan changes nothing here, where the real planner may already pick a slower plan."""
+
+HALF_PARTIALS_SPEEDUP = 2.0
+"""Matmul/convolution FLOP rate gained by ``Precision.setPartialsType(torch.half)`` for float16
+operands (the AMP units accumulate twice as fast in float16 on Mk2). Float32 operands are
+unaffected. Known error: the gain shrinks for small or exchange-bound ops."""
+
 # ------------------------------------------------------------------------ host-link parameters
 HOST_BANDWIDTH_ENV = "POPVIZ_EMULATOR_HOST_GBPS"
 HOST_LATENCY_ENV = "POPVIZ_EMULATOR_HOST_LATENCY_US"

@@ -70,6 +70,7 @@ class Recorder:
         self.boundary_bytes: list[int] = []
         self.saved: dict[tuple[int, int], int] = {}
         trace.listeners.append(self._on_block)
+        self._trace = trace
         self._placement: BlockPlacement | None = None
         self._seen: dict[str, BlockPlacement] = {}
 
@@ -101,6 +102,10 @@ class Recorder:
     def op(self, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
         if getattr(func, "is_view", False) or func in _FREE_OPS:
             return
+        if self._trace.cleared:
+            from popviz.emulator.errors import CPP_ERROR, Error
+
+            raise Error("No active Block, all the ops must belong to a Block", type=CPP_ERROR)
         packet = getattr(func, "_overloadpacket", func)
         current = self.segment
         segment = max(current, 0)

@@ -83,11 +83,24 @@ def setLogLevel(level: str | int) -> None:
 
 
 def for_loop(count: int, body: Callable, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
-    """Run ``body`` ``count`` times, feeding its outputs back as inputs."""
-    outputs = list(inputs)
+    """Run ``body`` ``count`` times, feeding its outputs back as inputs (passed by value: the
+    body's in-place changes do not reach the caller's tensors). As in PopTorch, ``inputs`` must
+    be a list of tensors, and loops are for inference only."""
+    from popviz.emulator import losses
+    from popviz.emulator.errors import Error
+
+    if losses._collectors:
+        raise Error("poptorch.for_loop() is only supported in inference")
+    if not isinstance(inputs, list):
+        raise ValueError("(Object is not list)")
+    for i, value in enumerate(inputs):
+        if not isinstance(value, torch.Tensor):
+            raise ValueError(f"(Object contained in list at index {i} is not torch.tensor)")
+    outputs = [t.clone() for t in inputs]
     for _ in range(count):
         result = body(*outputs)
         outputs = list(result) if isinstance(result, (list, tuple)) else [result]
+        outputs = [t.clone() if isinstance(t, torch.Tensor) else t for t in outputs]
     return outputs
 
 

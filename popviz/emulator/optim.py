@@ -215,3 +215,31 @@ def describe(optimizer: torch.optim.Optimizer) -> dict[str, Any]:
 
 
 __all__ = ["LAMB", "SGD", "Adam", "AdamW", "Optimizer", "RMSprop"]
+
+
+def _native_class(optimizer: torch.optim.Optimizer) -> type:
+    """The optimizer class PopTorch would map ``optimizer`` to: the first class in its MRO that
+    PopTorch or PyTorch defines (a user subclass's own Python code is never run on the IPU)."""
+    for cls in type(optimizer).__mro__:
+        if cls.__module__ == __name__ or cls.__module__.startswith("torch.optim"):
+            return cls
+    return type(optimizer)
+
+
+def warn_if_subclassed(optimizer: torch.optim.Optimizer) -> None:
+    """PopTorch's warning for an optimizer subclassed from a PopTorch or PyTorch one."""
+    if _native_class(optimizer) is type(optimizer):
+        return  # PopTorch's or PyTorch's own class (torch's AdamW derives from Adam nowadays)
+    bases = type(optimizer).__bases__
+    if torch.optim.Optimizer not in bases and Optimizer not in bases:
+        from popviz.emulator import log
+
+        log.warn(f"Optimizer `{type(optimizer).__name__}` subclassed from classes in poptorch.optim or "
+                 "torch.optim are unlikely to behave as intended. Poptorch does not run Python optimizer "
+                 "code directly; but instead uses IPU native optimisers implemented in PopART (the "
+                 f"emulator runs {_native_class(optimizer).__name__}.step, not the subclass's).")
+
+
+def native_step(optimizer: torch.optim.Optimizer) -> None:
+    """One step of the native optimizer ``optimizer`` maps to (not a subclass's override)."""
+    _native_class(optimizer).step(optimizer)

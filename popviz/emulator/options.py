@@ -326,6 +326,10 @@ class _TensorLocationOptions(_OptionsDict):
         """Whether tensors of ``kind`` (activation/weight/optimizer/accumulator) stay on chip."""
         return bool(self._values.get(f"location_{kind}", {}).get("onChip", 1))
 
+    def sharded(self, kind: str) -> bool:
+        """Whether tensors of ``kind`` use replicated tensor sharding."""
+        return bool(self._values.get(f"location_{kind}", {}).get("useReplicatedTensorSharding", 0))
+
 
 class Options(_OptionsDict):
     """Options of one executor (PopTorch's ``poptorch.Options``)."""

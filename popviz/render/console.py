@@ -33,10 +33,13 @@ def _widest(column) -> int:
 
 
 def _cell(value: object) -> str:
-    return text.fmt_cell(value)
+    from rich.markup import escape
+
+    return escape(text.fmt_cell(value))  # names from files are data, never markup
 
 
 def _engine(console, engine: EngineResult) -> None:
+    from rich.markup import escape
     from rich.padding import Padding
     from rich.panel import Panel
     from rich.table import Table
@@ -48,17 +51,17 @@ def _engine(console, engine: EngineResult) -> None:
     head.add_column(style="bold", no_wrap=True)
     head.add_column(overflow="fold")
     est = r.provenance.estimated
-    head.add_row("figures", f"[{'bold magenta' if est else 'green'}]{text.provenance_line(r)}[/]")
-    head.add_row("target", text.target_line(r))
-    head.add_row("strategy", text.strategy_line(r))
+    head.add_row("figures", Text(text.provenance_line(r), style="bold magenta" if est else "green"))
+    head.add_row("target", Text(text.target_line(r)))
+    head.add_row("strategy", Text(text.strategy_line(r)))
     for line in text.stage_lines(r):
-        head.add_row("", line)
-    head.add_row("batching", text.batching_line(r))
+        head.add_row("", Text(line))
+    head.add_row("batching", Text(text.batching_line(r)))
     for part, desc in text.data_line(r):
-        head.add_row(part, desc if desc != "missing" else "[dim]missing[/]")
+        head.add_row(part, Text(desc) if desc != "missing" else "[dim]missing[/]")
     if r.path:
-        head.add_row("path", r.path)
-    title = f"[bold]{r.label}[/]" + ("  [bold magenta](estimated)[/]" if est else "")
+        head.add_row("path", Text(r.path))
+    title = f"[bold]{escape(r.label)}[/]" + ("  [bold magenta](estimated)[/]" if est else "")
     console.print(Panel(head, title=title, title_align="left", expand=False))
     for name, out in engine.outputs.items():
         has_table = out.table is not None and len(out.table)
@@ -72,7 +75,7 @@ def _engine(console, engine: EngineResult) -> None:
         if has_table or out.caption:
             console.print()
     for f in engine.findings:
-        console.print(_finding(f), width=prose)
+        console.print(_finding(f, prose), width=prose)
     if engine.not_checked:
         console.print("[dim]not checked:[/]")
         for n in engine.not_checked:
@@ -83,22 +86,32 @@ def _engine(console, engine: EngineResult) -> None:
     console.print()
 
 
-def _finding(f):  # -> rich.table.Table
-    """Severity label in a fixed-width column; title, evidence and recommendation wrap beside it."""
+SEVERITY_COLUMN = 8
+"""Width of the severity label column, its padding included."""
+
+
+def _finding(f, width: int):  # -> rich.table.Table
+    """Severity label in a fixed-width column; title and evidence wrap beside it; the
+    recommendation is wrapped here so that its code is never cut inside an identifier (rich's
+    own wrapping would fold long code anywhere)."""
+    from rich.console import Group
     from rich.table import Table
     from rich.text import Text
 
     grid = Table.grid(padding=(0, 1))
-    grid.add_column(width=7, no_wrap=True)
+    grid.add_column(width=SEVERITY_COLUMN - 1, no_wrap=True)
     grid.add_column(overflow="fold")
     body = Text()
     body.append(f"{f.code} ", style="bold")
     body.append(f.title, style="bold")
     body.append(f"\n{f.evidence}")
-    body.append("\n→ ", style="green")
-    for piece, code in text.code_spans(f.recommendation):
-        body.append(piece, style="cyan" if code else None)
-    grid.add_row(Text(f.severity.upper(), style=SEVERITY_STYLE[f.severity]), body)
+    rec = Text(no_wrap=True, overflow="ignore")
+    lines = text.wrap_code_prose(f.recommendation, width - SEVERITY_COLUMN - 2)
+    for k, line in enumerate(lines):
+        rec.append("\n  " if k else "→ ", style="green")
+        for piece, code in line:
+            rec.append(piece, style="cyan" if code else None)
+    grid.add_row(Text(f.severity.upper(), style=SEVERITY_STYLE[f.severity]), Group(body, rec))
     return grid
 
 
@@ -110,9 +123,24 @@ def render(result: Result, file: IO[str] | None = None, width: int | None = None
     from rich.console import Console
 
     console = Console(file=file, width=width, highlight=False)
-    for engine in result.engines:
-        _engine(console, engine)
+    from rich.padding import Padding
+    from rich.text import Text
+
+    for w in result.warnings:
+        console.print(Text(f"warning: {w}", style="yellow"))
+    prose = min(console.width, PROSE_WIDTH)
+    console.print("[bold]summary[/]")
+    for line in text.summary_lines(result):
+        console.print(Padding(Text(line), (0, 0, 0, 1), expand=False), width=prose)
+    console.print()
+    runs = text.run_groups(result)
+    for run, engines in runs:
+        if len(runs) > 1:
+            console.rule(f"[bold]{text.run_heading(run, engines)}[/]", align="left")
+        for engine in engines:
+            _engine(console, engine)
     n = len(result.engines)
     worst = result.worst_severity()
     console.print(f"{n} engine{'s' if n != 1 else ''} analysed"
-                  + (f"; worst finding: {worst}" if worst else ""))
+                  + (f"; worst finding: {worst}" if worst else "")
+                  + (f"; {len(result.warnings)} input warning(s), shown at the top" if result.warnings else ""))

@@ -53,6 +53,7 @@ def engine_to_dict(engine: EngineResult) -> dict[str, Any]:
         "metrics": engine.metrics,
         "findings": [f.to_dict() for f in engine.findings],
         "not_checked": [n.to_dict() for n in engine.not_checked],
+        "plan": engine.plan.to_dict() if engine.plan is not None else None,
     }
 
 
@@ -63,6 +64,7 @@ def result_to_dict(result: Result) -> dict[str, Any]:
         "root": result.root,
         "analyses": result.analyses,
         "engines": [engine_to_dict(e) for e in result.engines],
+        "warnings": list(result.warnings),
     })
 
 

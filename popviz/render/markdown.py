@@ -60,6 +60,9 @@ def _engine(engine: EngineResult) -> list[str]:
 
 def render(result: Result) -> str:
     lines = [f"# popviz analysis of `{result.root}`", ""]
+    if result.warnings:
+        lines += [*(f"- ⚠️ **warning** {_esc(w)}" for w in result.warnings), ""]
+    lines += ["**Summary**", "", *(f"- {_esc(line)}" for line in text.summary_lines(result)), ""]
     for engine in result.engines:
         lines += _engine(engine)
     return "\n".join(lines).rstrip() + "\n"

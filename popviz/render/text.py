@@ -2,7 +2,31 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from popviz.model import Report
+
+if TYPE_CHECKING:
+    from popviz.analysis.findings import EngineResult, Result
+
+
+def run_groups(result: Result) -> list[tuple[str | None, list[EngineResult]]]:
+    """The engines grouped by run, in order: a directory holding several separate runs is shown
+    run by run; the instances of one PopRun run form one group."""
+    from popviz.analysis.instances import run_of
+
+    groups: dict[str | None, list[EngineResult]] = {}
+    for e in result.engines:
+        groups.setdefault(run_of(e.report), []).append(e)
+    return list(groups.items())
+
+
+def run_heading(run: str | None, engines: list[EngineResult]) -> str:
+    from popviz.analysis.instances import is_instance
+
+    n = len({e.report.instance for e in engines if is_instance(e.report)})
+    where = f"run {run}" if run else "run (top level)"
+    return where + (f" · {n} PopRun instances" if n > 1 else "")
 
 
 def fmt_bytes(n: float | None) -> str:
@@ -197,3 +221,102 @@ def data_line(report: Report) -> list[tuple[str, str]]:
         out.append(("host I/O", "missing"))
     out.append(("config", "recorded" if report.has("config") else "missing"))
     return out
+
+
+def _code_breaks(code: str, chars: str = "(,.") -> list[str]:
+    """``code`` cut into pieces that may each end a line: after ``(``, ``,`` or ``.`` inside
+    parentheses only (Python continues a line inside brackets), never inside an identifier."""
+    pieces, depth, start = [], 0, 0
+    for i, c in enumerate(code):
+        if c in "([{":
+            depth += 1
+        elif c in ")]}":
+            depth -= 1
+        if depth > 0 and c in chars and i + 1 < len(code):
+            pieces.append(code[start:i + 1])
+            start = i + 1
+    pieces.append(code[start:])
+    return pieces
+
+
+def wrap_code_prose(prose: str, width: int) -> list[list[tuple[str, bool]]]:
+    """Lines of (text, is_code) pieces no wider than ``width`` where possible: prose wraps at
+    spaces; code (``code_spans``) starts a new line when it does not fit, and breaks only where
+    ``_code_breaks`` allows (continuation lines indented by 4), so a copied line is never cut in
+    the middle of an identifier and the lines pasted together are valid Python."""
+    width = max(width, 20)
+    lines: list[list[tuple[str, bool]]] = [[]]
+    used = 0
+
+    def put(piece: str, code: bool) -> None:
+        nonlocal used
+        lines[-1].append((piece, code))
+        used += len(piece)
+
+    def newline(indent: str = "") -> None:
+        nonlocal used
+        while lines[-1] and not lines[-1][-1][1] and lines[-1][-1][0].endswith(" "):
+            last = lines[-1][-1][0].rstrip(" ")
+            lines[-1][-1] = (last, False)
+            if last:
+                break
+            lines[-1].pop()
+        lines.append([])
+        used = 0
+        if indent:
+            put(indent, False)
+
+    for piece, code in code_spans(prose):
+        if code:
+            parts = _code_breaks(piece, "(,")
+            if max(map(len, parts)) > width - 4:
+                parts = _code_breaks(piece)
+            if used and used + len(piece) > width:
+                newline()
+            for k, part in enumerate(parts):
+                if used + len(part) > width and used > 4:
+                    newline("    " if k else "")
+                put(part, True)
+            continue
+        for k, token in enumerate(piece.split(" ")):
+            if not token:
+                continue
+            # words are separated by a space; the first attaches to what came before (".", ";")
+            gap = " " if (k > 0 and used) else ""
+            if used and used + len(gap) + len(token) > width:
+                newline()
+                gap = ""
+            put(gap + token, False)
+        if piece.endswith(" ") and used:
+            lines[-1].append((" ", False))
+            used += 1
+    return [line for line in lines if line]
+
+
+SUMMARY_ACTIONS = 3
+"""Top actions per engine in the summary at the head of the console and Markdown views."""
+
+
+def summary_lines(result: Result) -> list[str]:
+    """The short summary: engines, the worst finding, and each engine's top actions with their
+    estimated gain (from its plan)."""
+    n = len(result.engines)
+    worst = result.worst_severity()
+    first = next((e.report.label, f) for e in result.engines for f in e.findings
+                 if f.severity == worst) if worst else None
+    lines = [f"{n} engine{'s' if n != 1 else ''}"
+             + (f"; worst finding: {worst}, {first[1].code} on {first[0]}: {first[1].title}" if first
+                else "; no findings")]
+    for e in result.engines:
+        plan = e.plan
+        if plan is None or not plan.actions:
+            continue
+        top = plan.actions[:SUMMARY_ACTIONS]
+        lines.append(f"{e.report.label}: " + "; ".join(
+            f"{k}. {a.code} {a.title} ({a.gain_text})" for k, a in enumerate(top, 1)))
+        for d in plan.decisions:
+            if len(d.reasons) > 1:  # several findings proposed a value: say which one they share
+                lines.append(f"{e.report.label}: one value for {d.option}: {d.value} "
+                             f"(now {d.current if d.current is not None else 'unknown'}; "
+                             + "; ".join(d.reasons) + ")")
+    return lines

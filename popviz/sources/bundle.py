@@ -25,6 +25,7 @@ from popviz.model import (
     Report,
     Target,
 )
+from popviz.paths import is_safe_component, regular_file_inside
 
 FORMAT_NAME = "popviz-bundle"
 FORMAT_VERSION = 1
@@ -120,11 +121,12 @@ class _Reader:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        if not isinstance(file_name, str) or "/" in file_name or "\\" in file_name or file_name.startswith("."):
+        if not is_safe_component(file_name):
             raise self.fail(f"names an invalid {what} file {file_name!r}")
         path = self.directory / file_name
-        if not path.is_file():
+        if not path.exists() and not path.is_symlink():
             raise self.fail(f"refers to {file_name}, which is missing", path=path)
+        regular_file_inside(path, self.directory)
         try:
             # ParquetFile rather than read_table: read_table imports pyarrow.dataset (~0.5 s).
             frame = pq.ParquetFile(path).read().to_pandas()
@@ -168,8 +170,9 @@ class _Reader:
                 host_io=HostIO(**host_io) if host_io is not None else None,
                 path=str(self.directory),
             )
-        except (ModelError, TypeError) as exc:
-            raise self.fail(f"does not match the bundle format ({exc})") from None
+        except (ModelError, TypeError, ValueError, AttributeError, OverflowError) as exc:
+            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise self.fail(f"does not match the bundle format ({first[:200]})") from None
 
 
 def read_bundle(directory: str | Path) -> Report:

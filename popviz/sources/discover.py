@@ -23,6 +23,8 @@ from pathlib import Path
 from popviz.errors import ReportNotFoundError, shown
 from popviz.model import Report, ReportSet
 from popviz.sources import bundle, manifest, pva
+from popviz.sources.runrecord import manifest_warning, run_warnings
+from popviz.sources.validate import check_report
 
 SKIP_DIRS = {"__pycache__", "node_modules"}
 
@@ -73,7 +75,13 @@ def find_engines(root: str | Path) -> list[EngineDir]:
     if kind:
         return [EngineDir(root, kind, None, None)]
     found = []
-    for dirpath, dirnames, filenames in os.walk(root):
+
+    def unreadable(exc: OSError) -> None:  # a directory we cannot list is an error, not a skip
+        where = exc.filename or root
+        raise ReportNotFoundError(f"{shown(where)}: cannot be read ({exc.strerror}); fix its "
+                                  "permissions or pass a directory that leaves it out")
+
+    for dirpath, dirnames, filenames in os.walk(root, onerror=unreadable):
         dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d not in SKIP_DIRS)
         here = Path(dirpath)
         kind = _kind(here, set(filenames))
@@ -110,7 +118,24 @@ def read_engine(engine: EngineDir) -> Report:
             report = pva.read_profile(engine.path / pva.PROFILE_FILE, name=engine.name)
         if (engine.path / manifest.MODEL_FILE).is_file():
             report = manifest.merge_into(report, manifest.read_manifest(engine.path))
+    check_report(report, engine.path, _files(engine))
     return report.replace(instance=engine.instance, path=str(engine.path))
+
+
+def _files(engine: EngineDir) -> dict[str, Path]:
+    """Which file each part of an engine's Report came from (for error messages)."""
+    d = engine.path
+    main = {"bundle": d / bundle.METADATA_FILE, "pva": d / pva.PROFILE_FILE}.get(engine.kind)
+    files = {}
+    if main is not None:
+        files = {k: main for k in ("provenance", "target", "config", "host_io", "tile", "ipu",
+                                   "execution", "runs")}
+    if engine.kind == "bundle":
+        files.update(tile=d / bundle.MEMORY_FILE, ipu=d / bundle.MEMORY_FILE,
+                     execution=d / bundle.STEPS_FILE, runs=d / bundle.RUNS_FILE)
+    if engine.kind == "manifest" or (d / manifest.MODEL_FILE).is_file():
+        files.update(config=d / manifest.MODEL_FILE, host_io=d / manifest.MODEL_FILE)
+    return files
 
 
 def load(path: str | os.PathLike[str]) -> ReportSet:
@@ -120,4 +145,11 @@ def load(path: str | os.PathLike[str]) -> ReportSet:
     when something cannot be read.
     """
     engines = find_engines(Path(path))
-    return ReportSet([read_engine(e) for e in engines], root=str(path))
+    reports = [read_engine(e) for e in engines]
+    root = Path(path)
+    warnings = run_warnings(root) if root.is_dir() else []
+    for engine, report in zip(engines, reports, strict=True):
+        note = manifest_warning(engine.path, report.label)
+        if note:
+            warnings.append(note)
+    return ReportSet(reports, root=str(path), warnings=warnings)

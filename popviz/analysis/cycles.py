@@ -1,0 +1,127 @@
+"""Where the cycles of a call go: the elapsed cycles of every IPU split into useful stage work,
+the weight update, waiting for the slowest stage (imbalance), waiting during ramp-up/ramp-down
+and syncs, inter-IPU copies, host transfers and anything else.
+
+Counted in IPU-cycles: the calls' elapsed cycles times the number of IPUs. Every IPU's own
+cycles add up to the elapsed cycles (idle time is in its Sync steps), so the shares add up to
+100%, and ``useful + weight update`` is the IPU utilisation the pipeline table shows.
+
+Per IPU ``i`` (C = stage compute, b = the bottleneck IPU):
+
+* ``useful``: OnTileExecute + DoExchange outside the weight update;
+* ``weight_update``: OnTileExecute + DoExchange in programs named like a weight update
+  (``weightUpdate``, ``optimizer``...; 0 when the profile names none);
+* ``imbalance``: Sync cycles up to ``C_b - C_i``, the wait for the slowest stage;
+* ``ramp``: the remaining Sync cycles: waiting while the pipeline fills and drains (a ramp cycle
+  lasts as long as the stages working in it, so this is time, not a count of cycles);
+* ``host``: StreamCopyBegin/Mid/End, and the Sync cycles (after the imbalance wait) up to the
+  stream-copy cycles of the other IPUs: waiting while another IPU copies to or from the host;
+* ``exchange``: GlobalExchange (inter-IPU copies) and the fixed cost of the syncs (number of
+  Sync steps × the shortest one);
+  ``other``: any other program type.
+
+Ramp efficiency (time-weighted) is the bottleneck IPU's share of its stage-work-or-wait time
+spent working: ``C_b / (C_b + ramp_b)``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Any
+
+from popviz.model import STREAM_COPY_TYPES
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from popviz.model import ExecutionTable
+
+WORK_TYPES = ("OnTileExecute", "DoExchange")
+WEIGHT_UPDATE_PROGRAM = re.compile(r"weight.?update|optimi[sz]er", re.IGNORECASE)
+PARTS = ("useful", "weight_update", "imbalance", "ramp", "exchange", "host", "other")
+"""The shares, in the order they are shown."""
+LABELS = {"useful": "useful work", "weight_update": "weight update", "imbalance": "imbalance wait",
+          "ramp": "ramp wait", "exchange": "sync & inter-IPU copies", "host": "host transfers",
+          "other": "other"}
+
+
+def weight_update_cycles(execution: ExecutionTable, runs: list[int]) -> dict[int, int]:
+    """Per IPU, the work cycles of programs named like a weight update in the given runs (the
+    program names are matched once per distinct name, not per step)."""
+    steps = execution.steps
+    programs = steps["program"]
+    names = [c for c in programs.cat.categories if WEIGHT_UPDATE_PROGRAM.search(str(c))]
+    if not names:
+        return {}
+    mask = programs.isin(names) & steps["program_type"].isin(WORK_TYPES) & steps["run"].isin(runs)
+    return {int(k): int(v) for k, v in steps[mask].groupby("ipu")["cycles"].sum().items()}
+
+
+def sync_floor_cycles(execution: ExecutionTable, runs: list[int]) -> dict[int, int]:
+    """Per IPU, the fixed cost of its syncs: the number of Sync steps times the shortest one (a
+    sync in which the IPU was the last to arrive costs only the sync itself)."""
+    steps = execution.steps
+    mask = (steps["program_type"] == "Sync") & steps["run"].isin(runs)
+    sync = steps.loc[mask, ["ipu", "cycles"]]
+    if sync.empty:
+        return {}
+    g = sync.groupby("ipu")["cycles"].agg(["count", "min"])
+    return {int(i): int(r["count"] * r["min"]) for i, r in g.iterrows()}
+
+
+def decompose(agg: pd.DataFrame, runs: list[int], ipus: list[int], elapsed: int,
+              weight_update: dict[int, int], sync_floor: dict[int, int] | None = None
+              ) -> dict[str, Any] | None:
+    """The shares of ``len(ipus) × elapsed`` IPU-cycles (``agg`` from ``run_cycles``, limited to
+    ``runs``). None when nothing elapsed."""
+    if elapsed <= 0 or not ipus:
+        return None
+    part = agg[agg["run"].isin(runs) & agg["ipu"].isin(ipus)]
+    by = part.groupby(["ipu", "program_type"])["cycles"].sum()
+    per: dict[int, dict[str, int]] = {i: {} for i in ipus}
+    for (ipu, ptype), cycles in by.items():
+        per[int(ipu)][str(ptype)] = int(cycles)
+    work = {i: sum(per[i].get(t, 0) for t in WORK_TYPES) - weight_update.get(i, 0) for i in ipus}
+    busiest = max(work.values())
+    sums = dict.fromkeys(PARTS, 0)
+    ramp_by_ipu = {}
+    host_of = {i: sum(per[i].get(t, 0) for t in STREAM_COPY_TYPES) for i in ipus}
+    all_host = sum(host_of.values())
+    for i in ipus:
+        cyc = per[i]
+        sync = cyc.get("Sync", 0)
+        host = sum(cyc.get(t, 0) for t in STREAM_COPY_TYPES)
+        exchange = cyc.get("GlobalExchange", 0)
+        known = sum(cyc.get(t, 0) for t in (*WORK_TYPES, "Sync", "GlobalExchange", *STREAM_COPY_TYPES))
+        total = sum(cyc.values())
+        # An IPU shorter than the call (no closing sync in the profile) waited for the rest.
+        sync += max(0, elapsed - total)
+        imbalance = min(sync, max(0, busiest - work[i]))
+        # Waiting while another IPU copies to or from the host counts as host time.
+        host_wait = min(sync - imbalance, all_host - host)
+        fixed = min(sync - imbalance - host_wait, (sync_floor or {}).get(i, 0))
+        ramp_by_ipu[i] = sync - imbalance - host_wait - fixed
+        sums["useful"] += work[i]
+        sums["weight_update"] += weight_update.get(i, 0)
+        sums["imbalance"] += imbalance
+        sums["ramp"] += ramp_by_ipu[i]
+        sums["exchange"] += exchange + fixed
+        sums["host"] += host + host_wait
+        sums["other"] += total - known
+    budget = sum(sums.values())  # = len(ipus) × elapsed unless an IPU ran longer than the call
+    b = max(ipus, key=lambda i: work[i])
+    ramp_eff = work[b] / (work[b] + ramp_by_ipu[b]) if work[b] + ramp_by_ipu[b] else None
+    return {
+        "elapsed_cycles": int(elapsed), "ipus": len(ipus), "ipu_cycles": int(budget),
+        **{f"{p}_cycles": int(sums[p]) for p in PARTS},
+        **{f"{p}_frac": sums[p] / budget for p in PARTS},
+        "bottleneck_ipu": int(b), "ramp_efficiency_frac": ramp_eff,
+    }
+
+
+def shares_line(shares: dict[str, Any], sharded: bool = False) -> str:
+    """``where the cycles go: useful work 61.9% · imbalance wait 22.0% · ...`` (non-zero parts).
+    Sharded stages run one after another: their wait is for the other stages, not a ramp."""
+    labels = {**LABELS, "ramp": "wait for other stages"} if sharded else LABELS
+    parts = [f"{labels[p]} {100 * shares[f'{p}_frac']:.1f}%" for p in PARTS if shares[f"{p}_cycles"]]
+    return "where the cycles go: " + " · ".join(parts)

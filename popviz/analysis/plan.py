@@ -1,0 +1,191 @@
+"""One plan per engine: the findings' actions reconciled and ranked.
+
+Each analysis proposes values on its own (PIPE003 a ramp-efficiency target for D or G, HIO003 a
+device-time target for D). Here the proposals for one option become one value with the reasons
+behind it, respecting the other constraints (G and D at least the pipeline depth), and the
+findings' recommendations are rewritten to that value, so no two of them disagree. Then every
+finding becomes an action with its estimated gain (throughput, or bytes per call), ranked:
+errors first (nothing runs until they are fixed), then by throughput gain, then by bytes.
+
+A later planner (issue 14) may attach a ``plan`` hint to an action (``Action.hint``): this module
+only reads the analyses' metrics.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+from popviz.analysis.findings import severity_rank
+
+if TYPE_CHECKING:
+    from popviz.analysis.findings import EngineResult, Finding
+
+SETTERS = {"device_iterations": "opts.deviceIterations({})",
+           "gradient_accumulation": "opts.Training.gradientAccumulation({})"}
+"""The PopTorch call that sets each reconciled option (as the findings write it)."""
+
+
+@dataclass
+class Decision:
+    """One option's reconciled value."""
+
+    option: str
+    value: int
+    current: int | None
+    reasons: list[str] = field(default_factory=list)
+    """``CODE: why`` for each proposal that drove or bounded the value."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"option": self.option, "value": self.value, "current": self.current,
+                "reasons": list(self.reasons)}
+
+
+@dataclass
+class Action:
+    """One finding as a ranked action with its estimated gain."""
+
+    code: str
+    severity: str
+    title: str
+    throughput_gain_frac: float | None = None
+    bytes_saved_per_call: int | None = None
+    hint: dict[str, Any] | None = None
+    """Reserved for a planner's hint (issue 14); None until one is attached."""
+
+    @property
+    def gain_text(self) -> str:
+        if self.throughput_gain_frac is not None:
+            return f"up to +{100 * self.throughput_gain_frac:.0f}% throughput"
+        if self.bytes_saved_per_call is not None:
+            from popviz.analysis._common import nbytes
+
+            return f"{nbytes(self.bytes_saved_per_call)} less per call"
+        if self.severity == "error":
+            return "needed to run"
+        return "gain not estimated"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"code": self.code, "severity": self.severity, "title": self.title,
+                "throughput_gain_frac": self.throughput_gain_frac,
+                "bytes_saved_per_call": self.bytes_saved_per_call, "gain": self.gain_text,
+                "hint": self.hint}
+
+
+@dataclass
+class Plan:
+    decisions: list[Decision] = field(default_factory=list)
+    actions: list[Action] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"decisions": [d.to_dict() for d in self.decisions],
+                "actions": [a.to_dict() for a in self.actions]}
+
+
+def _proposals(engine: EngineResult) -> dict[str, list[tuple[str, int, str]]]:
+    """Per option, (finding code, value, reason) of every finding proposing a value."""
+    m = engine.metrics
+    cfg = engine.report.cfg
+    pipe, hio = m.get("pipeline", {}), m.get("host_io", {})
+    codes = {f.code for f in engine.findings}
+    out: dict[str, list[tuple[str, int, str]]] = {}
+    training = cfg.mode == "training"
+    ramp_option = "gradient_accumulation" if training else "device_iterations"
+    target = pipe.get("micro_batches_for_target")
+    if target is not None and codes & {"PIPE002", "PIPE003"}:
+        code = "PIPE002" if "PIPE002" in codes else "PIPE003"
+        out.setdefault(ramp_option, []).append(
+            (code, int(target), f"ramp efficiency {100 * pipe['ramp_target_frac']:.0f}%"))
+    if "PIPE002" in codes and pipe.get("pipeline_stages"):
+        out.setdefault(ramp_option, []).append(
+            ("PIPE002", int(pipe["pipeline_stages"]), "at least the pipeline depth S"))
+    d = hio.get("recommended_device_iterations")
+    if d is not None and "HIO003" in codes:
+        out.setdefault("device_iterations", []).append(
+            ("HIO003", int(d), "about 50 ms of device time per call"))
+    return out
+
+
+def _rewrite(f: Finding, option: str, value: int, current: int | None = None) -> Finding:
+    """The finding with every value it proposes for ``option`` replaced by ``value``."""
+    setter = SETTERS[option]
+    pattern = re.escape(setter).replace(re.escape("{}"), r"(\d+)")
+    rec = re.sub(pattern, setter.format(value), f.recommendation)
+    if option == "device_iterations" and current:
+        rec = re.sub(r"batches \d+× larger", f"batches {value / current:.0f}× larger", rec)
+    letter = "G" if option == "gradient_accumulation" else "D"
+    rec = re.sub(rf"\({letter} = \d+\)", f"({letter} = {value})", rec)
+    return replace(f, recommendation=rec) if rec != f.recommendation else f
+
+
+def reconcile(engine: EngineResult) -> Plan:
+    """Reconcile the engine's proposals in place (findings rewritten) and rank its actions."""
+    cfg = engine.report.cfg
+    plan = Plan()
+    for option, props in _proposals(engine).items():
+        current = getattr(cfg, option)
+        # Every proposal is a lower bound (the ramp target, the depth, the call time): the
+        # smallest value meeting them all is their maximum.
+        value = max(v for _c, v, _r in props)
+        reasons = [f"{c}: {r} needs {'≥ ' if v < value else ''}{v}" for c, v, r in props]
+        plan.decisions.append(Decision(option, value, current, reasons))
+        codes = {c for c, _v, _r in props}
+        if len({v for _c, v, _r in props}) > 1:
+            note = (f" (one value for {' and '.join(sorted(codes))}: "
+                    + "; ".join(reasons) + ")")
+            for out in engine.outputs.values():
+                out.findings[:] = [
+                    _with_note(_rewrite(f, option, value, current), note) if f.code in codes else f
+                    for f in out.findings]
+    pipe = engine.metrics.get("pipeline", {})
+    hio = engine.metrics.get("host_io", {})
+    _boundaries(engine)
+    for f in engine.findings:
+        a = Action(f.code, f.severity, f.title)
+        if f.code == "PIPE001":
+            a.throughput_gain_frac = pipe.get("balanced_gain_frac")
+        elif f.code == "PIPE003":
+            eff = pipe.get("ramp_efficiency_frac")
+            if eff:
+                a.throughput_gain_frac = max(0.0, pipe["ramp_target_frac"] / eff - 1)
+        elif f.code == "PIPE004" and pipe.get("pipelining_speedup_ratio"):
+            a.throughput_gain_frac = pipe["pipelining_speedup_ratio"] - 1
+        elif f.code == "HIO002":
+            alt = (hio.get("alternatives") or {}).get("Final") or {}
+            now, final = hio.get("output_bytes_per_call"), alt.get("output_bytes_per_call")
+            if now is not None and final is not None:
+                a.bytes_saved_per_call = now - final
+        plan.actions.append(a)
+    plan.actions.sort(key=lambda a: (-(a.severity == "error"), -(a.throughput_gain_frac or 0),
+                                     -(a.bytes_saved_per_call or 0), -severity_rank(a.severity)))
+    return plan
+
+
+def _boundaries(engine: EngineResult) -> None:
+    """Stage boundaries: PIPE001 moves work towards an IPU; when the memory analysis finds that
+    IPU under pressure (or the model does not fit), the balance advice says so, not silently
+    contradicts the memory findings."""
+    from popviz.analysis.thresholds import IPU_FULL_FRAC
+
+    dst = engine.metrics.get("pipeline", {}).get("rebalance_to_ipu")
+    mem = engine.metrics.get("memory", {})
+    if dst is None or not mem:
+        return
+    row = next((r for r in mem.get("ipus") or [] if r["ipu"] == dst), None)
+    codes = {f.code for f in engine.findings}
+    if "MEM005" in codes:
+        note = " (but the model does not fit its IPUs: fix memory first, MEM005)"
+    elif row is not None and row["used_pct"] is not None and row["used_pct"] > 100 * IPU_FULL_FRAC:
+        note = (f" (but IPU{dst} is already {row['used_pct']:.0f}% full: move only layers whose "
+                "memory fits there)")
+    else:
+        return
+    for out in engine.outputs.values():
+        out.findings[:] = [_with_note(f, note) if f.code == "PIPE001" else f for f in out.findings]
+
+
+def _with_note(f: Finding, note: str) -> Finding:
+    rec = f.recommendation
+    rec = rec[:-1] + note + "." if rec.endswith(".") else rec + note
+    return replace(f, recommendation=rec)

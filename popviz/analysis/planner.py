@@ -1,0 +1,288 @@
+"""The pipeline split that balances the stages and fits in memory, from per-layer costs.
+
+Pure functions over :class:`LayerCost` sequences (no Report, no files): the exact split of a layer
+sequence into N contiguous stages (one per IPU) that minimises the slowest stage's cycles subject
+to each IPU's memory under a headroom. Exact dynamic programming, not greedy.
+
+Memory on the IPU holding stage ``s`` of ``N`` (0-based):
+weights + optimizer state (unless offloaded) + activation stash × in-flight micro-batches
++ the largest temporary of its layers + code overhead. In training, stage ``s`` holds
+``2 * (N - s) - 1`` micro-batches' activations in flight (earlier stages hold more); in
+inference, one.
+
+The DP is indexed by the number of stages *remaining*, on which the stash depth depends, so one
+table answers every N in 1..max at once: O(max_N × L²) segment checks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+DEFAULT_HEADROOM_FRAC = 0.9
+"""Default fraction of each IPU's memory a plan may fill."""
+
+PIN_FIRST = "first"
+PIN_LAST = "last"
+
+
+@dataclass(frozen=True)
+class LayerCost:
+    """One layer's costs: cycles per micro-batch and bytes."""
+
+    name: str
+    fwd_cycles: int
+    bwd_cycles: int = 0
+    weight_bytes: int = 0
+    optimizer_bytes: int = 0
+    activation_bytes: int = 0
+    """Bytes stashed per micro-batch in flight (what the pipeline keeps for the backward)."""
+    temporary_bytes: int = 0
+    pin: str | None = None
+    """``"first"`` (must be on the first IPU), ``"last"`` (on the last) or None."""
+
+
+@dataclass(frozen=True)
+class PlanSettings:
+    capacity_bytes: int
+    """Memory of one IPU."""
+    headroom_frac: float = DEFAULT_HEADROOM_FRAC
+    training: bool = True
+    offload_optimizer: bool = False
+    code_bytes: int = 0
+    """Fixed code/overhead bytes on every IPU."""
+
+    @property
+    def budget_bytes(self) -> int:
+        return int(self.capacity_bytes * self.headroom_frac)
+
+
+@dataclass(frozen=True)
+class StagePlan:
+    first: int
+    stop: int
+    cycles: int
+    memory_bytes: int
+    stash_depth: int
+
+
+@dataclass(frozen=True)
+class Split:
+    """A split of the layers into stages; ``stages[i]`` runs on IPU ``i``."""
+
+    stages: tuple[StagePlan, ...]
+    bottleneck_cycles: int
+    fits: bool
+
+    @property
+    def layers_per_ipu(self) -> list[int]:
+        return [s.stop - s.first for s in self.stages]
+
+
+@dataclass
+class PlanResult:
+    best: Split | None
+    """The fastest fitting split over every N tried (None when none fits)."""
+    by_ipus: dict[int, Split | None] = field(default_factory=dict)
+    """The best fitting split for each N (None when N stages cannot fit)."""
+
+
+def stash_depth(stage: int, n_stages: int, training: bool) -> int:
+    """Micro-batches whose activations stage ``stage`` of ``n_stages`` holds at once."""
+    if not training:
+        return 1
+    return 2 * (n_stages - stage) - 1
+
+
+class _Prefix:
+    def __init__(self, layers: Sequence[LayerCost], settings: PlanSettings) -> None:
+        self.cyc = [0]
+        self.fixed = [0]
+        self.act = [0]
+        for layer in layers:
+            c = layer.fwd_cycles + (layer.bwd_cycles if settings.training else 0)
+            f = layer.weight_bytes
+            if settings.training and not settings.offload_optimizer:
+                f += layer.optimizer_bytes
+            self.cyc.append(self.cyc[-1] + c)
+            self.fixed.append(self.fixed[-1] + f)
+            self.act.append(self.act[-1] + layer.activation_bytes)
+        self.temp = [layer.temporary_bytes for layer in layers]
+        self.code = settings.code_bytes
+
+
+def stage_memory_bytes(
+    layers: Sequence[LayerCost], first: int, stop: int, depth: int, settings: PlanSettings
+) -> int:
+    """Bytes the IPU holding layers[first:stop] needs at stash depth ``depth``."""
+    p = _Prefix(layers[first:stop], settings)
+    temp = max(p.temp, default=0)
+    return p.fixed[-1] + p.act[-1] * depth + temp + p.code
+
+
+def _check(layers: Sequence[LayerCost], settings: PlanSettings) -> tuple[int, int]:
+    """(lowest allowed boundary, highest allowed boundary) from the pins."""
+    if not layers:
+        raise ValueError("no layers to split")
+    if settings.capacity_bytes <= 0 or not 0 < settings.headroom_frac <= 1:
+        raise ValueError("capacity must be positive and headroom in (0, 1]")
+    n = len(layers)
+    firsts = [i for i, layer in enumerate(layers) if layer.pin == PIN_FIRST]
+    lasts = [i for i, layer in enumerate(layers) if layer.pin == PIN_LAST]
+    lo = (max(firsts) + 1) if firsts else 1
+    hi = min(lasts) if lasts else n - 1
+    return lo, hi
+
+
+def plan(
+    layers: Sequence[LayerCost], max_ipus: int, settings: PlanSettings, *, exact_n: bool = False
+) -> PlanResult:
+    """The fastest fitting split for every N in 1..max_ipus (only ``max_ipus`` if ``exact_n``).
+
+    Boundaries respect pins: every ``first``-pinned layer is on IPU 0, every ``last``-pinned one on
+    the last IPU. Among splits with the same bottleneck, the one with the smallest peak memory wins.
+    """
+    n = len(layers)
+    lo, hi = _check(layers, settings)
+    p = _Prefix(layers, settings)
+    budget = settings.budget_bytes
+    inf = float("inf")
+    max_n = min(max_ipus, n)
+    # g[r][i]: (bottleneck, peak memory) for layers[i:] on r stages, first of them at depth(r);
+    # nxt[r][i]: where that first stage stops.
+    g: list[list[tuple[float, float]]] = [[(inf, inf)] * (n + 1) for _ in range(max_n + 1)]
+    nxt: list[list[int]] = [[-1] * (n + 1) for _ in range(max_n + 1)]
+    g[0][n] = (0, 0)
+
+    def allowed(b: int) -> bool:  # a boundary between stages at index b (0 < b < n)
+        return lo <= b <= hi
+
+    for r in range(1, max_n + 1):
+        depth = 2 * r - 1 if settings.training else 1
+        prev, cur, nx = g[r - 1], g[r], nxt[r]
+        for i in range(n - 1, -1, -1):
+            if i > 0 and not allowed(i):
+                continue
+            best = (inf, inf)
+            best_j = -1
+            temp = 0
+            for j in range(i + 1, n + 1):
+                t = p.temp[j - 1]
+                if t > temp:
+                    temp = t
+                mem = p.fixed[j] - p.fixed[i] + (p.act[j] - p.act[i]) * depth + temp + p.code
+                if mem > budget:
+                    break  # memory only grows with more layers
+                rest = prev[j]
+                if rest[0] == inf:
+                    continue
+                if j < n and not allowed(j):
+                    continue
+                cyc = p.cyc[j] - p.cyc[i]
+                cand = (max(cyc, rest[0]), max(mem, rest[1]))
+                if cand < best:
+                    best, best_j = cand, j
+            cur[i] = best
+            nx[i] = best_j
+
+    result = PlanResult(best=None)
+    tries = [max_n] if exact_n else range(1, max_n + 1)
+    for r in tries:
+        if g[r][0][0] == inf:
+            result.by_ipus[r] = None
+            continue
+        stages = []
+        i = 0
+        for left in range(r, 0, -1):
+            j = nxt[left][i]
+            depth = 2 * left - 1 if settings.training else 1
+            stages.append(
+                StagePlan(
+                    first=i,
+                    stop=j,
+                    cycles=p.cyc[j] - p.cyc[i],
+                    memory_bytes=p.fixed[j] - p.fixed[i] + (p.act[j] - p.act[i]) * depth
+                    + max(p.temp[i:j]) + p.code,
+                    stash_depth=depth,
+                )
+            )
+            i = j
+        split = Split(tuple(stages), int(g[r][0][0]), fits=True)
+        result.by_ipus[r] = split
+        if result.best is None or split.bottleneck_cycles < result.best.bottleneck_cycles:
+            result.best = split
+    return result
+
+
+def evaluate(
+    layers: Sequence[LayerCost], layers_per_ipu: Sequence[int], settings: PlanSettings
+) -> Split:
+    """The cycles and memory of a given split (e.g. the current one), fitting or not."""
+    if sum(layers_per_ipu) != len(layers) or any(k <= 0 for k in layers_per_ipu):
+        raise ValueError(
+            f"layers_per_ipu {list(layers_per_ipu)} must be positive and add up to {len(layers)}"
+        )
+    p = _Prefix(layers, settings)
+    n_stages = len(layers_per_ipu)
+    stages = []
+    i = 0
+    for s, k in enumerate(layers_per_ipu):
+        j = i + k
+        depth = stash_depth(s, n_stages, settings.training)
+        mem = (p.fixed[j] - p.fixed[i] + (p.act[j] - p.act[i]) * depth
+               + max(p.temp[i:j]) + p.code)
+        stages.append(StagePlan(i, j, p.cyc[j] - p.cyc[i], mem, depth))
+        i = j
+    lo, hi = _check(layers, settings)
+    pins_ok = all(lo <= st.first <= hi for st in stages[1:])
+    fits = pins_ok and all(st.memory_bytes <= settings.budget_bytes for st in stages)
+    return Split(tuple(stages), max(st.cycles for st in stages), fits)
+
+
+@dataclass(frozen=True)
+class Shortfall:
+    """Why no split fits: the least peak overflow, and what each lever would save."""
+
+    overflow_bytes: int
+    """Bytes the least-overfull split's fullest IPU is over its budget."""
+    levers_bytes: dict[str, int]
+    """Bytes each lever saves on that IPU (``offload_optimizer``, ``recompute``,
+    ``halve_micro_batch``)."""
+
+
+def explain_no_fit(
+    layers: Sequence[LayerCost], n_ipus: int, settings: PlanSettings
+) -> Shortfall:
+    """For a layer sequence with no fitting split on ``n_ipus``: by how much the best one misses.
+
+    The split minimising peak memory is found exactly by binary search on the budget.
+    """
+    n = min(n_ipus, len(layers))
+    total = sum(stage_memory_bytes(layers, 0, len(layers), stash_depth(0, n, settings.training),
+                                   settings) for _ in (0,))
+    lo_b, hi_b = 0, max(total, 1)
+    # smallest budget at which some split of n stages fits
+    while lo_b < hi_b:
+        mid = (lo_b + hi_b) // 2
+        cap = PlanSettings(capacity_bytes=max(mid, 1), headroom_frac=1.0,
+                           training=settings.training,
+                           offload_optimizer=settings.offload_optimizer,
+                           code_bytes=settings.code_bytes)
+        if plan(layers, n, cap, exact_n=True).best is not None:
+            hi_b = mid
+        else:
+            lo_b = mid + 1
+    cap = PlanSettings(capacity_bytes=max(lo_b, 1), headroom_frac=1.0, training=settings.training,
+                       offload_optimizer=settings.offload_optimizer, code_bytes=settings.code_bytes)
+    split = plan(layers, n, cap, exact_n=True).best
+    assert split is not None
+    worst = max(split.stages, key=lambda st: st.memory_bytes)
+    seg = layers[worst.first:worst.stop]
+    levers = {
+        "offload_optimizer": 0 if (settings.offload_optimizer or not settings.training)
+        else sum(x.optimizer_bytes for x in seg),
+        "recompute": sum(x.activation_bytes for x in seg) * (worst.stash_depth - 1),
+        "halve_micro_batch": (sum(x.activation_bytes for x in seg) * worst.stash_depth
+                              + max(x.temporary_bytes for x in seg)) // 2,
+    }
+    return Shortfall(overflow_bytes=max(0, lo_b - settings.budget_bytes), levers_bytes=levers)

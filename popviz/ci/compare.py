@@ -1,0 +1,186 @@
+"""Compare two sides metric by metric, check budgets, and say what regressed.
+
+A comparison matches engines by instance and name, lists engines found on one side only, shows
+configuration changes first (they explain most metric changes), and gives each metric a verdict:
+``regressed`` (worse by more than its threshold), ``improved`` (better by more than it), ``~``
+(changed, within the threshold), ``=`` (unchanged), ``new``/``gone`` (on one side only).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from popviz.ci.baseline import EngineMetrics
+from popviz.ci.metrics import HIGHER_IS_WORSE, definition
+from popviz.ci.thresholds import Budget, Rule, threshold_for
+from popviz.errors import UsageError
+
+REGRESSED, IMPROVED, WITHIN, SAME, NEW, GONE = "regressed", "improved", "~", "=", "new", "gone"
+HEADLINE_ITEMS = 6
+"""Regressions named in the first line of the output (the table lists them all)."""
+
+
+@dataclass
+class Row:
+    engine: str
+    metric: str
+    unit: str
+    base: float | None
+    new: float | None
+    threshold: str
+    verdict: str
+
+    @property
+    def change(self) -> str:
+        if self.base is None or self.new is None:
+            return ""
+        delta = self.new - self.base
+        if self.unit == "pct":
+            return f"{delta:+.2f}pp"
+        if self.base == 0:
+            return "+∞%" if delta > 0 else ("0%" if delta == 0 else "-∞%")
+        return f"{delta / abs(self.base) * 100:+.2f}%"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"engine": self.engine, "metric": self.metric, "unit": self.unit, "base": self.base, "new": self.new,
+                "change": self.change or None, "threshold": self.threshold, "verdict": self.verdict}
+
+
+@dataclass
+class Comparison:
+    rows: list[Row] = field(default_factory=list)
+    config_changes: list[dict[str, Any]] = field(default_factory=list)
+    only_base: list[str] = field(default_factory=list)
+    only_new: list[str] = field(default_factory=list)
+    budgets: list[dict[str, Any]] = field(default_factory=list)
+    findings: list[dict[str, Any]] = field(default_factory=list)
+    """Findings at or above --fail-on (``check``), each with ``ignored`` true or false."""
+    mixed: bool = False
+
+    @property
+    def regressions(self) -> list[Row]:
+        return [r for r in self.rows if r.verdict == REGRESSED]
+
+    @property
+    def broken_budgets(self) -> list[dict[str, Any]]:
+        return [b for b in self.budgets if not b["ok"]]
+
+    @property
+    def failing_findings(self) -> list[dict[str, Any]]:
+        return [f for f in self.findings if not f["ignored"]]
+
+    @property
+    def failed(self) -> bool:
+        return bool(self.regressions or self.broken_budgets or self.failing_findings)
+
+    def headline(self) -> str:
+        """The first line of the output: what failed, or that nothing did."""
+        parts = []
+        if self.regressions:
+            shown_ = self.regressions[:HEADLINE_ITEMS]
+            more = len(self.regressions) - len(shown_)
+            parts.append("regression in " + ", ".join(
+                f"{r.engine} {r.metric} ({fmt(r.base, r.unit)} → {fmt(r.new, r.unit)}, {r.change})"
+                for r in shown_) + (f" and {more} more" if more else ""))
+        if self.broken_budgets:
+            parts.append("budget broken: " + ", ".join(
+                f"{b['engine']} {b['metric']} = {fmt(b['value'], b['unit'])} (budget {b['budget']})"
+                for b in self.broken_budgets))
+        if self.failing_findings:
+            parts.append("findings: " + ", ".join(f"{f['engine']} {f['code']}" for f in self.failing_findings))
+        if parts:
+            return "popviz: FAIL: " + "; ".join(parts)
+        improved = sum(r.verdict == IMPROVED for r in self.rows)
+        extra = f", {improved} improved" if improved else ""
+        return f"popviz: OK: no regression ({len(self.rows)} metric(s) compared{extra})" if self.rows or not \
+            self.budgets else f"popviz: OK: {len(self.budgets)} budget(s) hold"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"schema": 1, "failed": self.failed, "headline": self.headline(),
+                "config_changes": self.config_changes, "only_base": self.only_base, "only_new": self.only_new,
+                "metrics": [r.to_dict() for r in self.rows], "budgets": self.budgets, "findings": self.findings}
+
+
+def fmt(value: float | None, unit: str) -> str:
+    if value is None:
+        return "—"
+    if unit == "bytes":
+        return f"{value:,.0f} B"
+    if unit == "pct":
+        return f"{value:.2f}%"
+    if unit == "seconds":
+        return f"{value:.3g} s"
+    if unit in ("cycles", "count"):
+        return f"{value:,.0f}"
+    return f"{value:.4g}"
+
+
+def verdict(name: str, base: float, new: float, rules: list[Rule]) -> tuple[str, str]:
+    t = threshold_for(name, rules)
+    if base == new:
+        return SAME, t.spec
+    worse = (new > base) if definition(name).direction == HIGHER_IS_WORSE else (new < base)
+    if not t.exceeded(base, new):
+        return WITHIN, t.spec
+    return (REGRESSED if worse else IMPROVED), t.spec
+
+
+def _key(e: EngineMetrics) -> tuple[str, str]:
+    return (e.instance or "", e.name)
+
+
+def compare(base: list[EngineMetrics], new: list[EngineMetrics], rules: list[Rule], *,
+            allow_mixed: bool = False) -> Comparison:
+    out = Comparison()
+    b, n = {_key(e): e for e in base}, {_key(e): e for e in new}
+    out.only_base = [b[k].label for k in b if k not in n]
+    out.only_new = [n[k].label for k in n if k not in b]
+    for k in [k for k in b if k in n]:
+        eb, en = b[k], n[k]
+        if eb.estimated != en.estimated:
+            out.mixed = True
+            if not allow_mixed:
+                which = lambda e: "estimated" if e.estimated else "measured"  # noqa: E731
+                raise UsageError(f"engine {eb.label} is {which(eb)} on one side and {which(en)} on the other: "
+                                 "the numbers are not comparable; pass --allow-mixed to compare anyway")
+        for key in sorted(set(eb.config) | set(en.config)):
+            if eb.config.get(key) != en.config.get(key):
+                out.config_changes.append({"engine": eb.label, "field": key, "base": eb.config.get(key),
+                                           "new": en.config.get(key)})
+        for name in sorted(set(eb.metrics) | set(en.metrics), key=_metric_order):
+            try:
+                d = definition(name)
+            except KeyError:
+                continue  # a metric this popviz does not know (a newer baseline): not compared
+            vb, vn = eb.metrics.get(name), en.metrics.get(name)
+            if vb is None or vn is None:
+                out.rows.append(Row(eb.label, name, d.unit, vb, vn, "", NEW if vb is None else GONE))
+                continue
+            v, spec = verdict(name, vb, vn, rules)
+            out.rows.append(Row(eb.label, name, d.unit, vb, vn, spec, v))
+    return out
+
+
+def _metric_order(name: str) -> tuple[int, str]:
+    from popviz.ci.metrics import DEFINITIONS
+
+    try:
+        generic = definition(name).name
+        return ([d.name for d in DEFINITIONS].index(generic), name)
+    except KeyError:
+        return (len(DEFINITIONS), name)
+
+
+def check_budgets(engines: list[EngineMetrics], budgets: list[Budget]) -> list[dict[str, Any]]:
+    out = []
+    for e in engines:
+        for budget in budgets:
+            matched = [m for m in sorted(e.metrics, key=_metric_order) if fnmatch.fnmatchcase(m, budget.pattern)]
+            for m in matched:
+                value = e.metrics[m]
+                out.append({"engine": e.label, "metric": m, "unit": definition(m).unit, "value": value,
+                            "budget": budget.text, "ok": bool(math.isfinite(value) and budget.holds(value))})
+    return out

@@ -1,0 +1,129 @@
+"""The outputs CI systems show for a comparison or a check: a console table, Markdown (for
+``$GITHUB_STEP_SUMMARY`` and merge-request comments), JSON, and JUnit XML."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+from xml.etree import ElementTree as ET
+
+from popviz.ci.compare import IMPROVED, REGRESSED, Comparison, fmt
+
+MARK = {REGRESSED: "✗ regressed", IMPROVED: "✓ improved"}
+
+
+def _verdict(v: str) -> str:
+    return MARK.get(v, v)
+
+
+def console(c: Comparison, *, all_rows: bool = False) -> None:
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    con = Console(highlight=False, soft_wrap=False)
+    con.print(escape(c.headline()), style="bold red" if c.failed else "bold green", soft_wrap=True)
+    if c.config_changes:
+        con.print("configuration changed (explains most metric changes):")
+        for ch in c.config_changes:
+            con.print(f"  {escape(ch['engine'])} {escape(ch['field'])}: {escape(str(ch['base']))} → "
+                      f"{escape(str(ch['new']))}")
+    for label, engines in (("only in base", c.only_base), ("only in new", c.only_new)):
+        if engines:
+            con.print(f"{label}: {escape(', '.join(engines))}")
+    rows = c.rows if all_rows else [r for r in c.rows if r.verdict != "="]
+    if rows:
+        t = Table(box=None, header_style="bold", pad_edge=False)
+        for col, just in (("engine", "left"), ("metric", "left"), ("base", "right"), ("new", "right"),
+                          ("change", "right"), ("threshold", "right"), ("verdict", "left")):
+            t.add_column(col, justify=just)
+        for r in rows:
+            style = "red" if r.verdict == REGRESSED else ("green" if r.verdict == IMPROVED else None)
+            t.add_row(escape(r.engine), r.metric, fmt(r.base, r.unit), fmt(r.new, r.unit), r.change, r.threshold,
+                      _verdict(r.verdict), style=style)
+        con.print(t)
+    same = sum(r.verdict == "=" for r in c.rows)
+    if same and not all_rows:
+        con.print(f"{same} metric(s) unchanged (--all shows them)")
+    if c.budgets:
+        t = Table(box=None, header_style="bold", pad_edge=False)
+        for col in ("engine", "metric", "value", "budget", "verdict"):
+            t.add_column(col)
+        for b in c.budgets:
+            t.add_row(escape(b["engine"]), b["metric"], fmt(b["value"], b["unit"]), b["budget"],
+                      "ok" if b["ok"] else "✗ broken", style=None if b["ok"] else "red")
+        con.print(t)
+    for f in c.findings:
+        state = "ignored" if f["ignored"] else "fails"
+        con.print(f"{f['severity'].upper()} {f['code']} {escape(f['engine'])}: {escape(f['title'])} ({state})")
+
+
+def markdown(c: Comparison, *, all_rows: bool = False) -> str:
+    def esc(v: Any) -> str:
+        return str(v).replace("|", "\\|")
+
+    lines = [f"### {'❌' if c.failed else '✅'} {esc(c.headline())}", ""]
+    if c.config_changes:
+        lines += ["**Configuration changed** (explains most metric changes):", ""]
+        lines += [f"- `{esc(ch['engine'])}` {esc(ch['field'])}: {esc(ch['base'])} → {esc(ch['new'])}"
+                  for ch in c.config_changes]
+        lines.append("")
+    for label, engines in (("Only in base", c.only_base), ("Only in new", c.only_new)):
+        if engines:
+            lines += [f"**{label}:** {esc(', '.join(engines))}", ""]
+    rows = c.rows if all_rows else [r for r in c.rows if r.verdict != "="]
+    if rows:
+        lines += ["| engine | metric | base | new | change | threshold | verdict |", "|---|---|---:|---:|---:|---:|---|"]
+        lines += [f"| {esc(r.engine)} | `{r.metric}` | {fmt(r.base, r.unit)} | {fmt(r.new, r.unit)} | {r.change} | "
+                  f"{esc(r.threshold)} | {_verdict(r.verdict)} |" for r in rows]
+        lines.append("")
+    if c.budgets:
+        lines += ["| engine | metric | value | budget | verdict |", "|---|---|---:|---|---|"]
+        lines += [f"| {esc(b['engine'])} | `{b['metric']}` | {fmt(b['value'], b['unit'])} | {esc(b['budget'])} | "
+                  f"{'ok' if b['ok'] else '✗ broken'} |" for b in c.budgets]
+        lines.append("")
+    if c.findings:
+        lines += [f"- {f['severity']} `{f['code']}` {esc(f['engine'])}: {esc(f['title'])}"
+                  f" ({'ignored' if f['ignored'] else 'fails'})" for f in c.findings]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def as_json(c: Comparison) -> str:
+    return json.dumps(c.to_dict(), indent=2)
+
+
+def junit(c: Comparison, name: str = "popviz") -> str:
+    """JUnit XML: one testcase per metric, budget and failing finding; failures carry the values."""
+    suite = ET.Element("testsuite", name=name)
+    cases = 0
+    failures = 0
+    for r in c.rows:
+        case = ET.SubElement(suite, "testcase", classname=f"popviz.{r.engine}", name=r.metric)
+        cases += 1
+        if r.verdict == REGRESSED:
+            failures += 1
+            msg = (f"{r.metric} regressed: {fmt(r.base, r.unit)} → {fmt(r.new, r.unit)} ({r.change}; "
+                   f"threshold {r.threshold})")
+            ET.SubElement(case, "failure", message=msg, type="regression").text = msg
+        elif r.verdict in ("new", "gone"):
+            ET.SubElement(case, "skipped", message=f"{r.metric} is {r.verdict} (on one side only)")
+    for b in c.budgets:
+        case = ET.SubElement(suite, "testcase", classname=f"popviz.{b['engine']}.budget", name=b["metric"])
+        cases += 1
+        if not b["ok"]:
+            failures += 1
+            msg = f"{b['metric']} = {fmt(b['value'], b['unit'])} breaks the budget {b['budget']}"
+            ET.SubElement(case, "failure", message=msg, type="budget").text = msg
+    for f in c.findings:
+        case = ET.SubElement(suite, "testcase", classname=f"popviz.{f['engine']}.finding", name=f["code"])
+        cases += 1
+        if f["ignored"]:
+            ET.SubElement(case, "skipped", message=f"{f['code']} ignored (accepted by the team)")
+        else:
+            failures += 1
+            ET.SubElement(case, "failure", message=f"{f['code']}: {f['title']}", type="finding").text = f["title"]
+    suite.set("tests", str(cases))
+    suite.set("failures", str(failures))
+    suite.set("errors", "0")
+    return ET.tostring(ET.ElementTree(suite).getroot(), encoding="unicode", xml_declaration=True) + "\n"

@@ -1,0 +1,190 @@
+"""Thresholds for comparisons (``METRIC:SPEC``) and budgets (``METRIC = "<= 85"``), their
+defaults, and the ``[tool.popviz]`` configuration they can come from.
+
+Threshold forms: ``5%`` (relative to the base), ``+2pp`` (percentage points, for ``_pct``
+metrics), ``10MiB`` / ``512KiB`` / ``100B`` (bytes), ``1000cycles``, ``0.5s``, or a plain number
+in the metric's own unit (``0``: any change in the worse direction fails). METRIC may be a glob
+(``memory.*``). Rules apply in order — defaults, then the configuration file, then the command
+line — and the last rule that matches a metric wins.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from popviz.ci.metrics import definition
+from popviz.errors import UsageError, shown
+
+UNITS = {"b": ("bytes", 1), "kib": ("bytes", 2**10), "mib": ("bytes", 2**20), "gib": ("bytes", 2**30),
+         "kb": ("bytes", 1e3), "mb": ("bytes", 1e6), "gb": ("bytes", 1e9), "cycles": ("cycles", 1),
+         "s": ("seconds", 1), "ms": ("seconds", 1e-3), "pp": ("pct", 1)}
+
+
+@dataclass(frozen=True)
+class Threshold:
+    spec: str
+    relative_pct: float | None = None
+    absolute: float | None = None
+    unit: str | None = None
+    """The unit an absolute threshold is in (None: the metric's own unit)."""
+
+    def exceeded(self, base: float, new: float) -> bool:
+        delta = abs(new - base)
+        if self.relative_pct is not None:
+            if base == 0:
+                return delta > 0
+            return delta / abs(base) * 100 > self.relative_pct + 1e-12
+        return delta > (self.absolute or 0.0) + 1e-12
+
+
+def parse_threshold(spec: str, where: str = "") -> Threshold:
+    text = str(spec).strip()
+    m = re.fullmatch(r"\+?(\d+(?:\.\d+)?)\s*([A-Za-z%]*)", text)
+    if not m:
+        raise UsageError(f"threshold {spec!r}{where} is not a number with an optional unit "
+                         "(5%, +2pp, 10MiB, 1000cycles, 0.5s, 0)")
+    value, unit = float(m.group(1)), m.group(2).lower()
+    if unit == "%":
+        return Threshold(text, relative_pct=value)
+    if unit == "":
+        return Threshold(text, absolute=value)
+    if unit not in UNITS:
+        raise UsageError(f"threshold {spec!r}{where} has an unknown unit {m.group(2)!r}; use %, pp, B, KiB, "
+                         "MiB, GiB, cycles, s or ms")
+    kind, scale = UNITS[unit]
+    return Threshold(text, absolute=value * scale, unit=kind)
+
+
+def default_threshold(name: str) -> str:
+    """Tight for deterministic figures, tolerant for host wall times."""
+    d = definition(name)
+    if not d.deterministic:
+        return "25%"
+    if d.unit == "count":
+        return "0"
+    if d.unit == "pct":
+        return "+1pp"
+    return "1%"
+
+
+@dataclass(frozen=True)
+class Rule:
+    pattern: str
+    threshold: Threshold
+    origin: str
+
+
+def parse_rule(text: str, origin: str) -> Rule:
+    pattern, sep, spec = str(text).rpartition(":")
+    if not sep or not pattern.strip():
+        raise UsageError(f"--fail {text!r} must be METRIC:THRESHOLD, e.g. pipeline.imbalance_ratio:5% or memory.*:+2pp")
+    return Rule(pattern.strip(), parse_threshold(spec, f" for {pattern.strip()}"), origin)
+
+
+def threshold_for(name: str, rules: list[Rule]) -> Threshold:
+    chosen = parse_threshold(default_threshold(name))
+    unit = definition(name).unit
+    for rule in rules:
+        if fnmatch.fnmatchcase(name, rule.pattern):
+            t = rule.threshold
+            if t.unit is not None and t.unit != unit:
+                raise UsageError(f"threshold {t.spec!r} ({rule.origin}) is in {t.unit} but {name} is in {unit}; "
+                                 "use a relative threshold (5%) or the metric's unit")
+            chosen = t
+    return chosen
+
+
+# ------------------------------------------------------------------------------- budgets
+
+@dataclass(frozen=True)
+class Budget:
+    pattern: str
+    op: str
+    limit: float
+    text: str
+
+    def holds(self, value: float) -> bool:
+        return {"<=": value <= self.limit, "<": value < self.limit, ">=": value >= self.limit,
+                ">": value > self.limit, "==": value == self.limit}[self.op]
+
+
+def parse_budget(pattern: str, text: Any, origin: str) -> Budget:
+    m = re.fullmatch(r"\s*(<=|>=|<|>|==)\s*(-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)\s*", str(text))
+    if not m or isinstance(text, bool):
+        raise UsageError(f"budget {pattern} = {text!r} in {origin} must be an operator and a number, "
+                         "e.g. \"<= 85\"")
+    limit = float(m.group(2))
+    if not math.isfinite(limit):
+        raise UsageError(f"budget {pattern} in {origin} has a limit that is not finite")
+    return Budget(pattern, m.group(1), limit, f"{m.group(1)} {m.group(2)}")
+
+
+# ------------------------------------------------------------------------------- configuration
+
+@dataclass
+class Config:
+    fail: list[Rule]
+    ignore: list[str]
+    budgets: list[Budget]
+    origin: str | None
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    import tomllib
+
+    try:
+        with open(path, "rb") as fh:
+            return tomllib.load(fh)
+    except OSError as exc:
+        raise UsageError(f"{shown(path)}: cannot be read ({exc.strerror})") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"{shown(path)} is not valid TOML ({exc})") from None
+
+
+def load_config(path: str | None = None, *, cwd: Path | None = None) -> Config:
+    """``--config FILE`` (its ``[tool.popviz]`` table, or the whole file), else ``pyproject.toml``'s
+    ``[tool.popviz]`` in the working directory, else nothing."""
+    if path is not None:
+        p = Path(path)
+        if not p.is_file():
+            raise UsageError(f"{shown(p)} does not exist; pass --config with a TOML file")
+        doc = _read_toml(p)
+        table = doc.get("tool", {}).get("popviz", doc) if isinstance(doc.get("tool"), dict) else doc
+        origin = shown(p)
+    else:
+        p = (cwd or Path.cwd()) / "pyproject.toml"
+        table = _read_toml(p).get("tool", {}).get("popviz", {}) if p.is_file() else {}
+        origin = f"{shown(p)} [tool.popviz]" if table else None
+    if not isinstance(table, dict):
+        raise UsageError(f"{origin}: [tool.popviz] must be a table")
+    fail = table.get("fail", {})
+    if not isinstance(fail, dict):
+        raise UsageError(f"{origin}: fail must be a table of METRIC = \"THRESHOLD\"")
+    ignore = table.get("ignore", [])
+    if isinstance(ignore, str):
+        ignore = [c.strip() for c in ignore.split(",") if c.strip()]
+    if not isinstance(ignore, list) or not all(isinstance(c, str) for c in ignore):
+        raise UsageError(f"{origin}: ignore must be a list of finding codes")
+    budgets = table.get("budgets", {})
+    if not isinstance(budgets, dict):
+        raise UsageError(f"{origin}: budgets must be a table of METRIC = \"<= LIMIT\"")
+    return Config(fail=[Rule(k, parse_threshold(v, f" for {k} in {origin}"), origin or "") for k, v in fail.items()],
+                  ignore=[c.upper() for c in ignore],
+                  budgets=[parse_budget(k, v, origin or "") for k, v in budgets.items()], origin=origin)
+
+
+def load_budgets(path: str) -> list[Budget]:
+    """A budgets file: ``METRIC = "<= LIMIT"`` lines (top level or under ``[budgets]``)."""
+    p = Path(path)
+    if not p.is_file():
+        raise UsageError(f"{shown(p)} does not exist; pass --budget with a TOML file of METRIC = \"<= LIMIT\"")
+    doc = _read_toml(p)
+    table = doc.get("budgets", doc)
+    if not isinstance(table, dict) or not table:
+        raise UsageError(f"{shown(p)} holds no budgets; write lines such as \"memory.*.used_pct\" = \"<= 85\"")
+    return [parse_budget(k, v, shown(p)) for k, v in table.items()]

@@ -1,0 +1,50 @@
+"""Compare two runs metric by metric and fail on a regression (for CI).
+
+BASE and NEW are each a report directory, an engine directory, a bundle or a baseline file
+(popviz baseline save). Engines are matched by instance and name. Configuration changes are shown
+first. Thresholds: --fail METRIC:SPEC with SPEC 5% (relative), +2pp (percentage points),
+10MiB / 1000cycles / 0.5s / 0 (absolute); METRIC may be a glob (memory.*). Defaults are tight for
+cycles and memory (deterministic on IPUs) and tolerant for host wall times; only the worse
+direction fails. Exit codes: 0 no regression, 1 a regression (the first line names it),
+2 bad input. Metrics and defaults: docs/ci.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+NAME = "compare"
+HELP = "compare two runs (or a run with a baseline) and fail on a regression"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from popviz.ci.cli import add_output_arguments
+
+    p.add_argument("base", metavar="BASE", help="report directory, engine directory, bundle or baseline file")
+    p.add_argument("new", metavar="NEW", nargs="?", help="the run to check (omit with --against-history)")
+    p.add_argument("--fail", metavar="METRIC:SPEC", action="append", default=[],
+                   help="threshold for matching metrics, e.g. pipeline.imbalance_ratio:5%% or memory.*:+2pp "
+                   "(repeatable; later rules win)")
+    p.add_argument("--allow-mixed", action="store_true",
+                   help="compare an estimated report with a measured one (their numbers are not comparable)")
+    add_output_arguments(p)
+
+
+def run(args: argparse.Namespace) -> int:
+    from popviz.ci.baseline import load_side
+    from popviz.ci.cli import check_outputs, emit
+    from popviz.ci.compare import compare
+    from popviz.ci.thresholds import load_config, parse_rule
+    from popviz.errors import UsageError
+    from popviz.ui import status
+
+    if args.new is None:
+        raise UsageError("compare needs BASE and NEW (two runs, or a baseline file and a run)")
+    config = load_config(args.config)
+    rules = [*config.fail, *(parse_rule(r, "--fail") for r in args.fail)]
+    check_outputs(args)
+    with status(f"reading {args.base}"):
+        base = load_side(args.base)
+    with status(f"reading {args.new}"):
+        new = load_side(args.new)
+    return emit(compare(base, new, rules, allow_mixed=args.allow_mixed), args)

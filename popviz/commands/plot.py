@@ -1,0 +1,72 @@
+"""Write every figure a report supports, per engine, as PNG or SVG files.
+
+PATH is a report directory, one engine's directory or a bundle. Files are named
+ENGINE-FIGURE.FORMAT (with the instance first for PopRun runs) in DIR, which is created if
+needed; popviz never writes over a file that exists. Figures the data cannot support (no
+execution in an out-of-memory compile, per-IPU memory only) are skipped with the reason.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+
+NAME = "plot"
+HELP = "write the figures of a report (timeline, stages, memory, tiles, breakdown, host_io)"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("path", metavar="PATH", help="report directory, engine directory or bundle")
+    p.add_argument("-o", "--output", metavar="DIR", required=True, help="directory for the figure files")
+    p.add_argument("--format", choices=("png", "svg"), default="png", help="file format (default png)")
+    p.add_argument("--only", metavar="A,B", help="only these figures, comma-separated: timeline, stages, "
+                   "memory, tiles, breakdown, host_io")
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._") or "engine"
+
+
+def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from popviz import plot
+    from popviz.errors import UsageError, shown
+    from popviz.sources.discover import load
+    from popviz.ui import status
+
+    only = [a.strip() for a in args.only.split(",") if a.strip()] if args.only else list(plot.FIGURE_NAMES)
+    unknown = [n for n in only if n not in plot.FIGURE_NAMES]
+    if unknown:
+        raise UsageError(f"unknown figure {', '.join(map(repr, unknown))}; choose from "
+                         f"{', '.join(plot.FIGURE_NAMES)}")
+    out = Path(args.output)
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"{shown(out)} exists and is not a directory; pass -o with a directory")
+    with status(f"reading {args.path}"):
+        reports = load(args.path)
+    planned = {}
+    for report in reports:
+        stem = _safe(f"{report.instance}-{report.name}" if report.instance else report.name)
+        for name in only:
+            planned[(report.label, name)] = out / f"{stem}-{name}.{args.format}"
+    clashes = [p for p in planned.values() if p.exists()]
+    if clashes:
+        raise UsageError(f"{shown(clashes[0])} exists; popviz never writes over files: choose an empty -o "
+                         "directory or remove the old figures")
+    out.mkdir(parents=True, exist_ok=True)
+    written = 0
+    for report in reports:
+        with status(f"drawing {report.label}"):
+            figures = plot.figures(report, only)
+        for name, fig in figures.items():
+            target = planned[(report.label, name)]
+            if isinstance(fig, plot.PlotDataError):
+                print(f"skipped {fig.message}", file=sys.stderr)
+                continue
+            fig.savefig(target, format=args.format, dpi=110)
+            print(shown(target))
+            written += 1
+    print(f"{written} figure(s) written to {shown(out)}", file=sys.stderr)
+    return 0

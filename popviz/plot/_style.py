@@ -1,0 +1,151 @@
+"""What every figure shares: the palette, limits, the error for missing data and small helpers."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from popviz.errors import PopvizError
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+    from popviz.model import Report
+
+# Okabe & Ito's palette: distinguishable with every common colour-vision deficiency and in grey.
+PALETTE: dict[str, str] = {
+    "forward": "#0072B2",       # blue
+    "backward": "#56B4E9",      # sky blue
+    "weight update": "#009E73",  # green
+    "compute": "#0072B2",
+    "exchange": "#E69F00",      # orange: inter-IPU copies and on-IPU exchange
+    "sync / idle": "#D9D9D9",   # light grey: waiting
+    "host copy": "#D55E00",     # vermillion
+    "other": "#999999",
+    "base": "#999999",
+    "new": "#0072B2",
+    "highlight": "#D55E00",
+    "capacity": "#000000",
+}
+"""One palette for every figure (category -> colour)."""
+
+MEMORY_COLOURS = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#F0E442", "#D55E00", "#999999")
+"""Memory categories in order of size; the last colour is 'other'."""
+
+TIMELINE_CATEGORIES = ("forward", "backward", "weight update", "compute", "exchange", "host copy",
+                       "sync / idle", "other")
+MAX_BARS_PER_IPU = 3000
+"""A timeline row with more steps than this is drawn from time bins, each coloured by what took
+most of it (a 10^6-step trace then draws in seconds and looks the same at screen resolution)."""
+MAX_MEMORY_CATEGORIES = 7
+MAX_TILE_PANELS = 16
+MAX_TILE_MARKERS = 300
+"""Above this many tiles over 90% (or overflowing) on one IPU, the colour alone marks them."""
+FIGURE_NAMES = ("timeline", "stages", "memory", "tiles", "breakdown", "host_io")
+"""The per-report figures, in the order ``popviz plot`` writes them."""
+
+
+class PlotDataError(PopvizError):
+    """The report lacks the data a figure needs."""
+
+
+_FIGURE_CLASS: type | None = None
+
+
+def new_figure(size: tuple[float, float]) -> Figure:
+    """A matplotlib Figure (no pyplot state) that Jupyter shows as a PNG on its own."""
+    global _FIGURE_CLASS
+    if _FIGURE_CLASS is None:
+        from matplotlib.figure import Figure as _Base
+
+        class PopvizFigure(_Base):
+            def _repr_png_(self) -> bytes:
+                import io
+
+                buf = io.BytesIO()
+                self.savefig(buf, format="png", dpi=90)
+                return buf.getvalue()
+
+        _FIGURE_CLASS = PopvizFigure
+    return _FIGURE_CLASS(figsize=size, layout="constrained")
+
+
+def _figure(ax: Axes | None, size: tuple[float, float]) -> tuple[Figure, Axes]:
+    if ax is not None:
+        return ax.figure, ax
+    fig = new_figure(size)
+    return fig, fig.add_subplot()
+
+
+def _title(report: Report, what: str) -> str:
+    estimated = " (estimated)" if report.provenance and report.provenance.estimated else ""
+    return f"{report.label}: {what}{estimated}"
+
+
+def _need(report: Report, part: str, figure: str, why: str) -> Any:
+    value = getattr(report, part)
+    if value is None:
+        raise PlotDataError(f"{figure}: engine '{report.label}' has no {part} table ({why})")
+    return value
+
+
+def _metrics(report: Report, analysis: str) -> dict[str, Any]:
+    from popviz.analysis import registry
+
+    return registry()[analysis](report).metrics
+
+
+def _category(program: str, program_type: str) -> str:
+    if program_type.startswith("StreamCopy"):
+        return "host copy"
+    if program_type == "Sync":
+        return "sync / idle"
+    if program_type in ("GlobalExchange", "DoExchange") or "exchange" in program_type.lower():
+        return "exchange"
+    if program_type == "OnTileExecute":
+        name = program.lower()
+        if "backward" in name or "grad" in name:
+            return "backward"
+        if "update" in name or "optimi" in name or "weight" in name:
+            return "weight update"
+        if "forward" in name:
+            return "forward"
+        return "compute"
+    return "other"
+
+
+def _cycle_axis(report: Report) -> tuple[float, str]:
+    """Scale and unit of a cycle axis: milliseconds when the clock is known."""
+    clock = report.target.clock_hz if report.target else None
+    if clock:
+        return 1e3 / clock, "ms"
+    return 1.0, "cycles"
+
+
+def _legend(fig: Figure, ax: Axes, own: bool, handles: list) -> None:
+    """A one-row legend under the plot on figures popviz made; inside the axes on the caller's."""
+    if own:
+        fig.legend(handles=handles, loc="outside lower center", ncol=min(len(handles), 7), frameon=False,
+                   fontsize="small")
+    else:
+        ax.legend(handles=handles, fontsize="small")
+
+
+def _fmt_cycles(n: float) -> str:
+    for unit, size in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(n) >= size:
+            return f"{n / size:.3g}{unit}"
+    return f"{n:.0f}"
+
+
+def _axis_formatter(ax_axis, fmt) -> None:
+    from matplotlib.ticker import FuncFormatter
+
+    ax_axis.set_major_formatter(FuncFormatter(lambda v, _pos: fmt(v)))
+
+
+def _fmt_bytes(n: float) -> str:
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(n) >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n:.0f} B"

@@ -1,0 +1,29 @@
+"""The transforms Graphcore's examples use, for images that are already float tensors."""
+
+from __future__ import annotations
+
+import torch
+
+
+class Compose:
+    def __init__(self, transforms) -> None:
+        self.transforms = list(transforms)
+
+    def __call__(self, x):
+        for t in self.transforms:
+            x = t(x)
+        return x
+
+
+class ToTensor:
+    def __call__(self, x):
+        return x if isinstance(x, torch.Tensor) else torch.as_tensor(x, dtype=torch.float32)
+
+
+class Normalize:
+    def __init__(self, mean, std) -> None:
+        self.mean = torch.tensor(mean).reshape(-1, 1, 1)
+        self.std = torch.tensor(std).reshape(-1, 1, 1)
+
+    def __call__(self, x):
+        return (x - self.mean) / self.std

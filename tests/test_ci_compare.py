@@ -1,0 +1,224 @@
+"""popviz compare / check / baseline: metrics, thresholds, budgets and outputs, on reports built
+with popviz.testing and written as real bundles, through the real CLI where it matters."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from popviz import testing
+from popviz.ci.baseline import EngineMetrics
+from popviz.ci.compare import IMPROVED, REGRESSED, SAME, WITHIN, compare
+from popviz.ci.thresholds import parse_rule, parse_threshold, threshold_for
+from popviz.errors import UsageError
+from popviz.sources.bundle import write_bundle
+
+from conftest import assert_one_line_error, run_cli
+
+TIMING = dict(name="training", mode="training", gradient_accumulation=16, device_iterations=2)
+
+
+def write(tmp_path, name, stage_cycles, **kwargs):
+    directory = tmp_path / name
+    report = testing.pipeline_report(stage_cycles, **{**TIMING, **kwargs})
+    write_bundle(report, directory / report.name)
+    return directory
+
+
+def side(metrics, estimated=False, config=None, name="training"):
+    return [EngineMetrics(name=name, instance=None, source="bundle", estimated=estimated, config=config or {},
+                          metrics=metrics)]
+
+
+# ------------------------------------------------------------------ thresholds
+
+@pytest.mark.parametrize(("spec", "base", "new", "exceeded"), [
+    ("5%", 100.0, 105.0, False), ("5%", 100.0, 105.01, True), ("5%", 100.0, 94.0, True),
+    ("+2pp", 50.0, 52.0, False), ("+2pp", 50.0, 52.5, True),
+    ("10MiB", 0.0, 10 * 2**20, False), ("10MiB", 0.0, 10 * 2**20 + 1, True),
+    ("1000cycles", 5000.0, 6000.0, False), ("1000cycles", 5000.0, 6001.0, True),
+    ("0", 3.0, 3.0, False), ("0", 3.0, 4.0, True), ("0.5s", 1.0, 1.4, False), ("5%", 0.0, 1.0, True),
+])
+def test_threshold_forms(spec, base, new, exceeded):
+    assert parse_threshold(spec).exceeded(base, new) is exceeded
+
+
+def test_bad_threshold_is_a_usage_error():
+    with pytest.raises(UsageError, match="unknown unit 'parsecs'"):
+        parse_threshold("5parsecs")
+    with pytest.raises(UsageError, match="METRIC:THRESHOLD"):
+        parse_rule("5%", "--fail")
+    with pytest.raises(UsageError, match="is in bytes but pipeline.imbalance_ratio is in ratio"):
+        threshold_for("pipeline.imbalance_ratio", [parse_rule("pipeline.*:10MiB", "--fail")])
+
+
+def test_defaults_are_tight_for_deterministic_metrics_and_tolerant_for_wall_times():
+    assert threshold_for("pipeline.cycles_per_micro_batch", []).spec == "1%"
+    assert threshold_for("memory.ipu3.used_pct", []).spec == "+1pp"
+    assert threshold_for("memory.tiles_overflowing", []).spec == "0"
+    assert threshold_for("time.call_wall_seconds", []).spec == "25%"
+    rules = [parse_rule("memory.*:5%", "cfg"), parse_rule("memory.ipu0.used_pct:+3pp", "cli")]
+    assert threshold_for("memory.ipu0.used_pct", rules).spec == "+3pp"  # last match wins
+    assert threshold_for("memory.ipu1.used_pct", rules).spec == "5%"
+
+
+# ------------------------------------------------------------------ verdicts
+
+def test_only_the_worse_direction_fails_and_small_changes_are_marked():
+    c = compare(side({"pipeline.imbalance_ratio": 1.10, "pipeline.ramp_efficiency_pct": 80.0,
+                      "pipeline.cycles_per_micro_batch": 1000.0, "host_io.output_bytes_per_call": 4096.0}),
+                side({"pipeline.imbalance_ratio": 1.30, "pipeline.ramp_efficiency_pct": 90.0,
+                      "pipeline.cycles_per_micro_batch": 1005.0, "host_io.output_bytes_per_call": 4096.0}), [])
+    verdicts = {r.metric: r.verdict for r in c.rows}
+    assert verdicts == {"pipeline.imbalance_ratio": REGRESSED, "pipeline.ramp_efficiency_pct": IMPROVED,
+                        "pipeline.cycles_per_micro_batch": WITHIN, "host_io.output_bytes_per_call": SAME}
+    row = next(r for r in c.rows if r.metric == "pipeline.imbalance_ratio")
+    assert row.change == "+18.18%"
+    assert next(r for r in c.rows if r.metric == "pipeline.ramp_efficiency_pct").change == "+10.00pp"
+    assert c.failed
+    assert c.headline() == ("popviz: FAIL: regression in training pipeline.imbalance_ratio (1.1 → 1.3, +18.18%)")
+
+
+def test_lower_is_worse_metrics_regress_when_they_fall():
+    c = compare(side({"pipeline.utilisation_pct": 80.0}), side({"pipeline.utilisation_pct": 70.0}), [])
+    assert [r.verdict for r in c.rows] == [REGRESSED]
+
+
+def test_missing_engines_and_metrics_are_listed_not_crashed_on():
+    base = side({"pipeline.imbalance_ratio": 1.1}) + side({}, name="inference")
+    new = side({"pipeline.imbalance_ratio": 1.1, "memory.max_used_pct": 50.0}) + side({}, name="eval")
+    c = compare(base, new, [])
+    assert c.only_base == ["inference"] and c.only_new == ["eval"]
+    assert {r.metric: r.verdict for r in c.rows} == {"pipeline.imbalance_ratio": SAME, "memory.max_used_pct": "new"}
+    assert not c.failed
+
+
+def test_configuration_changes_come_first():
+    c = compare(side({}, config={"gradient_accumulation": 16, "output_mode": "Final"}),
+                side({}, config={"gradient_accumulation": 32, "output_mode": "Final"}), [])
+    assert c.config_changes == [{"engine": "training", "field": "gradient_accumulation", "base": 16, "new": 32}]
+
+
+def test_estimated_against_measured_is_refused_unless_allowed():
+    with pytest.raises(UsageError, match="estimated on one side and measured on the other"):
+        compare(side({}, estimated=True), side({}), [])
+    assert compare(side({}, estimated=True), side({}), [], allow_mixed=True).mixed
+
+
+# ------------------------------------------------------------------ real CLI on real bundles
+
+def test_compare_cli_regression_improvement_and_self(tmp_path):
+    base = write(tmp_path, "base", [1000, 1000, 1000, 1000])
+    worse = write(tmp_path, "worse", [1000, 1600, 1000, 1000])
+    all_outputs = write(tmp_path, "all", [1000, 1000, 1000, 1000], output_mode="All")
+    final = write(tmp_path, "final", [1000, 1000, 1000, 1000], output_mode="Final")
+    same = run_cli("compare", str(base), str(base))
+    assert same.returncode == 0, same.stderr
+    assert same.stdout.splitlines()[0].startswith("popviz: OK: no regression")
+    bad = run_cli("compare", str(base), str(worse), env={"COLUMNS": "80"})
+    assert bad.returncode == 1, bad.stderr
+    first = bad.stdout.splitlines()[0]
+    assert first.startswith("popviz: FAIL: regression in training pipeline.cycles_per_micro_batch (3,031 → 4,850, +60.00%)")
+    assert "pipeline.stage1.cycles_per_micro_batch" in first and "pipeline.imbalance_ratio" in first
+    good = run_cli("compare", str(all_outputs), str(final), "--fail", "host_io.stream_copy_pct:+5pp",
+                   env={"COLUMNS": "200"})
+    assert good.returncode == 0, good.stdout
+    assert "output_mode: All → Final" in good.stdout
+    assert "host_io.output_bytes_per_call" in good.stdout and "improved" in good.stdout
+
+
+def test_baseline_round_trip_and_never_overwrite(tmp_path):
+    base = write(tmp_path, "base", [1000, 1200, 1000, 1000], memory_frac=[0.5, 0.6, 0.5, 0.5])
+    target = tmp_path / "baseline.json"
+    saved = run_cli("baseline", "save", str(base), "-o", str(target))
+    assert saved.returncode == 0, saved.stderr
+    doc = json.loads(target.read_text())
+    assert doc["format"] == "popviz-baseline" and doc["format_version"] == 1
+    engine = doc["engines"][0]
+    assert engine["config"]["gradient_accumulation"] == 16 and engine["provenance"]["estimated"] is False
+    assert engine["metrics"]["pipeline.stage1.cycles_per_micro_batch"] == 3637.5  # 1200 + 2 x 1200 + exchange
+    assert engine["metrics"]["memory.ipu1.used_pct"] == pytest.approx(60.0, abs=0.01)
+    assert run_cli("compare", str(target), str(base)).returncode == 0
+    again = run_cli("baseline", "save", str(base), "-o", str(target))
+    assert_one_line_error(again, "baseline.json exists", "--force")
+    assert run_cli("baseline", "save", str(base), "-o", str(target), "--force").returncode == 0
+
+
+def test_bad_inputs_are_one_line_errors(tmp_path):
+    base = write(tmp_path, "base", [1000, 1000])
+    junk = tmp_path / "junk.json"
+    junk.write_text('{"format": "popviz-baseline", "format_version": 1, "engines": [{"name": 3}]}')
+    assert_one_line_error(run_cli("compare", str(junk), str(base)), "junk.json", "malformed engine")
+    other = tmp_path / "other.json"
+    other.write_text("{}")
+    assert_one_line_error(run_cli("compare", str(other), str(base)), "other.json", "not a popviz baseline")
+    assert_one_line_error(run_cli("compare", str(base), str(tmp_path / "nope")), "nope", "does not exist")
+    assert_one_line_error(run_cli("compare", str(base), str(base), "--fail", "x:5parsecs"), "parsecs")
+
+
+def test_thresholds_from_pyproject_and_cli(tmp_path):
+    base = write(tmp_path, "base", [1000, 1000, 1000, 1000])
+    worse = write(tmp_path, "worse", [1000, 1100, 1000, 1000])
+    assert run_cli("compare", str(base), str(worse)).returncode == 1
+    loose = ["--fail", "pipeline.*:20%"]
+    assert run_cli("compare", str(base), str(worse), *loose).returncode == 0
+    (tmp_path / "pyproject.toml").write_text('[tool.popviz.fail]\n"pipeline.*" = "20%"\n')
+    assert run_cli("compare", str(base), str(worse), cwd=tmp_path).returncode == 0
+
+
+def test_markdown_json_junit_and_github_summary(tmp_path):
+    base = write(tmp_path, "base", [1000, 1000, 1000, 1000])
+    worse = write(tmp_path, "worse", [1000, 1600, 1000, 1000])
+    md = run_cli("compare", str(base), str(worse), "--markdown")
+    assert md.returncode == 1
+    assert md.stdout.startswith("### ❌ popviz: FAIL: regression in training")
+    assert "| training | `pipeline.imbalance_ratio` |" in md.stdout
+    js = json.loads(run_cli("compare", str(base), str(worse), "--json").stdout)
+    assert js["failed"] is True and {"pipeline.imbalance_ratio"} <= {m["metric"] for m in js["metrics"]
+                                                                      if m["verdict"] == "regressed"}
+    junit = tmp_path / "junit.xml"
+    summary = tmp_path / "summary.md"
+    proc = run_cli("compare", str(base), str(worse), "--junit", str(junit), "--github",
+                   env={"GITHUB_STEP_SUMMARY": str(summary)})
+    assert proc.returncode == 1
+    assert "::error title=popviz regression::training pipeline.imbalance_ratio" in proc.stdout
+    assert summary.read_text().startswith("### ❌ popviz: FAIL")
+    suite = ET.parse(junit).getroot()
+    failures = suite.findall("./testcase/failure")
+    assert int(suite.get("failures")) == len(failures) >= 3
+    assert int(suite.get("tests")) == len(suite.findall("./testcase"))
+    msg = next(f.get("message") for f in failures if f.get("message").startswith("pipeline.imbalance_ratio"))
+    assert "→" in msg and "threshold" in msg
+    assert_one_line_error(run_cli("compare", str(base), str(worse), "--junit", str(junit)), "junit.xml", "exists")
+    assert_one_line_error(run_cli("compare", str(base), str(worse), "--summary", env={"GITHUB_STEP_SUMMARY": ""}),
+                          "GITHUB_STEP_SUMMARY")
+
+
+def test_check_budgets_and_ignored_codes(tmp_path):
+    run = write(tmp_path, "run", [1000, 1500, 1000, 1000], memory_frac=[0.5, 0.9, 0.5, 0.5])
+    budgets = tmp_path / "budgets.toml"
+    budgets.write_text('"memory.*.used_pct" = "<= 85"\n"pipeline.imbalance_ratio" = "<= 1.2"\n')
+    proc = run_cli("check", str(run), "--budget", str(budgets), "--json")
+    assert proc.returncode == 1
+    doc = json.loads(proc.stdout)
+    broken = {(b["metric"], b["budget"]) for b in doc["budgets"] if not b["ok"]}
+    assert broken == {("memory.ipu1.used_pct", "<= 85"), ("pipeline.imbalance_ratio", "<= 1.2")}
+    assert len(doc["budgets"]) == 5
+    ok = tmp_path / "ok.toml"
+    ok.write_text('[budgets]\n"memory.max_used_pct" = "<= 95"\n')
+    assert run_cli("check", str(run), "--budget", str(ok)).returncode == 0
+    findings = run_cli("check", str(run), "--budget", str(ok), "--fail-on", "warning")
+    assert findings.returncode == 1 and "PIPE001" in findings.stdout.splitlines()[0]
+    codes = {f["code"] for f in json.loads(run_cli("check", str(run), "--fail-on", "warning", "--json").stdout)
+             ["findings"]}
+    ignored = run_cli("check", str(run), "--fail-on", "warning", "--ignore", ",".join(sorted(codes)))
+    assert ignored.returncode == 0 and "(ignored)" in ignored.stdout
+    analyse = run_cli("analyse", str(run), "--fail-on", "warning", "--ignore", ",".join(sorted(codes)))
+    assert analyse.returncode == 0 and "ignored" in analyse.stderr
+    (tmp_path / "pyproject.toml").write_text(f"[tool.popviz]\nignore = {json.dumps(sorted(codes))}\n")
+    assert run_cli("analyse", str(run), "--fail-on", "warning", cwd=tmp_path).returncode == 0
+    bad = tmp_path / "bad.toml"
+    bad.write_text('"memory.max_used_pct" = "about 90"\n')
+    assert_one_line_error(run_cli("check", str(run), "--budget", str(bad)), "bad.toml", "operator and a number")

@@ -1,0 +1,73 @@
+"""Code in recommendations is printed whole: never cut inside an identifier, at any width, piped
+or not; the lines of one piece of code pasted together are valid Python."""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+import popviz
+from popviz.analysis import analyse
+from popviz.render import console, text
+from popviz.render.text import wrap_code_prose
+
+from conftest import ROOT
+
+SAMPLES = ROOT / "sample_reports"
+CONTINUES = re.compile(r"([(,.])\n\s+")
+
+
+def _collapse(out: str) -> str:
+    """Console output with each line's padding gone and code continuation lines joined back."""
+    return CONTINUES.sub(r"\1", "\n".join(line.rstrip() for line in out.splitlines()))
+
+
+def _code(result) -> list[str]:
+    return [piece for f in result.findings for piece, code in text.code_spans(f.recommendation) if code]
+
+
+def _check(out: str, spans: list[str]) -> None:
+    joined = _collapse(out)
+    for span in spans:
+        compile(span, "<recommendation>", "eval")  # valid Python on its own
+        assert span in joined, span
+
+
+@pytest.mark.parametrize("width", [80, 100])
+def test_no_identifier_is_cut_at_80_and_100_columns(width):
+    result = analyse(popviz.load(SAMPLES))
+    spans = _code(result)
+    assert len(spans) >= 20
+    buf = io.StringIO()
+    console.render(result, file=buf, width=width)
+    out = buf.getvalue()
+    _check(out, spans)
+    # the lines stay within the width, except a code line that cannot be cut (none here)
+    assert max(len(line.rstrip()) for line in out.splitlines()) <= width
+
+
+def test_no_identifier_is_cut_when_piped():
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    proc = subprocess.run([sys.executable, "-m", "popviz", "analyse", str(SAMPLES)], env=env,
+                          capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stderr
+    _check(proc.stdout, _code(analyse(popviz.load(SAMPLES))))
+
+
+def test_wrap_breaks_code_only_inside_brackets():
+    prose = ("offload it with opts.TensorLocations.setOptimizerLocation(poptorch.TensorLocationSettings()"
+             ".useOnChipStorage(False)); then retry.")
+    lines = ["".join(p for p, _ in line) for line in wrap_code_prose(prose, 60)]
+    assert lines == ["offload it with",
+                     "opts.TensorLocations.setOptimizerLocation(",
+                     "    poptorch.TensorLocationSettings().useOnChipStorage(",
+                     "    False)); then retry."]
+    # a piece still too long at "(" and ",": broken at "." inside the call too
+    lines = ["".join(p for p, _ in line) for line in wrap_code_prose(prose, 30)]
+    assert lines == ["offload it with", "opts.TensorLocations.setOptimizerLocation(", "    poptorch.",
+                     "    TensorLocationSettings().", "    useOnChipStorage(False));", "then retry."]

@@ -1,0 +1,88 @@
+"""Options that change speed or memory in the emulator's cost model: the available memory
+proportion (caps matmul temporaries, costs cycles), replicated tensor sharding of the optimizer
+state, half-precision partials."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import popviz.emulator as poptorch  # noqa: E402
+from popviz.emulator import costmodel, hardware  # noqa: E402
+
+
+def test_serialisation_factor_per_halving_of_the_temporaries():
+    op = costmodel.OpCost(segment=0, name="mm", flops=1e9, element_bytes=4, in_bytes=3000, out_bytes=1000,
+                          matmul=True, weight_bytes=2000)
+    # activations 2,000 B; the fastest plan wants 2 × 2,000 = 4,000 B
+    assert costmodel.serialisation_factor(op, 4000) == 1.0
+    assert costmodel.serialisation_factor(op, 1000) == pytest.approx(1 + 0.15 * 2)  # two halvings
+    assert costmodel.serialisation_factor(op.replace(matmul=False), 1000) == 1.0
+    assert costmodel.op_temporary_bytes(op, 1000) == 2000  # never below operands and result
+    assert costmodel.op_temporary_bytes(op, 3000) == 3000
+    assert costmodel.op_temporary_bytes(op, 9000) == 4000
+
+
+class Big(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = torch.nn.Linear(1024, 1024, bias=False)
+
+    def forward(self, x):
+        return self.a(x)
+
+
+def _estimate(amp: float | None = None, **opts):
+    o = poptorch.Options()
+    if amp is not None:
+        o.setAvailableMemoryProportion({"IPU0": amp})
+    model = poptorch.inferenceModel(Big(), o)
+    model.compile(torch.zeros(16384, 1024))
+    return model.popvizEstimate()
+
+
+def test_a_lower_available_memory_proportion_caps_temporaries_and_costs_cycles():
+    torch.set_num_threads(1)
+    bytes_per_ipu = hardware.spec().bytes_per_ipu
+    activations = 2 * 16384 * 1024 * 4  # input and output, float32: 128 MiB
+    default, low, lower = _estimate(), _estimate(0.2), _estimate(0.1)
+    assert default.stages[0].temporary_bytes == 2 * activations  # fits under 0.6 of the IPU
+    assert low.stages[0].temporary_bytes == int(0.2 * bytes_per_ipu)
+    assert lower.stages[0].temporary_bytes == activations  # the cap is below the operands: kept
+    assert default.call_cycles < low.call_cycles < lower.call_cycles
+    matmul = (16384 * 1024 * 1024 * 2 / (hardware.spec().flops_per_cycle(4) * hardware.MATMUL_EFFICIENCY)
+              + activations / hardware.spec().per_cycle(hardware.spec().exchange_bytes_per_second))
+    factor = 1 + 0.15 * math.log2(2 * activations / (0.2 * bytes_per_ipu))
+    assert low.stages[0].forward_cycles - default.stages[0].forward_cycles == pytest.approx(
+        matmul * (factor - 1), abs=1)
+
+
+class WithLoss(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(64, 64)
+
+    def forward(self, x):
+        return poptorch.identity_loss(self.lin(x).sum(), "none")
+
+
+def test_replicated_tensor_sharding_splits_the_optimizer_state():
+    torch.set_num_threads(1)
+
+    def memory(sharded: bool):
+        o = poptorch.Options().replicationFactor(4)
+        o.TensorLocations.setOptimizerLocation(
+            poptorch.TensorLocationSettings().useReplicatedTensorSharding(sharded))
+        model = WithLoss()
+        ex = poptorch.trainingModel(model, o, poptorch.optim.Adam(model.parameters(), lr=1e-3))
+        ex.compile(torch.zeros(8, 64))
+        frame = ex.popvizEstimate().memory.frame
+        ex.destroy()
+        return int(frame["cat_optimizerState_bytes"].iloc[0])
+
+    plain, sharded = memory(False), memory(True)
+    assert plain == (64 * 64 + 64) * 8  # Adam: two float32 slots per element
+    assert sharded == plain // 4

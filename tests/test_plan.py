@@ -1,0 +1,108 @@
+"""One plan per engine: one value per option across findings, actions ranked by gain; and on
+every sample the cycle shares add up to 100% and agree with the utilisation."""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+
+import pytest
+
+import popviz
+from popviz import testing
+from popviz.analysis import analyse
+from popviz.model import ReportSet
+
+from conftest import ROOT
+
+SETTER = re.compile(r"(opts\.[A-Za-z_.]+)\((\d+)\)")
+PARTS = ("useful", "weight_update", "imbalance", "ramp", "exchange", "host", "other")
+
+
+def _values(engine) -> dict[str, set[int]]:
+    seen: dict[str, set[int]] = defaultdict(set)
+    for f in engine.findings:
+        for setter, value in SETTER.findall(f.recommendation):
+            seen[setter].add(int(value))
+    return seen
+
+
+def test_ramp_and_call_time_agree_on_one_device_iterations():
+    r = testing.pipeline_report([200_000] * 4, mode="inference", device_iterations=4)
+    [e] = analyse(ReportSet([r])).engines
+    assert [f.code for f in e.findings] == ["PIPE003", "HIO003"]
+    assert _values(e) == {"opts.deviceIterations": {184}}  # not 27 in one and 184 in the other
+    [d] = e.plan.decisions
+    assert (d.option, d.value, d.current) == ("device_iterations", 184, 4)
+    assert d.reasons == ["PIPE003: ramp efficiency 90% needs ≥ 27",
+                         "HIO003: about 50 ms of device time per call needs 184"]
+    assert "(one value for HIO003 and PIPE003: " in e.findings[0].recommendation
+    [ramp, calls] = e.plan.actions
+    assert (ramp.code, round(ramp.throughput_gain_frac, 4), ramp.gain_text) == \
+        ("PIPE003", 0.5726, "up to +57% throughput")
+    assert (calls.code, calls.gain_text) == ("HIO003", "gain not estimated")
+
+
+@pytest.mark.parametrize("sample", ["bert_pipeline", "mnist_pipeline", "oom_compile"])
+def test_samples_one_value_per_option_and_shares_add_up(sample):
+    result = analyse(popviz.load(ROOT / "sample_reports" / sample))
+    for e in result.engines:
+        assert all(len(v) == 1 for v in _values(e).values()), (e.report.label, _values(e))
+        p = e.metrics["pipeline"]
+        sh = p["cycle_shares"]
+        if e.report.execution is None:
+            assert sh is None
+            continue
+        assert sum(sh[f"{k}_cycles"] for k in PARTS) == sh["ipus"] * sh["elapsed_cycles"]
+        assert sum(sh[f"{k}_frac"] for k in PARTS) == pytest.approx(1.0, abs=1e-12)
+        assert sh["useful_frac"] + sh["weight_update_frac"] == pytest.approx(p["utilisation_frac"], abs=1e-12)
+        # actions ranked: errors first, then by throughput gain, then bytes
+        gains = [a.throughput_gain_frac or 0 for a in e.plan.actions if a.severity != "error"]
+        assert gains == sorted(gains, reverse=True)
+
+
+def test_bert_training_plan_ranks_balance_before_ramp_before_outputs():
+    result = analyse(popviz.load(ROOT / "sample_reports" / "bert_pipeline"))
+    plan = result.engines[1].plan
+    assert [a.code for a in plan.actions] == ["PIPE001", "PIPE003", "HIO002", "MEM002", "MEM004"]
+    assert plan.actions[0].gain_text == "up to +37% throughput"
+    assert plan.actions[2].gain_text == "192,700 B (188.2 KiB) less per call"
+
+
+def test_balance_advice_respects_a_full_destination():
+    # stage 1 is the bottleneck; stage 0's IPU, where work would go, is 90% full
+    r = testing.pipeline_report([1000, 3000], memory_level="ipu", memory_frac=[0.9, 0.5],
+                                gradient_accumulation=64)
+    [e] = analyse(ReportSet([r])).engines
+    f = next(f for f in e.findings if f.code == "PIPE001")
+    assert e.metrics["pipeline"]["rebalance_to_ipu"] == 0
+    assert f.recommendation.endswith("(but IPU0 is already 90% full: move only layers whose memory fits there).")
+
+
+def test_console_and_markdown_start_with_the_summary():
+    import io
+
+    from popviz.render import console, markdown
+
+    result = analyse(popviz.load(ROOT / "sample_reports" / "bert_pipeline"))
+    buf = io.StringIO()
+    console.render(result, file=buf, width=200)
+    lines = buf.getvalue().splitlines()
+    assert lines[0] == "summary"
+    assert lines[1].strip() == ("2 engines; worst finding: warning, PIPE004 on inference: Sharded execution: "
+                                "one IPU works at a time")
+    assert lines[3].strip().startswith("training: 1. PIPE001 Unbalanced pipeline: stage 3 (IPU3) is the "
+                                       "bottleneck (up to +37% throughput); 2. PIPE003")
+    md = markdown.render(result)
+    assert md.splitlines()[2:5] == ["**Summary**", "", "- " + lines[1].strip()]
+
+
+def test_the_shared_value_carries_the_batch_ratio_with_it():
+    # D = 8: the ramp needs 27, the call time 232; the "× larger" follows the shared value
+    r = testing.pipeline_report([200_000] * 4, mode="inference", device_iterations=8)
+    [e] = analyse(ReportSet([r])).engines
+    [d] = e.plan.decisions
+    value = d.value
+    assert _values(e) == {"opts.deviceIterations": {value}}
+    hio = next(f for f in e.findings if f.code == "HIO003")
+    assert f"batches {value / 8:.0f}× larger" in hio.recommendation
