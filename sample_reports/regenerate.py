@@ -46,6 +46,11 @@ SAMPLES: tuple[Sample, ...] = (
            about="Graphcore's pipelined MNIST tutorial: four blocks on four IPUs"),
     Sample("cnn_replicated", "examples/cnn_replicated.py", ("--steps", "2"),
            about="a CNN data-parallel over 4 replicas; inference returns every micro-batch (OutputMode.All)"),
+    Sample("bert_even_split", "examples/bert_pipeline.py", ("--steps", "1"),
+           about="a BERT-style encoder over 4 IPUs, 3 layers each: IPU 0 also holds the embeddings"),
+    Sample("lightning_pipeline", "examples/lightning/block_pipeline_predict.py", ("--samples", "640"),
+           requires=("lightning_graphcore",),
+           about="a PyTorch Lightning IPUStrategy module pipelined with poptorch.Block: fit, validate, predict"),
 )
 
 
