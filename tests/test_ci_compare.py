@@ -123,6 +123,7 @@ def test_compare_cli_regression_improvement_and_self(tmp_path):
     assert first.startswith("popviz: FAIL: regression in training pipeline.cycles_per_micro_batch (3,031 → 4,850, +60.00%)")
     assert "pipeline.stage1.cycles_per_micro_batch" in first and "pipeline.imbalance_ratio" in first
     good = run_cli("compare", str(all_outputs), str(final), "--fail", "host_io.stream_copy_pct:+5pp",
+                   "--fail", "pipeline.ramp_efficiency_pct:+10pp",
                    env={"COLUMNS": "200"})
     assert good.returncode == 0, good.stdout
     assert "output_mode: All → Final" in good.stdout
