@@ -189,8 +189,11 @@ def test_cli_add_show_and_compare_against_history(bundles, tmp_path):
     show = run_cli("history", "show", "--db", str(db), "pipeline.*")
     assert show.returncode == 0, show.stderr
     first = show.stdout.splitlines()[0]
-    assert first.startswith("popviz history: 4 run(s), #1 (c1) to #4 (c4); step regressions: "
-                            "training pipeline.cycles_per_micro_batch at #4 (c4)"), first
+    assert first == ("popviz history: 4 run(s), #1 (c1) to #4 (c4); step regression at #4 (c4) in 3 metric(s): "
+                     "training pipeline.cycles_per_micro_batch, training pipeline.stage1.cycles_per_micro_batch "
+                     "and 1 more"), first
+    assert [line.rstrip() for line in show.stdout.splitlines()[1:3]] == ["training", "metric                                  runs     last  "
+                                             "trend  steps"]
     # testing.pipeline_report: forward 1000 cycles -> 3031.25 per micro-batch (backward, exchange)
     assert "training pipeline.cycles_per_micro_batch at #4 (c4): 3,031 → 4,244 (+40.00%) regressed" in show.stdout
     doc = json.loads(run_cli("history", "show", "--db", str(db), "pipeline.cycles_per_micro_batch", "--json").stdout)

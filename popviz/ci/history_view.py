@@ -14,17 +14,33 @@ if TYPE_CHECKING:
 
 HISTORY_SCHEMA = 1
 """Version of ``history show --json`` output."""
+SPARK_WIDTH = 24
+"""Runs in the trend column (half on a terminal narrower than 100 columns)."""
+HEADLINE_NAMES = 2
+"""Metrics named per run in the first line (the table and the step lines list them all)."""
 
 
 def headline(trends: list[Trend], runs: list[Run]) -> str:
-    regressed = [(t, s) for t in trends for s, v in zip(t.steps, t.verdicts, strict=True) if v == "regressed"]
-    steps = sum(len(t.steps) for t in trends)
+    """The first line: the runs where a metric stepped the worse way, with how many metrics."""
     span = f"{len(runs)} run(s), {runs[0].title} to {runs[-1].title}" if runs else "no runs"
-    if regressed:
-        named = ", ".join(f"{t.engine} {t.metric} at {t.runs[s.index].title}" for t, s in regressed[:6])
-        more = f" and {len(regressed) - 6} more" if len(regressed) > 6 else ""
-        return f"popviz history: {span}; step regressions: {named}{more}"
-    return f"popviz history: {span}; {steps} step change(s), none a regression"
+    by_run: dict[int, list[str]] = {}
+    titles: dict[int, str] = {}
+    for t in trends:
+        for s, v in zip(t.steps, t.verdicts, strict=True):
+            if v == "regressed":
+                run = t.runs[s.index]
+                by_run.setdefault(run.id, []).append(f"{t.engine} {t.metric}")
+                titles[run.id] = run.title
+    if not by_run:
+        steps = sum(len(t.steps) for t in trends)
+        return f"popviz history: {span}; {steps} step change(s), none a regression"
+    parts = []
+    for run_id in sorted(by_run):
+        names = by_run[run_id]
+        named = ", ".join(names[:HEADLINE_NAMES]) + (f" and {len(names) - HEADLINE_NAMES} more"
+                                                     if len(names) > HEADLINE_NAMES else "")
+        parts.append(f"at {titles[run_id]} in {len(names)} metric(s): {named}")
+    return f"popviz history: {span}; step regression " + "; ".join(parts)
 
 
 def _step_lines(t: Trend) -> list[str]:
@@ -47,15 +63,18 @@ def console(trends: list[Trend], runs: list[Run], *, all_rows: bool = False) -> 
     con.print(escape(headline(trends, runs)), soft_wrap=True,
               style="bold red" if any("regressed" in t.verdicts for t in trends) else "bold")
     shown_ = trends if all_rows else [t for t in trends if t.steps or len(set(t.values)) > 1]
-    if shown_:
-        table = Table(box=None, header_style="bold", pad_edge=False)
-        for col, just in (("engine", "left"), ("metric", "left"), ("runs", "right"), ("last", "right"),
-                          ("trend", "left"), ("steps", "right")):
-            table.add_column(col, justify=just, no_wrap=col in ("trend", "last"))
-        for t in shown_:
-            table.add_row(escape(t.engine), t.metric, str(len(t.values)), fmt(t.values[-1], t.unit),
-                          sparkline(t.values), str(len(t.steps)),
-                          style="red" if "regressed" in t.verdicts else None)
+    spark = SPARK_WIDTH if con.width >= 100 else SPARK_WIDTH // 2
+    for engine in dict.fromkeys(t.engine for t in shown_):  # one table per engine: fits 80 columns
+        rows = [t for t in shown_ if t.engine == engine]
+        table = Table(title=escape(engine), title_justify="left", title_style="bold", box=None,
+                      header_style="bold", pad_edge=False)
+        for col, just in (("metric", "left"), ("runs", "right"), ("last", "right"), ("trend", "left"),
+                          ("steps", "right")):
+            table.add_column(col, justify=just, no_wrap=col != "metric", overflow="fold",
+                             min_width=max(len(t.metric) for t in rows) if col == "metric" else None)
+        for t in rows:
+            table.add_row(t.metric, str(len(t.values)), fmt(t.values[-1], t.unit), sparkline(t.values, spark),
+                          str(len(t.steps)), style="red" if "regressed" in t.verdicts else None)
         con.print(table)
     flat = len(trends) - len(shown_)
     if flat:

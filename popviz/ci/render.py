@@ -10,6 +10,8 @@ from xml.etree import ElementTree as ET
 from popviz.ci.compare import IMPROVED, REGRESSED, Comparison, fmt
 
 MARK = {REGRESSED: "✗ regressed", IMPROVED: "✓ improved"}
+NARROW_COLUMNS = 100
+"""Below this terminal width the console table leaves out the threshold column."""
 
 
 def _verdict(v: str) -> str:
@@ -17,7 +19,7 @@ def _verdict(v: str) -> str:
 
 
 def console(c: Comparison, *, all_rows: bool = False, file: IO[str] | None = None,
-            width: int | None = None) -> None:
+            width: int | None = None, hints: bool = True) -> None:
     """Print the comparison (to ``file``, plain text, when given; else stdout)."""
     from rich.console import Console
     from rich.markup import escape
@@ -34,19 +36,27 @@ def console(c: Comparison, *, all_rows: bool = False, file: IO[str] | None = Non
         if engines:
             con.print(f"{label}: {escape(', '.join(engines))}")
     rows = c.rows if all_rows else [r for r in c.rows if r.verdict != "="]
-    if rows:
-        t = Table(box=None, header_style="bold", pad_edge=False)
-        for col, just in (("engine", "left"), ("metric", "left"), ("base", "right"), ("new", "right"),
-                          ("change", "right"), ("threshold", "right"), ("verdict", "left")):
-            t.add_column(col, justify=just)
-        for r in rows:
+    for engine in dict.fromkeys(r.engine for r in rows):  # one table per engine: names are not cut
+        mine = [r for r in rows if r.engine == engine]
+        t = Table(title=escape(engine), title_justify="left", title_style="bold", box=None, header_style="bold",
+                  pad_edge=False)
+        wide = con.width >= NARROW_COLUMNS  # narrower: no threshold column (--json and Markdown have it)
+        for col, just in (("metric", "left"), ("base", "right"), ("new", "right"), ("change", "right"),
+                          ("threshold", "right"), ("verdict", "left")):
+            if col == "threshold" and not wide:
+                continue
+            # Only the metric name may wrap (folded, never cut short); numbers and verdicts never do.
+            t.add_column(col, justify=just, no_wrap=col != "metric", overflow="fold")
+        for r in mine:
             style = "red" if r.verdict == REGRESSED else ("green" if r.verdict == IMPROVED else None)
-            t.add_row(escape(r.engine), r.metric, fmt(r.base, r.unit), fmt(r.new, r.unit), r.change, r.threshold,
-                      _verdict(r.verdict), style=style)
+            cells = [r.metric, fmt(r.base, r.unit), fmt(r.new, r.unit), r.change, r.threshold, _verdict(r.verdict)]
+            if not wide:
+                del cells[4]
+            t.add_row(*cells, style=style)
         con.print(t)
     same = sum(r.verdict == "=" for r in c.rows)
     if same and not all_rows:
-        con.print(f"{same} metric(s) unchanged (--all shows them)")
+        con.print(f"{same} metric(s) unchanged" + (" (--all shows them)" if hints else ""))
     if c.budgets:
         t = Table(box=None, header_style="bold", pad_edge=False)
         for col in ("engine", "metric", "value", "budget", "verdict"):
@@ -96,7 +106,7 @@ def text(c: Comparison, *, width: int = 120) -> str:
     import io
 
     buf = io.StringIO()
-    console(c, file=buf, width=width)
+    console(c, file=buf, width=width, hints=False)
     return buf.getvalue().rstrip() + "\n"
 
 
