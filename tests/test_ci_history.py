@@ -205,11 +205,12 @@ def test_cli_add_show_and_compare_against_history(bundles, tmp_path):
     assert "| training | `pipeline.cycles_per_micro_batch` | 4 | 4,244 | ▁▁▁█ | #4 (c4): 3,031 → 4,244 (+40.00%) " \
            "regressed |" in md
     # the median of the last 5 runs is the base level: the slow run regresses, the fast one improves
-    slow = run_cli("compare", "--against-history", str(db), str(bundles["slow"]))
+    slow = run_cli("compare", "--against-history", "perf.db", str(bundles["slow"]), cwd=tmp_path)
     assert slow.returncode == 1
     assert slow.stdout.startswith("popviz: FAIL: regression in training pipeline.cycles_per_micro_batch "
                                   "(3,031 → 4,244, +40.00%)")
     # (less compute: the stream copies' share grows, 73.99% -> 75.67%, utilisation falls 21.64% -> 19.92%)
+    assert slow.stdout.splitlines()[1] == "base: the median of the last 4 run(s) in perf.db (#1 (c1) to #4 (c4))"
     fast = run_cli("compare", "--against-history", str(db), str(bundles["fast"]),
                    "--fail", "host_io.stream_copy_pct:+5pp", "--fail", "pipeline.utilisation_pct:+5pp")
     assert fast.returncode == 0 and "improved" in fast.stdout

@@ -27,6 +27,8 @@ def console(c: Comparison, *, all_rows: bool = False, file: IO[str] | None = Non
 
     con = Console(highlight=False, soft_wrap=False, file=file, width=width)
     con.print(escape(c.headline()), style="bold red" if c.failed else "bold green", soft_wrap=True)
+    if c.base_label:
+        con.print(f"base: {escape(c.base_label)}", soft_wrap=True)
     if c.config_changes:
         con.print("configuration changed (explains most metric changes):")
         for ch in c.config_changes:
@@ -75,6 +77,8 @@ def markdown(c: Comparison, *, all_rows: bool = False) -> str:
         return str(v).replace("|", "\\|")
 
     lines = [f"### {'❌' if c.failed else '✅'} {esc(c.headline())}", ""]
+    if c.base_label:
+        lines += [f"Base: {esc(c.base_label)}", ""]
     if c.config_changes:
         lines += ["**Configuration changed** (explains most metric changes):", ""]
         lines += [f"- `{esc(ch['engine'])}` {esc(ch['field'])}: {esc(ch['base'])} → {esc(ch['new'])}"

@@ -41,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
     from popviz.ci.cli import check_outputs, emit
     from popviz.ci.compare import compare
     from popviz.ci.thresholds import load_config, parse_rule
-    from popviz.errors import UsageError
+    from popviz.errors import UsageError, shown
     from popviz.ui import status
 
     if args.against_history:
@@ -60,11 +60,17 @@ def run(args: argparse.Namespace) -> int:
     if args.against_history:
         from popviz.ci.history import DEFAULT_LAST, median_side
 
-        base, _runs = median_side(args.against_history, args.last if args.last is not None else DEFAULT_LAST,
-                                  allow_mixed=args.allow_mixed)
+        last = args.last if args.last is not None else DEFAULT_LAST
+        base, runs = median_side(args.against_history, last, allow_mixed=args.allow_mixed)
+        base_label = (f"the median of the last {len(runs)} run(s) in {shown(args.against_history)} "
+                      f"({runs[0].title} to {runs[-1].title})" if len(runs) > 1 else
+                      f"run {runs[0].title} in {shown(args.against_history)}")
     else:
+        base_label = None
         with status(f"reading {args.base}"):
             base = load_side(args.base)
     with status(f"reading {args.new}"):
         new = load_side(args.new)
-    return emit(compare(base, new, rules, allow_mixed=args.allow_mixed), args)
+    result = compare(base, new, rules, allow_mixed=args.allow_mixed)
+    result.base_label = base_label
+    return emit(result, args)
