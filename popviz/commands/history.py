@@ -1,7 +1,9 @@
 """Keep a history of runs in a SQLite file and show each metric's trend (for CI).
 
-  popviz history add REPORT --db FILE [--label COMMIT]   append a run's metrics (FILE is created)
-  popviz history show --db FILE [METRIC ...]            the trend per metric, with step changes
+  popviz history add REPORT --db FILE [--label COMMIT]
+      append a run's metrics (FILE is created when absent)
+  popviz history show --db FILE [METRIC ...]
+      the trend per metric, with the runs where it stepped
 
 REPORT is a report directory, an engine directory, a bundle or a baseline file. The database is
 an ordinary SQLite file (versioned schema, WAL mode, safe for CI jobs appending at once).
