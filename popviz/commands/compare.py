@@ -1,13 +1,14 @@
 """Compare two runs metric by metric and fail on a regression (for CI).
 
 BASE and NEW are each a report directory, an engine directory, a bundle or a baseline file
-(popviz baseline save). Engines are matched by instance and name. Configuration changes are shown
-first. With --against-history DB the one argument is NEW, compared with the median of the
-last --last K runs (5) of that history (popviz history add). Thresholds: --fail METRIC:SPEC with
-SPEC 5% (relative), +2pp (percentage points), 10MiB / 1000cycles / 0.5s / 0 (absolute); METRIC may be a glob (memory.*). Defaults are tight for
-cycles and memory (deterministic on IPUs) and tolerant for host wall times; only the worse
-direction fails. Exit codes: 0 no regression, 1 a regression (the first line names it),
-2 bad input. Metrics and defaults: docs/ci.md.
+(popviz baseline save). Engines are matched by instance and name. Configuration changes are
+shown first. With --against-history DB the one argument is NEW, compared with the median of the
+last --last K runs (5) of that history (popviz history add). Thresholds: --fail METRIC:SPEC
+with SPEC 5% (relative), +2pp (percentage points), 10MiB / 1000cycles / 0.5s / 0 (absolute);
+METRIC may be a glob (memory.*). Defaults are tight for cycles and memory (deterministic on
+IPUs) and tolerant for host wall times; only the worse direction fails. Exit codes: 0 no
+regression, 1 a regression (the first line names it), 2 bad input. Metrics and defaults:
+docs/ci.md.
 """
 
 from __future__ import annotations
