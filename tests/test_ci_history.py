@@ -145,8 +145,8 @@ def test_sparkline():
 
 def test_trends_use_compare_thresholds_and_directions(tmp_path):
     db = tmp_path / "h.db"
-    for cycles, used, wall in ((1000, 1000, 1.0), (1000, 1000, 1.0), (1200, 1000, 1.0), (1200, 900, 1.0)):
-        history.add(db, [engine(cycles, used, wall=wall)])
+    for cycles, used, d in ((1000, 1000, 4), (1000, 1000, 4), (1200, 1000, 8), (1200, 900, 8)):
+        history.add(db, [engine(cycles, used, wall=1.0, device_iterations=d)])
     h = history.read(db)
     by = {t.metric: t for t in trends(h)}
     cyc = by["pipeline.cycles_per_micro_batch"]
@@ -154,6 +154,12 @@ def test_trends_use_compare_thresholds_and_directions(tmp_path):
                                                                                              ["regressed"])
     mem = by["memory.ipu0.used_bytes"]
     assert ([mem.runs[s.index].id for s in mem.steps], mem.verdicts) == ([4], ["improved"])
+    # the configuration change at run 3 is named with the step it explains; none at run 4
+    assert (cyc.config_changes, mem.config_changes) == ([["device_iterations: 4 → 8"]], [[]])
+    assert cyc.to_dict()["steps"][0]["config_changes"] == ["device_iterations: 4 → 8"]
+    from popviz.ci.history_view import config_changes
+
+    assert config_changes(list(by.values())) == ["training at #3: device_iterations: 4 → 8"]
     assert by["time.call_wall_seconds"].steps == []
     # a looser threshold (as --fail gives) removes the memory step; patterns select metrics
     loose = trends(h, [parse_rule("memory.*:20%", "--fail")], ["memory.*"])
@@ -200,7 +206,7 @@ def test_cli_add_show_and_compare_against_history(bundles, tmp_path):
     [metric] = doc["metrics"]
     assert [v["value"] for v in metric["values"]] == [3031.25, 3031.25, 3031.25, 4243.75]
     assert metric["steps"] == [{"run": 4, "label": "c4", "before": 3031.25, "after": 4243.75, "change": "+40.00%",
-                                "verdict": "regressed"}]
+                                "verdict": "regressed", "config_changes": []}]
     md = run_cli("history", "show", "--db", str(db), "pipeline.cycles_per_micro_batch", "--markdown").stdout
     assert "| training | `pipeline.cycles_per_micro_batch` | 4 | 4,244 | ▁▁▁█ | #4 (c4): 3,031 → 4,244 (+40.00%) " \
            "regressed |" in md

@@ -48,6 +48,18 @@ def _step_lines(t: Trend) -> list[str]:
             f"({_change(t, s)}) {v}" for s, v in zip(t.steps, t.verdicts, strict=True)]
 
 
+def config_changes(trends: list[Trend]) -> list[str]:
+    """``engine at #N (label): field: old → new; ...`` once per engine and run where a metric
+    stepped and the configuration changed too (it explains most steps)."""
+    seen: dict[tuple[str, int], str] = {}
+    for t in trends:
+        for s, c in zip(t.steps, t.config_changes, strict=True):
+            run = t.runs[s.index]
+            if c and (t.engine, run.id) not in seen:
+                seen[(t.engine, run.id)] = f"{t.engine} at {run.title}: {'; '.join(c)}"
+    return [seen[k] for k in sorted(seen, key=lambda k: (k[1], k[0]))]
+
+
 def _change(t: Trend, s: Step) -> str:
     from popviz.ci.trend import change
 
@@ -79,6 +91,11 @@ def console(trends: list[Trend], runs: list[Run], *, all_rows: bool = False) -> 
     flat = len(trends) - len(shown_)
     if flat:
         con.print(f"{flat} metric(s) never changed (--all shows them)")
+    changed = config_changes(trends)
+    if changed:
+        con.print("configuration changed where metrics stepped (explains most steps):")
+        for line in changed:
+            con.print(f"  {escape(line)}", soft_wrap=True)
     stepped = [t for t in trends if t.steps]
     if stepped:
         con.print("step changes:")
@@ -92,6 +109,10 @@ def markdown(trends: list[Trend], runs: list[Run], *, all_rows: bool = False) ->
         return str(v).replace("|", "\\|")
 
     lines = [f"### {esc(headline(trends, runs))}", ""]
+    changed = config_changes(trends)
+    if changed:
+        lines += ["**Configuration changed where metrics stepped** (explains most steps):", ""]
+        lines += [f"- {esc(line)}" for line in changed] + [""]
     shown_ = trends if all_rows else [t for t in trends if t.steps or len(set(t.values)) > 1]
     if shown_:
         lines += ["| engine | metric | runs | last | trend | step changes |", "|---|---|---:|---:|---|---|"]

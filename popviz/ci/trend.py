@@ -78,13 +78,16 @@ class Trend:
     verdicts: list[str]
     """Per step: ``regressed`` or ``improved`` (the metric's direction)."""
     threshold: str
+    config_changes: list[list[str]]
+    """Per step: the configuration fields that changed at that run (``device_iterations: 10 → 4``)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"engine": self.engine, "metric": self.metric, "unit": self.unit, "threshold": self.threshold,
                 "values": [{"run": r.id, "label": r.label, "value": v} for r, v in zip(self.runs, self.values, strict=True)],
                 "steps": [{"run": self.runs[s.index].id, "label": self.runs[s.index].label, "before": s.before,
-                           "after": s.after, "change": change(s.before, s.after, self.unit), "verdict": v}
-                          for s, v in zip(self.steps, self.verdicts, strict=True)]}
+                           "after": s.after, "change": change(s.before, s.after, self.unit), "verdict": v,
+                           "config_changes": c}
+                          for s, v, c in zip(self.steps, self.verdicts, self.config_changes, strict=True)]}
 
 
 def change(before: float, after: float, unit: str) -> str:
@@ -118,5 +121,18 @@ def trends(history: History, rules: Sequence[Rule] = (), patterns: Sequence[str]
         steps = find_steps(values, lambda a, b, t=t: t.exceeded(a, b), 1 if d.deterministic else NOISY_MIN_RUNS)
         verdicts = ["regressed" if (s.after > s.before) == (d.direction == HIGHER_IS_WORSE) else "improved"
                     for s in steps]
-        out.append(Trend(engine, metric, d.unit, [r for r, _ in points], values, steps, verdicts, t.spec))
+        runs = [r for r, _ in points]
+        changed = [_config_changes(history, engine, runs[s.index - 1].id, runs[s.index].id) for s in steps]
+        out.append(Trend(engine, metric, d.unit, runs, values, steps, verdicts, t.spec, changed))
     return out
+
+
+def _config_changes(history: History, engine: str, before: int, after: int) -> list[str]:
+    """What changed in the engine's configuration between two runs: ``field: old → new``."""
+    a = history.engines[(before, engine)].config
+    b = history.engines[(after, engine)].config
+    return [f"{k}: {_short(a.get(k))} → {_short(b.get(k))}" for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+
+
+def _short(value: Any) -> str:
+    return " | ".join(map(str, value)) if isinstance(value, list) else str(value)
