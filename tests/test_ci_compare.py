@@ -58,6 +58,7 @@ def test_defaults_are_tight_for_deterministic_metrics_and_tolerant_for_wall_time
     assert threshold_for("pipeline.cycles_per_micro_batch", []).spec == "1%"
     assert threshold_for("memory.ipu3.used_pct", []).spec == "+1pp"
     assert threshold_for("memory.tiles_overflowing", []).spec == "0"
+    assert threshold_for("host_io.stream_copy_pct", []).spec == "+5pp"
     assert threshold_for("time.call_wall_seconds", []).spec == "25%"
     rules = [parse_rule("memory.*:5%", "cfg"), parse_rule("memory.ipu0.used_pct:+3pp", "cli")]
     assert threshold_for("memory.ipu0.used_pct", rules).spec == "+3pp"  # last match wins
