@@ -1280,6 +1280,12 @@ def uninstall() -> None:
     """Stop capturing new executors (wrapped ones keep recording and are flushed)."""
     with STATE.lock:
         flush(final=True)
+        for rec in STATE.recorders:
+            # Executors captured (not wrapped) that outlive the capture stop recording: they
+            # would otherwise write into a later capture of the same process (e.g. the next
+            # test's popviz_capture fixture).
+            if rec.explicit_root is None:
+                rec.disabled = True
         if STATE.finder is not None:
             with contextlib.suppress(ValueError):
                 sys.meta_path.remove(STATE.finder)

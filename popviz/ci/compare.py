@@ -59,6 +59,8 @@ class Comparison:
     findings: list[dict[str, Any]] = field(default_factory=list)
     """Findings at or above --fail-on (``check``), each with ``ignored`` true or false."""
     mixed: bool = False
+    base_label: str | None = None
+    """What the base side is when not one run (e.g. the median of a history's last runs)."""
 
     @property
     def regressions(self) -> list[Row]:
@@ -101,7 +103,8 @@ class Comparison:
     def to_dict(self) -> dict[str, Any]:
         return {"schema": 1, "failed": self.failed, "headline": self.headline(),
                 "config_changes": self.config_changes, "only_base": self.only_base, "only_new": self.only_new,
-                "metrics": [r.to_dict() for r in self.rows], "budgets": self.budgets, "findings": self.findings}
+                "metrics": [r.to_dict() for r in self.rows], "budgets": self.budgets, "findings": self.findings,
+                "base_label": self.base_label}
 
 
 def fmt(value: float | None, unit: str) -> str:

@@ -4,25 +4,31 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import IO, Any
 from xml.etree import ElementTree as ET
 
 from popviz.ci.compare import IMPROVED, REGRESSED, Comparison, fmt
 
 MARK = {REGRESSED: "✗ regressed", IMPROVED: "✓ improved"}
+NARROW_COLUMNS = 100
+"""Below this terminal width the console table leaves out the threshold column."""
 
 
 def _verdict(v: str) -> str:
     return MARK.get(v, v)
 
 
-def console(c: Comparison, *, all_rows: bool = False) -> None:
+def console(c: Comparison, *, all_rows: bool = False, file: IO[str] | None = None,
+            width: int | None = None, hints: bool = True) -> None:
+    """Print the comparison (to ``file``, plain text, when given; else stdout)."""
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 
-    con = Console(highlight=False, soft_wrap=False)
+    con = Console(highlight=False, soft_wrap=False, file=file, width=width)
     con.print(escape(c.headline()), style="bold red" if c.failed else "bold green", soft_wrap=True)
+    if c.base_label:
+        con.print(f"base: {escape(c.base_label)}", soft_wrap=True)
     if c.config_changes:
         con.print("configuration changed (explains most metric changes):")
         for ch in c.config_changes:
@@ -32,19 +38,27 @@ def console(c: Comparison, *, all_rows: bool = False) -> None:
         if engines:
             con.print(f"{label}: {escape(', '.join(engines))}")
     rows = c.rows if all_rows else [r for r in c.rows if r.verdict != "="]
-    if rows:
-        t = Table(box=None, header_style="bold", pad_edge=False)
-        for col, just in (("engine", "left"), ("metric", "left"), ("base", "right"), ("new", "right"),
-                          ("change", "right"), ("threshold", "right"), ("verdict", "left")):
-            t.add_column(col, justify=just)
-        for r in rows:
+    for engine in dict.fromkeys(r.engine for r in rows):  # one table per engine: names are not cut
+        mine = [r for r in rows if r.engine == engine]
+        t = Table(title=escape(engine), title_justify="left", title_style="bold", box=None, header_style="bold",
+                  pad_edge=False)
+        wide = con.width >= NARROW_COLUMNS  # narrower: no threshold column (--json and Markdown have it)
+        for col, just in (("metric", "left"), ("base", "right"), ("new", "right"), ("change", "right"),
+                          ("threshold", "right"), ("verdict", "left")):
+            if col == "threshold" and not wide:
+                continue
+            # Only the metric name may wrap (folded, never cut short); numbers and verdicts never do.
+            t.add_column(col, justify=just, no_wrap=col != "metric", overflow="fold")
+        for r in mine:
             style = "red" if r.verdict == REGRESSED else ("green" if r.verdict == IMPROVED else None)
-            t.add_row(escape(r.engine), r.metric, fmt(r.base, r.unit), fmt(r.new, r.unit), r.change, r.threshold,
-                      _verdict(r.verdict), style=style)
+            cells = [r.metric, fmt(r.base, r.unit), fmt(r.new, r.unit), r.change, r.threshold, _verdict(r.verdict)]
+            if not wide:
+                del cells[4]
+            t.add_row(*cells, style=style)
         con.print(t)
     same = sum(r.verdict == "=" for r in c.rows)
     if same and not all_rows:
-        con.print(f"{same} metric(s) unchanged (--all shows them)")
+        con.print(f"{same} metric(s) unchanged" + (" (--all shows them)" if hints else ""))
     if c.budgets:
         t = Table(box=None, header_style="bold", pad_edge=False)
         for col in ("engine", "metric", "value", "budget", "verdict"):
@@ -63,6 +77,8 @@ def markdown(c: Comparison, *, all_rows: bool = False) -> str:
         return str(v).replace("|", "\\|")
 
     lines = [f"### {'❌' if c.failed else '✅'} {esc(c.headline())}", ""]
+    if c.base_label:
+        lines += [f"Base: {esc(c.base_label)}", ""]
     if c.config_changes:
         lines += ["**Configuration changed** (explains most metric changes):", ""]
         lines += [f"- `{esc(ch['engine'])}` {esc(ch['field'])}: {esc(ch['base'])} → {esc(ch['new'])}"
@@ -87,6 +103,15 @@ def markdown(c: Comparison, *, all_rows: bool = False) -> str:
                   f" ({'ignored' if f['ignored'] else 'fails'})" for f in c.findings]
         lines.append("")
     return "\n".join(lines)
+
+
+def text(c: Comparison, *, width: int = 120) -> str:
+    """The console view as plain text (pytest failure messages)."""
+    import io
+
+    buf = io.StringIO()
+    console(c, file=buf, width=width, hints=False)
+    return buf.getvalue().rstrip() + "\n"
 
 
 def as_json(c: Comparison) -> str:

@@ -143,4 +143,9 @@ def _update_all() -> None:
         engine.write()
 
 
-__all__ = ["EngineReport", "claim", "engine_options", "profile_dir", "release"]
+def write_all() -> None:
+    """Update every live engine's report now (popviz's pytest plugin reads them mid-process)."""
+    _update_all()
+
+
+__all__ = ["EngineReport", "claim", "engine_options", "profile_dir", "release", "write_all"]

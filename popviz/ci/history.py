@@ -1,0 +1,297 @@
+"""The history of a project's runs: an embedded SQLite database (stdlib ``sqlite3``, no server)
+that ``popviz history add`` appends a run's metrics to, ``popviz history show`` reads trends from,
+and ``popviz compare --against-history`` takes the median of the last runs from.
+
+The file is safe for concurrent writers (CI jobs appending at once): it is in WAL mode, every
+write is one ``BEGIN IMMEDIATE`` transaction, and a writer waits up to
+:data:`BUSY_TIMEOUT_SECONDS` for another to finish. The schema is versioned with SQLite's
+``user_version``; a newer file is refused with a message saying to upgrade popviz, never altered.
+Schema and guarantees: docs/ci-history.md.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import sqlite3
+import statistics
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+from popviz.ci.baseline import EngineMetrics
+from popviz.errors import CorruptReportError, UnsupportedFormatError, UsageError, shown
+
+FORMAT = "popviz-history"
+SCHEMA_VERSION = 1
+"""Stored in ``PRAGMA user_version``; bumped (with a migration) when the tables change."""
+BUSY_TIMEOUT_SECONDS = 60.0
+"""How long a writer waits for another one before giving up."""
+DEFAULT_LAST = 5
+"""``compare --against-history``: the median of this many most recent runs."""
+SQLITE_MAGIC = b"SQLite format 3\x00"
+T = TypeVar("T")
+
+SCHEMA = """
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE runs (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    label TEXT,
+    added_at TEXT NOT NULL,
+    source TEXT NOT NULL,
+    written_by TEXT NOT NULL
+);
+CREATE TABLE engines (
+    run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+    engine TEXT NOT NULL,
+    name TEXT NOT NULL,
+    instance TEXT,
+    source TEXT NOT NULL,
+    estimated INTEGER NOT NULL,
+    config TEXT NOT NULL,
+    PRIMARY KEY (run_id, engine)
+);
+CREATE TABLE metrics (
+    run_id INTEGER NOT NULL,
+    engine TEXT NOT NULL,
+    metric TEXT NOT NULL,
+    value REAL NOT NULL,
+    PRIMARY KEY (run_id, engine, metric),
+    FOREIGN KEY (run_id, engine) REFERENCES engines(run_id, engine) ON DELETE CASCADE
+);
+CREATE INDEX metrics_by_name ON metrics (engine, metric, run_id);
+"""
+
+
+@dataclass(frozen=True)
+class Run:
+    id: int
+    label: str | None
+    added_at: str
+
+    @property
+    def title(self) -> str:
+        """``#3 (abc123)``, or ``#3``."""
+        return f"#{self.id}" + (f" ({self.label})" if self.label else "")
+
+
+# ------------------------------------------------------------------------------------- opening
+
+def _fail(path: Path, what: str) -> CorruptReportError:
+    return CorruptReportError(f"{shown(path)} {what}; pass a history file written by popviz history add "
+                              "(or a new file name to start one)")
+
+
+def _retry_locked(fn: Callable[[], T], path: Path) -> T:
+    """Run ``fn`` again while SQLite says the database is locked (setting WAL mode takes an
+    exclusive lock that the busy handler does not always wait for)."""
+    deadline = time.monotonic() + BUSY_TIMEOUT_SECONDS
+    while True:
+        try:
+            return fn()
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) and "busy" not in str(exc):
+                raise
+            if time.monotonic() > deadline:
+                raise UsageError(f"{shown(path)} stayed locked by another process for "
+                                 f"{BUSY_TIMEOUT_SECONDS:.0f} s; try again") from None
+            time.sleep(0.05)
+
+
+@contextmanager
+def open_db(path: str | os.PathLike[str], *, create: bool = False) -> Iterator[sqlite3.Connection]:
+    """A connection to the history in ``path`` (created when ``create`` and absent), checked to be
+    a popviz history of a schema this popviz reads. One-line errors for anything else."""
+    p = Path(path)
+    if p.is_dir():
+        raise UsageError(f"{shown(p)} is a directory; --db takes a file (e.g. perf/history.db)")
+    if not p.exists():
+        if not create:
+            raise UsageError(f"{shown(p)} does not exist; start a history with popviz history add REPORT "
+                             f"--db {shown(p)}")
+        if not p.parent.is_dir():
+            raise UsageError(f"{shown(p.parent)} is not a directory; create it first")
+    else:
+        try:
+            with open(p, "rb") as fh:
+                head = fh.read(len(SQLITE_MAGIC))
+        except OSError as exc:
+            raise UsageError(f"{shown(p)}: cannot be read ({exc.strerror})") from None
+        if head and head != SQLITE_MAGIC:
+            raise _fail(p, "is not a SQLite database")
+    try:
+        con = sqlite3.connect(p, timeout=BUSY_TIMEOUT_SECONDS, isolation_level=None)
+    except sqlite3.Error as exc:
+        raise UsageError(f"{shown(p)}: cannot be opened ({exc})") from None
+    try:
+        con.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_SECONDS * 1000)}")
+        mode = _retry_locked(lambda: con.execute("PRAGMA journal_mode = WAL").fetchone()[0], p)
+        if str(mode).lower() != "wal" and create:
+            raise UsageError(f"{shown(p)}: SQLite could not switch it to WAL mode (got {mode!r}); "
+                             "put the history on a local file system")
+        con.execute("PRAGMA foreign_keys = ON")
+        _check_schema(con, p, create)
+        yield con
+    except sqlite3.DatabaseError as exc:
+        if isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc):
+            raise UsageError(f"{shown(p)} stayed locked by another process; try again") from None
+        raise _fail(p, f"cannot be read as a database ({exc})") from None
+    finally:
+        con.close()
+
+
+@contextmanager
+def _transaction(con: sqlite3.Connection, path: Path, *, write: bool) -> Iterator[None]:
+    _retry_locked(lambda: con.execute("BEGIN IMMEDIATE" if write else "BEGIN"), path)
+    try:
+        yield
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+    _retry_locked(lambda: con.execute("COMMIT"), path)
+
+
+def _check_schema(con: sqlite3.Connection, path: Path, create: bool) -> None:
+    with _transaction(con, path, write=create):
+        version = con.execute("PRAGMA user_version").fetchone()[0]
+        if version > SCHEMA_VERSION:
+            from popviz import __version__
+
+            raise UnsupportedFormatError(
+                f"{shown(path)} is a popviz history of schema {version}; this popviz {__version__} reads "
+                f"schema {SCHEMA_VERSION} and older: upgrade popviz (pip install -U popviz)")
+        if version == 0:
+            tables = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+            if tables:
+                raise _fail(path, f"is a SQLite database but not a popviz history (it has table(s) "
+                                  f"{', '.join(sorted(tables)[:5])})")
+            if not create:
+                raise UsageError(f"{shown(path)} holds no runs yet; add one with popviz history add REPORT "
+                                 f"--db {shown(path)}")
+            from popviz import __version__
+
+            # One statement at a time: executescript() would commit the transaction first.
+            for statement in SCHEMA.split(";"):
+                if statement.strip():
+                    con.execute(statement)
+            con.executemany("INSERT INTO meta (key, value) VALUES (?, ?)",
+                            [("format", FORMAT), ("created_by", f"popviz {__version__}")])
+            con.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            return
+        row = con.execute("SELECT value FROM meta WHERE key = 'format'").fetchone() \
+            if _has_table(con, "meta") else None
+        if row is None or row[0] != FORMAT:
+            raise _fail(path, "is a SQLite database but not a popviz history (no format marker)")
+
+
+def _has_table(con: sqlite3.Connection, name: str) -> bool:
+    return con.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)).fetchone() \
+        is not None
+
+
+# -------------------------------------------------------------------------------------- writing
+
+def add(path: str | os.PathLike[str], engines: Sequence[EngineMetrics], *, label: str | None = None,
+        source: str = "") -> Run:
+    """Append one run (its engines' metrics and configurations) to the history; returns it."""
+    from popviz import __version__
+
+    if not engines:
+        raise UsageError(f"{source or 'the run'} has no engine to add")
+    p = Path(path)
+    added_at = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    with open_db(p, create=True) as con, _transaction(con, p, write=True):
+        cur = con.execute("INSERT INTO runs (label, added_at, source, written_by) VALUES (?, ?, ?, ?)",
+                          (label, added_at, source, f"popviz {__version__}"))
+        run_id = int(cur.lastrowid)
+        for e in engines:
+            con.execute("INSERT INTO engines (run_id, engine, name, instance, source, estimated, config) "
+                        "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                        (run_id, e.label, e.name, e.instance, e.source, int(e.estimated),
+                         json.dumps(e.config, sort_keys=True, default=str)))
+            con.executemany("INSERT INTO metrics (run_id, engine, metric, value) VALUES (?, ?, ?, ?)",
+                            [(run_id, e.label, k, float(v)) for k, v in sorted(e.metrics.items())])
+    return Run(run_id, label, added_at)
+
+
+# -------------------------------------------------------------------------------------- reading
+
+@dataclass
+class History:
+    """Everything ``history show`` and ``compare --against-history`` read: runs in the order they
+    were added, and per (engine, metric) the values by run id."""
+
+    path: Path
+    runs: list[Run]
+    engines: dict[tuple[int, str], EngineMetrics]
+    """(run id, engine label) -> that engine's metrics in that run."""
+
+    def series(self) -> dict[tuple[str, str], list[tuple[Run, float]]]:
+        """(engine, metric) -> [(run, value)] in run order."""
+        out: dict[tuple[str, str], list[tuple[Run, float]]] = {}
+        by_id = {r.id: r for r in self.runs}
+        for (run_id, engine), e in sorted(self.engines.items()):
+            for metric, value in e.metrics.items():
+                out.setdefault((engine, metric), []).append((by_id[run_id], value))
+        return out
+
+
+def read(path: str | os.PathLike[str], *, last: int | None = None) -> History:
+    """The history in ``path`` (its ``last`` most recent runs when given)."""
+    p = Path(path)
+    with open_db(p) as con, _transaction(con, p, write=False):
+        query = "SELECT id, label, added_at FROM runs ORDER BY id"
+        rows = con.execute(query).fetchall()
+        if last is not None:
+            rows = rows[-last:] if last > 0 else []
+        runs = [Run(int(i), lab, at) for i, lab, at in rows]
+        if not runs:
+            raise UsageError(f"{shown(p)} holds no runs yet; add one with popviz history add REPORT --db {shown(p)}")
+        first = runs[0].id
+        engines: dict[tuple[int, str], EngineMetrics] = {}
+        for run_id, engine, name, instance, source, estimated, config in con.execute(
+                "SELECT run_id, engine, name, instance, source, estimated, config FROM engines WHERE run_id >= ?",
+                (first,)):
+            try:
+                cfg = json.loads(config)
+            except ValueError:
+                raise _fail(p, f"has a damaged configuration for engine {engine!r} of run #{run_id}") from None
+            engines[(int(run_id), engine)] = EngineMetrics(name=name, instance=instance, source=source,
+                                                           estimated=bool(estimated),
+                                                           config=cfg if isinstance(cfg, dict) else {}, metrics={})
+        for run_id, engine, metric, value in con.execute(
+                "SELECT run_id, engine, metric, value FROM metrics WHERE run_id >= ? ORDER BY run_id, engine, metric",
+                (first,)):
+            e = engines.get((int(run_id), engine))
+            if e is not None and isinstance(value, (int, float)):
+                e.metrics[metric] = float(value)
+    return History(p, runs, engines)
+
+
+def median_side(path: str | os.PathLike[str], last: int = DEFAULT_LAST, *,
+                allow_mixed: bool = False) -> tuple[list[EngineMetrics], list[Run]]:
+    """The base side of ``compare --against-history``: per engine, the median of each metric over
+    the ``last`` most recent runs that have it; the configuration is the most recent run's.
+    Returns the engines and the runs they come from."""
+    if last < 1:
+        raise UsageError(f"--last must be at least 1, got {last}")
+    h = read(path, last=last)
+    by_engine: dict[str, list[EngineMetrics]] = {}
+    for (_run_id, engine), e in sorted(h.engines.items()):
+        by_engine.setdefault(engine, []).append(e)
+    out = []
+    for engine, runs in by_engine.items():
+        newest = runs[-1]
+        if not allow_mixed and any(e.estimated != newest.estimated for e in runs):
+            raise UsageError(f"{shown(h.path)}: engine {engine} is estimated in some of the last {last} runs and "
+                             "measured in others: their numbers are not comparable; pass --allow-mixed to take "
+                             "the median anyway, or --last to look at fewer runs")
+        names = sorted({m for e in runs for m in e.metrics})
+        metrics = {m: float(statistics.median([e.metrics[m] for e in runs if m in e.metrics])) for m in names}
+        out.append(EngineMetrics(name=newest.name, instance=newest.instance, source=newest.source,
+                                 estimated=newest.estimated, config=newest.config, metrics=metrics))
+    return out, h.runs

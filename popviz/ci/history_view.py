@@ -1,0 +1,128 @@
+"""What ``popviz history show`` prints: per metric its trend and the runs where a step change
+happened (console table, Markdown, JSON)."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from popviz.ci.compare import fmt
+from popviz.ci.trend import Step, Trend, sparkline
+
+if TYPE_CHECKING:
+    from popviz.ci.history import Run
+
+HISTORY_SCHEMA = 1
+"""Version of ``history show --json`` output."""
+SPARK_WIDTH = 24
+"""Runs in the trend column (half on a terminal narrower than 100 columns)."""
+HEADLINE_NAMES = 2
+"""Metrics named per run in the first line (the table and the step lines list them all)."""
+
+
+def headline(trends: list[Trend], runs: list[Run]) -> str:
+    """The first line: the runs where a metric stepped the worse way, with how many metrics."""
+    span = f"{len(runs)} run(s), {runs[0].title} to {runs[-1].title}" if runs else "no runs"
+    by_run: dict[int, list[str]] = {}
+    titles: dict[int, str] = {}
+    for t in trends:
+        for s, v in zip(t.steps, t.verdicts, strict=True):
+            if v == "regressed":
+                run = t.runs[s.index]
+                by_run.setdefault(run.id, []).append(f"{t.engine} {t.metric}")
+                titles[run.id] = run.title
+    if not by_run:
+        steps = sum(len(t.steps) for t in trends)
+        return f"popviz history: {span}; {steps} step change(s), none a regression"
+    parts = []
+    for run_id in sorted(by_run):
+        names = by_run[run_id]
+        named = ", ".join(names[:HEADLINE_NAMES]) + (f" and {len(names) - HEADLINE_NAMES} more"
+                                                     if len(names) > HEADLINE_NAMES else "")
+        parts.append(f"at {titles[run_id]} in {len(names)} metric(s): {named}")
+    return f"popviz history: {span}; step regression " + "; ".join(parts)
+
+
+def _step_lines(t: Trend) -> list[str]:
+    return [f"{t.runs[s.index].title}: {fmt(s.before, t.unit)} → {fmt(s.after, t.unit)} "
+            f"({_change(t, s)}) {v}" for s, v in zip(t.steps, t.verdicts, strict=True)]
+
+
+def config_changes(trends: list[Trend]) -> list[str]:
+    """``engine at #N (label): field: old → new; ...`` once per engine and run where a metric
+    stepped and the configuration changed too (it explains most steps)."""
+    seen: dict[tuple[str, int], str] = {}
+    for t in trends:
+        for s, c in zip(t.steps, t.config_changes, strict=True):
+            run = t.runs[s.index]
+            if c and (t.engine, run.id) not in seen:
+                seen[(t.engine, run.id)] = f"{t.engine} at {run.title}: {'; '.join(c)}"
+    return [seen[k] for k in sorted(seen, key=lambda k: (k[1], k[0]))]
+
+
+def _change(t: Trend, s: Step) -> str:
+    from popviz.ci.trend import change
+
+    return change(s.before, s.after, t.unit)
+
+
+def console(trends: list[Trend], runs: list[Run], *, all_rows: bool = False) -> None:
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    con = Console(highlight=False, soft_wrap=False)
+    con.print(escape(headline(trends, runs)), soft_wrap=True,
+              style="bold red" if any("regressed" in t.verdicts for t in trends) else "bold")
+    shown_ = trends if all_rows else [t for t in trends if t.steps or len(set(t.values)) > 1]
+    spark = SPARK_WIDTH if con.width >= 100 else SPARK_WIDTH // 2
+    for engine in dict.fromkeys(t.engine for t in shown_):  # one table per engine: fits 80 columns
+        rows = [t for t in shown_ if t.engine == engine]
+        table = Table(title=escape(engine), title_justify="left", title_style="bold", box=None,
+                      header_style="bold", pad_edge=False)
+        for col, just in (("metric", "left"), ("runs", "right"), ("last", "right"), ("trend", "left"),
+                          ("steps", "right")):
+            table.add_column(col, justify=just, no_wrap=col != "metric", overflow="fold",
+                             min_width=max(len(t.metric) for t in rows) if col == "metric" else None)
+        for t in rows:
+            table.add_row(t.metric, str(len(t.values)), fmt(t.values[-1], t.unit), sparkline(t.values, spark),
+                          str(len(t.steps)), style="red" if "regressed" in t.verdicts else None)
+        con.print(table)
+    flat = len(trends) - len(shown_)
+    if flat:
+        con.print(f"{flat} metric(s) never changed (--all shows them)")
+    changed = config_changes(trends)
+    if changed:
+        con.print("configuration changed where metrics stepped (explains most steps):")
+        for line in changed:
+            con.print(f"  {escape(line)}", soft_wrap=True)
+    stepped = [t for t in trends if t.steps]
+    if stepped:
+        con.print("step changes:")
+        for t in stepped:
+            for line in _step_lines(t):
+                con.print(f"  {escape(t.engine)} {t.metric} at {escape(line)}", soft_wrap=True)
+
+
+def markdown(trends: list[Trend], runs: list[Run], *, all_rows: bool = False) -> str:
+    def esc(v: Any) -> str:
+        return str(v).replace("|", "\\|")
+
+    lines = [f"### {esc(headline(trends, runs))}", ""]
+    changed = config_changes(trends)
+    if changed:
+        lines += ["**Configuration changed where metrics stepped** (explains most steps):", ""]
+        lines += [f"- {esc(line)}" for line in changed] + [""]
+    shown_ = trends if all_rows else [t for t in trends if t.steps or len(set(t.values)) > 1]
+    if shown_:
+        lines += ["| engine | metric | runs | last | trend | step changes |", "|---|---|---:|---:|---|---|"]
+        lines += [f"| {esc(t.engine)} | `{t.metric}` | {len(t.values)} | {fmt(t.values[-1], t.unit)} | "
+                  f"{sparkline(t.values)} | {esc('; '.join(_step_lines(t)))} |" for t in shown_]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def as_json(trends: list[Trend], runs: list[Run], db: str) -> str:
+    return json.dumps({"schema": HISTORY_SCHEMA, "db": db, "headline": headline(trends, runs),
+                       "runs": [{"id": r.id, "label": r.label, "added_at": r.added_at} for r in runs],
+                       "metrics": [t.to_dict() for t in trends]}, indent=2)

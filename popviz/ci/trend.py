@@ -1,0 +1,138 @@
+"""Step changes in a metric's history, asv-style: the runs where the level of a series changed.
+
+The series is read in run order as segments of constant level. A segment's level is the median
+of its runs (so one odd run does not move it). A new segment — a step — starts at a run when that
+run, and the ``min_size - 1`` runs after it, all differ from the current level by more than the
+metric's comparison threshold (the same thresholds as ``popviz compare``), on the same side.
+Deterministic metrics (cycles, bytes: the same program gives the same figure) use ``min_size``
+1, so any run can be a step, the newest included; noisy ones (wall times) need
+:data:`NOISY_MIN_RUNS` runs in a row beyond the threshold, so a single slow run is not a step.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from popviz.ci.history import History, Run
+    from popviz.ci.thresholds import Rule
+
+NOISY_MIN_RUNS = 3
+"""Runs needed on each side of a step in a non-deterministic metric."""
+SPARK = "▁▂▃▄▅▆▇█"
+
+
+@dataclass(frozen=True)
+class Step:
+    index: int
+    """Position in the series of the first value of the new level."""
+    before: float
+    """Median of the segment before the step."""
+    after: float
+    """Median of the segment from the step on."""
+
+
+def find_steps(values: Sequence[float], differs: Callable[[float, float], bool], min_size: int = 1) -> list[Step]:
+    """The step changes in ``values`` (in order). ``differs(a, b)`` says whether two levels differ by
+    more than the threshold; a step needs ``min_size`` runs in a row beyond it."""
+    values = [float(v) for v in values]
+    min_size = max(1, int(min_size))
+    cuts: list[int] = []
+    start = 0
+    for i in range(1, len(values) - min_size + 1):
+        level = statistics.median(values[start:i])
+        window = values[i:i + min_size]
+        if all(differs(level, v) for v in window) and (all(v > level for v in window)
+                                                        or all(v < level for v in window)):
+            cuts.append(i)
+            start = i
+    bounds = [0, *cuts, len(values)]
+    return [Step(cut, statistics.median(values[bounds[k]:cut]), statistics.median(values[cut:bounds[k + 2]]))
+            for k, cut in enumerate(cuts)]
+
+
+def sparkline(values: Sequence[float], width: int = 24) -> str:
+    """The last ``width`` values as block characters, lowest to highest."""
+    tail = [float(v) for v in values][-width:]
+    if not tail:
+        return ""
+    lo, hi = min(tail), max(tail)
+    if hi == lo:
+        return SPARK[0] * len(tail)
+    return "".join(SPARK[min(len(SPARK) - 1, int((v - lo) / (hi - lo) * len(SPARK)))] for v in tail)
+
+
+# ------------------------------------------------------------------------ trends of a history
+
+@dataclass
+class Trend:
+    engine: str
+    metric: str
+    unit: str
+    runs: list[Run]
+    values: list[float]
+    steps: list[Step]
+    verdicts: list[str]
+    """Per step: ``regressed`` or ``improved`` (the metric's direction)."""
+    threshold: str
+    config_changes: list[list[str]]
+    """Per step: the configuration fields that changed at that run (``device_iterations: 10 → 4``)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"engine": self.engine, "metric": self.metric, "unit": self.unit, "threshold": self.threshold,
+                "values": [{"run": r.id, "label": r.label, "value": v} for r, v in zip(self.runs, self.values, strict=True)],
+                "steps": [{"run": self.runs[s.index].id, "label": self.runs[s.index].label, "before": s.before,
+                           "after": s.after, "change": change(s.before, s.after, self.unit), "verdict": v,
+                           "config_changes": c}
+                          for s, v, c in zip(self.steps, self.verdicts, self.config_changes, strict=True)]}
+
+
+def change(before: float, after: float, unit: str) -> str:
+    """``+2.50pp`` for percentages, ``+12.00%`` otherwise (as compare shows it)."""
+    from popviz.ci.compare import Row
+
+    return Row("", "", unit, before, after, "", "").change
+
+
+def trends(history: History, rules: Sequence[Rule] = (), patterns: Sequence[str] = ()) -> list[Trend]:
+    """One Trend per (engine, metric) of ``history`` whose metric matches one of ``patterns`` (all
+    when empty), in the order compare lists metrics."""
+    import fnmatch
+
+    from popviz.ci.compare import _metric_order
+    from popviz.ci.metrics import HIGHER_IS_WORSE, definition
+    from popviz.ci.thresholds import threshold_for
+
+    out = []
+    series = history.series()
+    for (engine, metric) in sorted(series, key=lambda k: (k[0], _metric_order(k[1]))):
+        if patterns and not any(fnmatch.fnmatchcase(metric, p) for p in patterns):
+            continue
+        try:
+            d = definition(metric)
+        except KeyError:
+            continue  # a metric this popviz does not know (added by a newer one)
+        t = threshold_for(metric, list(rules))
+        points = series[(engine, metric)]
+        values = [v for _, v in points]
+        steps = find_steps(values, lambda a, b, t=t: t.exceeded(a, b), 1 if d.deterministic else NOISY_MIN_RUNS)
+        verdicts = ["regressed" if (s.after > s.before) == (d.direction == HIGHER_IS_WORSE) else "improved"
+                    for s in steps]
+        runs = [r for r, _ in points]
+        changed = [_config_changes(history, engine, runs[s.index - 1].id, runs[s.index].id) for s in steps]
+        out.append(Trend(engine, metric, d.unit, runs, values, steps, verdicts, t.spec, changed))
+    return out
+
+
+def _config_changes(history: History, engine: str, before: int, after: int) -> list[str]:
+    """What changed in the engine's configuration between two runs: ``field: old → new``."""
+    a = history.engines[(before, engine)].config
+    b = history.engines[(after, engine)].config
+    return [f"{k}: {_short(a.get(k))} → {_short(b.get(k))}" for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+
+
+def _short(value: Any) -> str:
+    return " | ".join(map(str, value)) if isinstance(value, list) else str(value)

@@ -1,0 +1,111 @@
+"""Keep a history of runs in a SQLite file and show each metric's trend (for CI).
+
+  popviz history add REPORT --db FILE [--label COMMIT]
+      append a run's metrics (FILE is created when absent)
+  popviz history show --db FILE [METRIC ...]
+      the trend per metric, with the runs where it stepped
+
+REPORT is a report directory, an engine directory, a bundle or a baseline file. The database is
+an ordinary SQLite file (versioned schema, WAL mode, safe for CI jobs appending at once).
+`history show` flags the run where a metric's level stepped by more than its compare threshold
+(--fail and [tool.popviz] fail change them). `popviz compare --against-history FILE NEW` compares
+a run with the median of the last runs. Exit codes: 0 done, 2 bad input. docs/ci-history.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+NAME = "history"
+HELP = "record runs in a SQLite history and show each metric's trend"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    sub = p.add_subparsers(dest="action", metavar="ACTION", parser_class=type(p))
+    add = sub.add_parser("add", help="append REPORT's metrics to the history in --db FILE",
+                         description="Append a run's metrics (every engine) to a history database; the "
+                         "file is created when absent.")
+    add.add_argument("report", metavar="REPORT", help="report directory, engine directory, bundle or baseline file")
+    add.add_argument("--db", metavar="FILE", required=True, help="the history database (SQLite)")
+    add.add_argument("--label", metavar="TEXT", help="what the run is, e.g. the commit (git rev-parse --short HEAD)")
+    show = sub.add_parser("show", help="print each metric's trend and the runs where it stepped",
+                          description="Print each metric's trend over the runs in --db FILE and flag the run "
+                          "where its level changed by more than its compare threshold.")
+    show.add_argument("metrics", metavar="METRIC", nargs="*",
+                      help="metric names or globs (memory.*); all by default")
+    show.add_argument("--db", metavar="FILE", required=True, help="the history database (SQLite)")
+    show.add_argument("--last", metavar="N", type=int, default=100, help="look at the N most recent runs (100)")
+    show.add_argument("--fail", metavar="METRIC:SPEC", action="append", default=[],
+                      help="step threshold for matching metrics, as in popviz compare (repeatable)")
+    show.add_argument("--config", metavar="FILE", help="TOML with [tool.popviz] fail (default: ./pyproject.toml)")
+    show.add_argument("--all", action="store_true", help="list metrics that never changed too")
+    fmt = show.add_mutually_exclusive_group()
+    fmt.add_argument("--json", action="store_true", help="print the trends as JSON")
+    fmt.add_argument("--markdown", action="store_true", help="print the trends as Markdown")
+
+
+def run(args: argparse.Namespace) -> int:
+    from popviz.errors import UsageError
+
+    if args.action == "add":
+        return _add(args)
+    if args.action == "show":
+        return _show(args)
+    raise UsageError("popviz history needs an action: popviz history add REPORT --db FILE, or "
+                     "popviz history show --db FILE")
+
+
+def _add(args: argparse.Namespace) -> int:
+    from popviz.ci import history
+    from popviz.ci.baseline import load_side
+    from popviz.errors import shown
+    from popviz.ui import status
+
+    _precheck(args.db)
+    with status(f"reading {args.report}"):
+        engines = load_side(args.report)
+    run = history.add(args.db, engines, label=args.label, source=str(args.report))
+    count = sum(len(e.metrics) for e in engines)
+    print(f"popviz: added run {run.title} to {shown(args.db)}: {len(engines)} engine(s), {count} metric(s)",
+          file=sys.stderr)
+    return 0
+
+
+def _precheck(db: str) -> None:
+    """Refuse a --db that is not a history, or cannot be created, before the (slow) analysis."""
+    from pathlib import Path
+
+    from popviz.ci import history
+    from popviz.errors import UsageError, shown
+
+    p = Path(db)
+    if p.exists():
+        with history.open_db(p, create=True):
+            pass
+    elif not p.parent.is_dir():
+        raise UsageError(f"{shown(p.parent)} is not a directory; create it first")
+
+
+def _show(args: argparse.Namespace) -> int:
+    from popviz.ci import history, history_view
+    from popviz.ci.thresholds import load_config, parse_rule
+    from popviz.ci.trend import trends
+    from popviz.errors import UsageError, shown
+
+    if args.last < 2:
+        raise UsageError(f"--last must be at least 2 (a trend needs two runs), got {args.last}")
+    config = load_config(args.config)
+    rules = [*config.fail, *(parse_rule(r, "--fail") for r in args.fail)]
+    h = history.read(args.db, last=args.last)
+    found = trends(h, rules, args.metrics)
+    if args.metrics and not found:
+        raise UsageError(f"no metric in {shown(args.db)} matches {', '.join(args.metrics)}; "
+                         "docs/ci.md lists the names (e.g. pipeline.imbalance_ratio, memory.*)")
+    if args.json:
+        sys.stdout.write(history_view.as_json(found, h.runs, shown(args.db)) + "\n")
+    elif args.markdown:
+        sys.stdout.write(history_view.markdown(found, h.runs, all_rows=args.all))
+    else:
+        history_view.console(found, h.runs, all_rows=args.all)
+    return 0

@@ -1,0 +1,265 @@
+"""popviz history add / show and compare --against-history: the SQLite history (schema, WAL,
+concurrent writers, refusals), step detection, and the CLI on real bundles."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from popviz import testing
+from popviz.ci import history
+from popviz.ci.baseline import EngineMetrics
+from popviz.ci.thresholds import parse_rule, parse_threshold
+from popviz.ci.trend import find_steps, sparkline, trends
+from popviz.errors import CorruptReportError, UnsupportedFormatError, UsageError
+from popviz.sources.bundle import write_bundle
+
+from conftest import ROOT, assert_one_line_error, run_cli
+
+
+def engine(cycles: float, used: float = 1000.0, name: str = "training", estimated: bool = False,
+           wall: float | None = None, **config) -> EngineMetrics:
+    metrics = {"pipeline.cycles_per_micro_batch": cycles, "memory.ipu0.used_bytes": used}
+    if wall is not None:
+        metrics["time.call_wall_seconds"] = wall
+    return EngineMetrics(name=name, instance=None, source="pva", estimated=estimated,
+                         config={"device_iterations": 4, **config}, metrics=metrics)
+
+
+# --------------------------------------------------------------------------- the database
+
+def test_add_and_read_back_exact_values(tmp_path):
+    db = tmp_path / "h.db"
+    first = history.add(db, [engine(1000.0)], label="abc123", source="runs/a")
+    second = history.add(db, [engine(1010.5, used=2048.0), engine(7.0, name="inference")])
+    assert (first.id, first.label, second.id, second.label) == (1, "abc123", 2, None)
+    assert (first.title, second.title) == ("#1 (abc123)", "#2")
+    h = history.read(db)
+    assert [r.id for r in h.runs] == [1, 2]
+    assert h.engines[(2, "training")].metrics == {"pipeline.cycles_per_micro_batch": 1010.5,
+                                                  "memory.ipu0.used_bytes": 2048.0}
+    assert h.engines[(2, "training")].config == {"device_iterations": 4}
+    assert h.engines[(2, "inference")].metrics["pipeline.cycles_per_micro_batch"] == 7.0
+    series = h.series()
+    assert [(r.id, v) for r, v in series[("training", "pipeline.cycles_per_micro_batch")]] == [(1, 1000.0), (2, 1010.5)]
+    assert [r.id for r in history.read(db, last=1).runs] == [2]
+
+
+def test_schema_is_versioned_and_in_wal_mode(tmp_path):
+    db = tmp_path / "h.db"
+    history.add(db, [engine(1.0)])
+    con = sqlite3.connect(db)
+    assert con.execute("PRAGMA user_version").fetchone()[0] == history.SCHEMA_VERSION == 1
+    assert con.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert dict(con.execute("SELECT key, value FROM meta"))["format"] == "popviz-history"
+    assert sorted(r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")) == [
+        "engines", "meta", "metrics", "runs", "sqlite_sequence"]
+    con.execute("PRAGMA user_version = 2")
+    con.close()
+    with pytest.raises(UnsupportedFormatError, match="schema 2; this popviz 0.1.0 reads schema 1 and older: upgrade"):
+        history.read(db)
+
+
+def test_refusals_leave_the_file_alone(tmp_path):
+    text = tmp_path / "notes.db"
+    text.write_text("not a database\n")
+    with pytest.raises(CorruptReportError, match="notes.db is not a SQLite database"):
+        history.add(text, [engine(1.0)])
+    assert text.read_text() == "not a database\n"
+    other = tmp_path / "other.db"
+    con = sqlite3.connect(other)
+    con.execute("CREATE TABLE users (name TEXT)")
+    con.commit()
+    con.close()
+    with pytest.raises(CorruptReportError, match=r"is a SQLite database but not a popviz history \(it has table"):
+        history.add(other, [engine(1.0)])
+    assert sqlite3.connect(other).execute("SELECT name FROM sqlite_master").fetchall() == [("users",)]
+    with pytest.raises(UsageError, match="does not exist; start a history with popviz history add"):
+        history.read(tmp_path / "missing.db")
+    assert not (tmp_path / "missing.db").exists()
+    with pytest.raises(UsageError, match="is a directory"):
+        history.add(tmp_path, [engine(1.0)])
+
+
+WRITER = textwrap.dedent("""
+    import sys, time
+    from pathlib import Path
+    from popviz.ci import history
+    from popviz.ci.baseline import EngineMetrics
+
+    db, who, go = sys.argv[1], sys.argv[2], Path(sys.argv[3])
+    while not go.exists():
+        time.sleep(0.005)
+    for i in range(40):
+        metrics = {f"memory.ipu{k}.used_bytes": float(1000 * k + i) for k in range(16)}
+        history.add(db, [EngineMetrics("training", None, "pva", False, {"writer": who}, metrics)], label=f"{who}-{i}")
+    print("done")
+""")
+
+
+def test_two_processes_appending_at_once(tmp_path):
+    db, go = tmp_path / "h.db", tmp_path / "go"
+    procs = [subprocess.Popen([sys.executable, "-c", WRITER, str(db), who, str(go)], cwd=ROOT,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for who in ("a", "b")]
+    go.touch()  # both start together on a database that does not exist yet
+    results = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], results
+    h = history.read(db)
+    assert len(h.runs) == 80 and [r.id for r in h.runs] == list(range(1, 81))
+    labels = {r.label for r in h.runs}
+    assert labels == {f"{w}-{i}" for w in "ab" for i in range(40)}
+    for run in h.runs:  # every run is whole: its engine and all 16 metrics
+        e = h.engines[(run.id, "training")]
+        i = int(run.label.split("-")[1])
+        assert e.config == {"writer": run.label[0]}
+        assert e.metrics == {f"memory.ipu{k}.used_bytes": float(1000 * k + i) for k in range(16)}
+
+
+# ------------------------------------------------------------------------------- steps
+
+def test_deterministic_steps_at_any_run_including_the_newest():
+    differs = parse_threshold("1%").exceeded
+    steps = find_steps([100, 100, 100.5, 120, 120, 100], differs)
+    assert [(s.index, s.before, s.after) for s in steps] == [(3, 100, 120), (5, 120, 100)]
+    assert find_steps([100, 100.9, 100.2, 99.5], differs) == []  # all within 1%
+
+
+def test_noisy_metrics_need_three_runs_beyond_the_threshold():
+    differs = parse_threshold("25%").exceeded
+    assert find_steps([1.0, 1.1, 2.5, 1.0, 0.9, 1.05], differs, min_size=3) == []  # one slow run
+    [step] = find_steps([1.0, 1.1, 0.9, 1.0, 2.0, 2.1, 1.9, 2.0], differs, min_size=3)
+    assert (step.index, step.before, step.after) == (4, 1.0, 2.0)
+    assert find_steps([1.0, 1.0, 2.0, 2.0], differs, min_size=3) == []  # not yet confirmed
+
+
+def test_sparkline():
+    assert sparkline([1, 2, 3, 4, 5, 6, 7, 8]) == "▁▂▃▄▅▆▇█"
+    assert sparkline([5, 5, 5]) == "▁▁▁"
+    assert sparkline(range(100), width=4) == "▁▃▆█"  # 96..99
+
+
+def test_trends_use_compare_thresholds_and_directions(tmp_path):
+    db = tmp_path / "h.db"
+    for cycles, used, d in ((1000, 1000, 4), (1000, 1000, 4), (1200, 1000, 8), (1200, 900, 8)):
+        history.add(db, [engine(cycles, used, wall=1.0, device_iterations=d)])
+    h = history.read(db)
+    by = {t.metric: t for t in trends(h)}
+    cyc = by["pipeline.cycles_per_micro_batch"]
+    assert ([(cyc.runs[s.index].id, s.before, s.after) for s in cyc.steps], cyc.verdicts) == ([(3, 1000, 1200)],
+                                                                                             ["regressed"])
+    mem = by["memory.ipu0.used_bytes"]
+    assert ([mem.runs[s.index].id for s in mem.steps], mem.verdicts) == ([4], ["improved"])
+    # the configuration change at run 3 is named with the step it explains; none at run 4
+    assert (cyc.config_changes, mem.config_changes) == ([["device_iterations: 4 → 8"]], [[]])
+    assert cyc.to_dict()["steps"][0]["config_changes"] == ["device_iterations: 4 → 8"]
+    from popviz.ci.history_view import config_changes
+
+    assert config_changes(list(by.values())) == ["training at #3: device_iterations: 4 → 8"]
+    assert by["time.call_wall_seconds"].steps == []
+    # a looser threshold (as --fail gives) removes the memory step; patterns select metrics
+    loose = trends(h, [parse_rule("memory.*:20%", "--fail")], ["memory.*"])
+    assert [(t.metric, t.steps) for t in loose] == [("memory.ipu0.used_bytes", [])]
+
+
+# ------------------------------------------------------------------------------- the CLI
+
+TIMING = dict(name="training", mode="training", gradient_accumulation=16, device_iterations=2)
+
+
+@pytest.fixture(scope="module")
+def bundles(tmp_path_factory):
+    root = tmp_path_factory.mktemp("hist")
+    out = {}
+    for name, stages in (("base", [1000, 1000]), ("slow", [1000, 1400]), ("fast", [900, 900])):
+        report = testing.pipeline_report(stages, **TIMING)
+        write_bundle(report, root / name / report.name)
+        out[name] = root / name
+    return out
+
+
+def test_cli_add_show_and_compare_against_history(bundles, tmp_path):
+    from popviz.ci.baseline import from_reports
+
+    db = tmp_path / "perf.db"
+    base = from_reports(bundles["base"])
+    for label in ("c1", "c2", "c3"):
+        history.add(db, base, label=label)
+    proc = run_cli("history", "add", str(bundles["slow"]), "--db", "perf.db", "--label", "c4", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == "popviz: added run #4 (c4) to perf.db: 1 engine(s), 17 metric(s)\n"
+    show = run_cli("history", "show", "--db", str(db), "pipeline.*")
+    assert show.returncode == 0, show.stderr
+    first = show.stdout.splitlines()[0]
+    assert first == ("popviz history: 4 run(s), #1 (c1) to #4 (c4); step regression at #4 (c4) in 3 metric(s): "
+                     "training pipeline.cycles_per_micro_batch, training pipeline.stage1.cycles_per_micro_batch "
+                     "and 1 more"), first
+    assert [line.rstrip() for line in show.stdout.splitlines()[1:3]] == ["training", "metric                                  runs     last  "
+                                             "trend  steps"]
+    # testing.pipeline_report: forward 1000 cycles -> 3031.25 per micro-batch (backward, exchange)
+    assert "training pipeline.cycles_per_micro_batch at #4 (c4): 3,031 → 4,244 (+40.00%) regressed" in show.stdout
+    doc = json.loads(run_cli("history", "show", "--db", str(db), "pipeline.cycles_per_micro_batch", "--json").stdout)
+    [metric] = doc["metrics"]
+    assert [v["value"] for v in metric["values"]] == [3031.25, 3031.25, 3031.25, 4243.75]
+    assert metric["steps"] == [{"run": 4, "label": "c4", "before": 3031.25, "after": 4243.75, "change": "+40.00%",
+                                "verdict": "regressed", "config_changes": []}]
+    md = run_cli("history", "show", "--db", str(db), "pipeline.cycles_per_micro_batch", "--markdown").stdout
+    assert "| training | `pipeline.cycles_per_micro_batch` | 4 | 4,244 | ▁▁▁█ | #4 (c4): 3,031 → 4,244 (+40.00%) " \
+           "regressed |" in md
+    # the median of the last 5 runs is the base level: the slow run regresses, the fast one improves
+    slow = run_cli("compare", "--against-history", "perf.db", str(bundles["slow"]), cwd=tmp_path)
+    assert slow.returncode == 1
+    assert slow.stdout.startswith("popviz: FAIL: regression in training pipeline.cycles_per_micro_batch "
+                                  "(3,031 → 4,244, +40.00%)")
+    # (less compute: the stream copies' share grows, 73.99% -> 75.67%, utilisation falls 21.64% -> 19.92%)
+    assert slow.stdout.splitlines()[1] == "base: the median of the last 4 run(s) in perf.db (#1 (c1) to #4 (c4))"
+    fast = run_cli("compare", "--against-history", str(db), str(bundles["fast"]),
+                   "--fail", "host_io.stream_copy_pct:+5pp", "--fail", "pipeline.utilisation_pct:+5pp")
+    assert fast.returncode == 0 and "improved" in fast.stdout
+    # the last run alone is the slow one
+    assert run_cli("compare", "--against-history", str(db), "--last", "1", str(bundles["slow"])).returncode == 0
+
+
+def test_cli_bad_input_is_one_line(bundles, tmp_path):
+    text = tmp_path / "notes.db"
+    text.write_text("hello\n")
+    assert_one_line_error(run_cli("history", "add", str(bundles["base"]), "--db", str(text)),
+                          "notes.db is not a SQLite database")
+    assert text.read_text() == "hello\n"
+    assert_one_line_error(run_cli("history", "show", "--db", str(tmp_path / "none.db")),
+                          "none.db does not exist; start a history with popviz history add")
+    db = tmp_path / "h.db"
+    history.add(db, [engine(1.0)])
+    assert_one_line_error(run_cli("history", "show", "--db", str(db), "nosuch.*"), "no metric in", "nosuch.*")
+    assert_one_line_error(run_cli("compare", "--against-history", str(db), str(bundles["base"]), str(bundles["slow"])),
+                          "with --against-history, pass only the run to check")
+    assert_one_line_error(run_cli("compare", str(bundles["base"]), str(bundles["slow"]), "--last", "3"),
+                          "--last goes with --against-history")
+    assert_one_line_error(run_cli("history", "--db", str(db)), "error")
+
+
+def test_against_history_refuses_mixed_provenance(tmp_path):
+    db = tmp_path / "h.db"
+    history.add(db, [engine(1000.0, estimated=True)])
+    history.add(db, [engine(1000.0)])
+    with pytest.raises(UsageError, match="engine training is estimated in some of the last 5 runs and measured in "
+                                         "others: their numbers are not comparable; pass --allow-mixed"):
+        history.median_side(db)
+    [side], runs = history.median_side(db, allow_mixed=True)
+    assert (side.estimated, [r.id for r in runs]) == (False, [1, 2])
+    [side], _ = history.median_side(db, last=1)
+    assert side.metrics == {"pipeline.cycles_per_micro_batch": 1000.0, "memory.ipu0.used_bytes": 1000.0}
+
+
+def test_median_of_the_last_runs(tmp_path):
+    db = tmp_path / "h.db"
+    for cycles in (5000, 1000, 1010, 990, 2000, 1005):
+        history.add(db, [engine(float(cycles), wall=cycles / 1000)])
+    [side], runs = history.median_side(db, last=5)
+    assert [r.id for r in runs] == [2, 3, 4, 5, 6]
+    assert side.metrics["pipeline.cycles_per_micro_batch"] == 1005.0
+    assert side.metrics["time.call_wall_seconds"] == 1.005
