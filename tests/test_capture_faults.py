@@ -41,6 +41,19 @@ def record(tmp_path: Path) -> dict:
     return json.loads((tmp_path / "out" / "popviz-run.json").read_text())
 
 
+def signal_and_wait(proc, sig: int) -> None:
+    """Send ``sig`` to popviz once the child is ready, wait for the capture to end (killing the
+    group if it hangs), and drain its output."""
+    try:
+        wait_ready(proc)
+        os.kill(proc.pid, sig)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate(timeout=30)
+
+
 def test_killed_popviz_reads_as_interrupted_and_its_temp_dir_is_cleaned(tmp_path):
     proc = start_capture(tmp_path, WRITE_ENGINE_THEN_WAIT)
     try:
@@ -75,14 +88,7 @@ def test_a_child_ignoring_sigint_is_escalated_to_sigterm(tmp_path):
     code = ("import signal, time; signal.signal(signal.SIGINT, signal.SIG_IGN); "
             "print('ready', flush=True); time.sleep(120)")
     proc = start_capture(tmp_path, code, env={"POPVIZ_SIGNAL_GRACE_SECONDS": "0.5"})
-    try:
-        wait_ready(proc)
-        os.kill(proc.pid, signal.SIGINT)
-        proc.wait(timeout=60)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate(timeout=30)
+    signal_and_wait(proc, signal.SIGINT)
     assert proc.returncode == 128 + signal.SIGTERM
     run = record(tmp_path)
     assert (run["status"], run["signal"]) == ("killed", "SIGTERM")
@@ -94,14 +100,7 @@ def test_a_child_ignoring_sigint_and_sigterm_is_killed(tmp_path):
     code = ("import signal, time; signal.signal(signal.SIGINT, signal.SIG_IGN); "
             "signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ready', flush=True); time.sleep(120)")
     proc = start_capture(tmp_path, code, env={"POPVIZ_SIGNAL_GRACE_SECONDS": "0.5"})
-    try:
-        wait_ready(proc)
-        os.kill(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=60)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate(timeout=30)
+    signal_and_wait(proc, signal.SIGTERM)
     assert proc.returncode == 128 + signal.SIGKILL
     run = record(tmp_path)
     assert (run["status"], run["signal"]) == ("killed", "SIGKILL")
@@ -136,14 +135,7 @@ def test_sigterm_leaves_a_current_manifest(tmp_path):
         "print('ready', flush=True)\n"
         "import time; time.sleep(120)\n")
     proc = start_capture(tmp_path, code, env={**FAKE_ENV, "POPVIZ_SIGNAL_GRACE_SECONDS": "30"})
-    try:
-        wait_ready(proc)
-        os.kill(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=60)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate(timeout=30)
+    signal_and_wait(proc, signal.SIGTERM)
     assert proc.returncode == 128 + signal.SIGTERM
     run = record(tmp_path)
     assert (run["status"], run["signal"], run["signals_forwarded"]) == ("killed", "SIGTERM", ["SIGTERM"])
