@@ -10,55 +10,22 @@ if TYPE_CHECKING:
 
     from popviz.model import Report
 
+from popviz import frames
+from popviz.frames import TIMELINE_CATEGORIES
 from popviz.plot._style import (
     MAX_BARS_PER_IPU,
     PALETTE,
-    TIMELINE_CATEGORIES,
-    PlotDataError,
-    _category,
     _cycle_axis,
+    _data,
     _figure,
     _legend,
-    _need,
     _title,
 )
 
 
 def steps_frame(report: Report, run: int | None = None):
-    """One executor call's steps with ``start_cycle`` filled (steps without one follow the
-    previous step on their IPU), ``end_cycle`` and the timeline ``category``."""
-    import numpy as np
-
-    from popviz.analysis._common import call_runs, run_cycles
-
-    execution = _need(report, "execution", "timeline", "an out-of-memory compile never runs")
-    if run is None:
-        runs = call_runs(run_cycles(execution))
-        if not runs:
-            raise PlotDataError(f"timeline: engine '{report.label}' has no run with on-tile compute")
-        run = runs[0]
-    steps = execution.steps
-    s = steps[steps["run"] == run]
-    if s.empty:
-        raise PlotDataError(f"timeline: engine '{report.label}' has no steps in run {run}")
-    s = s.sort_values(["ipu", "step"], kind="stable")
-    cycles = s["cycles"].to_numpy(dtype="int64")
-    start = s["start_cycle"].to_numpy(dtype="float64", na_value=np.nan)
-    if np.isnan(start).any():  # lay out steps without a start one after another per IPU
-        ipu = s["ipu"].to_numpy()
-        cum = np.cumsum(cycles)
-        first = np.r_[True, ipu[1:] != ipu[:-1]]
-        base = np.maximum.accumulate(np.where(first, np.arange(len(ipu)), 0))
-        offset = cum - cycles - (cum[base] - cycles[base])
-        start = np.where(np.isnan(start), offset, start)
-    programs = s["program"].astype("str").to_numpy()
-    types = s["program_type"].astype("str").to_numpy()
-    pairs = {(p, t): _category(p, t) for p, t in set(zip(programs, types, strict=True))}
-    out = s[["ipu", "program", "program_type", "cycles"]].copy()
-    out["start_cycle"] = start.astype("int64")
-    out["end_cycle"] = out["start_cycle"] + cycles
-    out["category"] = [pairs[(p, t)] for p, t in zip(programs, types, strict=True)]
-    return out.reset_index(drop=True)
+    """One executor call's steps laid out in time (``Report.steps()``; see ``popviz.frames.steps``)."""
+    return _data("timeline", frames.steps, report, run)
 
 
 def _bars(start, end, cat_codes, n_categories: int, max_bars: int):
@@ -125,37 +92,12 @@ def timeline(report: Report, ax: Axes | None = None, *, run: int | None = None) 
     return fig
 
 
-BREAKDOWN_PARTS = ("compute", "exchange", "sync / idle", "host copy")
+BREAKDOWN_PARTS = frames.SHARE_PARTS
 
 
 def time_shares(report: Report):
-    """Per IPU, the share (%) of an executor call's cycles in compute, exchange, sync/idle and
-    host copy (columns ``compute_pct``, ``exchange_pct``, ``sync_idle_pct``, ``host_copy_pct``)."""
-    import pandas as pd
-
-    from popviz.analysis._common import call_runs, run_cycles
-
-    execution = _need(report, "execution", "breakdown", "an out-of-memory compile never runs")
-    agg = run_cycles(execution)
-    runs = call_runs(agg)
-    if not runs:
-        raise PlotDataError(f"breakdown: engine '{report.label}' has no run with on-tile compute")
-    agg = agg[agg["run"].isin(runs)]
-    part = agg["program_type"].map(lambda t: {"compute": "compute", "backward": "compute", "forward": "compute",
-                                               "weight update": "compute"}.get(_category("", t), _category("", t)))
-    table = agg.assign(part=part).pivot_table(index="ipu", columns="part", values="cycles", aggfunc="sum",
-                                              fill_value=0)
-    for p in BREAKDOWN_PARTS:
-        if p not in table:
-            table[p] = 0
-    other = [c for c in table.columns if c not in BREAKDOWN_PARTS]
-    total = table.sum(axis=1)
-    out = pd.DataFrame({"ipu": table.index.astype(int)})
-    for p in BREAKDOWN_PARTS:
-        col = p.replace(" / ", "_").replace(" ", "_") + "_pct"
-        out[col] = (100.0 * table[p] / total).to_numpy()
-    out["other_pct"] = (100.0 * table[other].sum(axis=1) / total).to_numpy() if other else 0.0
-    return out.reset_index(drop=True)
+    """Per IPU, the share (%) of the calls' cycles in each part (``Report.time_shares()``)."""
+    return _data("breakdown", frames.time_shares, report)
 
 
 def breakdown(report: Report, ax: Axes | None = None) -> Figure:
@@ -167,7 +109,7 @@ def breakdown(report: Report, ax: Axes | None = None) -> Figure:
     left = [0.0] * len(frame)
     names = [*BREAKDOWN_PARTS, "other"]
     for name in names:
-        col = name.replace(" / ", "_").replace(" ", "_") + "_pct"
+        col = frames.share_column(name)
         values = frame[col].tolist()
         if not any(values):
             continue
