@@ -106,8 +106,10 @@ def call_run(report: Report) -> int:
 def steps(report: Report, run: int | None = None) -> pd.DataFrame:
     """One executor call's steps in time order per IPU: ``ipu``, ``program``, ``program_type``,
     ``cycles``, ``start_cycle``, ``end_cycle`` (steps without a recorded start follow the previous
-    step on their IPU) and the timeline ``category``. ``run`` defaults to the first call."""
+    step on their IPU) and the timeline ``category`` (categorical, in TIMELINE_CATEGORIES order).
+    ``run`` defaults to the first call."""
     import numpy as np
+    import pandas as pd
 
     execution = need_execution(report)
     if run is None:
@@ -125,13 +127,19 @@ def steps(report: Report, run: int | None = None) -> pd.DataFrame:
         base = np.maximum.accumulate(np.where(first, np.arange(len(ipu)), 0))
         offset = cum - cycles - (cum[base] - cycles[base])
         start = np.where(np.isnan(start), offset, start)
-    programs = s["program"].astype("str").to_numpy()
-    types = s["program_type"].astype("str").to_numpy()
-    pairs = {(p, t): category(p, t) for p, t in set(zip(programs, types, strict=True))}
+    # The category of each distinct (program, type) pair, spread by code: no per-row Python.
+    pcodes = s["program"].cat.codes.to_numpy().astype("int64")
+    tcodes = s["program_type"].cat.codes.to_numpy().astype("int64")
+    ntypes = max(1, len(s["program_type"].cat.categories))
+    pairs, inverse = np.unique(pcodes * ntypes + tcodes, return_inverse=True)
+    programs = s["program"].cat.categories
+    types = s["program_type"].cat.categories
+    pair_category = np.array([TIMELINE_CATEGORIES.index(category(str(programs[k // ntypes]), str(types[k % ntypes])))
+                              for k in pairs], dtype="int8")
     out = s[["ipu", "program", "program_type", "cycles"]].copy()
     out["start_cycle"] = start.astype("int64")
     out["end_cycle"] = out["start_cycle"] + cycles
-    out["category"] = [pairs[(p, t)] for p, t in zip(programs, types, strict=True)]
+    out["category"] = pd.Categorical.from_codes(pair_category[inverse.ravel()], categories=list(TIMELINE_CATEGORIES))
     return out.reset_index(drop=True)
 
 

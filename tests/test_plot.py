@@ -8,7 +8,7 @@ import pytest
 
 import popviz
 from popviz import plot, testing
-from popviz.frames import MissingDataError
+from popviz.frames import MissingDataError, share_column
 
 from conftest import SAMPLES, assert_one_line_error, run_cli
 
@@ -87,13 +87,30 @@ def test_timeline_draws_every_ipu_and_marks_the_bottleneck(bert):
     assert ax.get_title() == "training: execution trace of one call (1,264 steps)"
 
 
-def test_timeline_of_a_long_trace_is_binned():
+def test_timeline_of_a_long_trace_is_binned_and_keeps_every_kind_of_work():
+    import numpy as np
+    from matplotlib.colors import to_rgba
+
     report = testing.pipeline_report([1000, 1200], name="long", mode="inference", device_iterations=4000)
     frame = plot.steps_frame(report)
     assert len(frame[frame["ipu"] == 0]) > plot.MAX_BARS_PER_IPU
     fig = plot.timeline(report)
-    bars = sum(len(c.get_paths()) for c in fig.axes[0].collections)
-    assert bars <= 2 * plot.MAX_BARS_PER_IPU
+    ax = fig.axes[0]
+    assert ax.get_title() == (f"long: execution trace of one call ({len(frame):,} steps; 3,000 time bins per IPU, "
+                              "each stacked by what it ran)")
+    (image,) = ax.get_images()
+    pixels = np.asarray(image.get_array())
+    band = plot.trace.BAND_PIXELS
+    assert pixels.shape == (2 * band, plot.MAX_BARS_PER_IPU, 4)
+    shares = report.time_shares()
+    for row in range(2):
+        body = pixels[row * band + 1:(row + 1) * band - 1].reshape(-1, 4)
+        drawn = body[body[:, 3] > 0]
+        for part, colour in (("compute", plot.PALETTE["forward"]), ("sync / idle", plot.PALETTE["sync / idle"])):
+            rgba = np.rint(np.array(to_rgba(colour)) * 255)
+            frac = (drawn == rgba).all(axis=1).mean()
+            # the stacked bins show each IPU's share of forward work and of waiting, to a pixel's rounding
+            assert frac == pytest.approx(shares.loc[row, share_column(part)] / 100, abs=0.03)
 
 
 def test_breakdown_shares_add_up_to_100(bert):

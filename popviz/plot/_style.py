@@ -33,8 +33,9 @@ MEMORY_COLOURS = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#F0E44
 """Memory categories in order of size; the last colour is 'other'."""
 
 MAX_BARS_PER_IPU = 3000
-"""A timeline row with more steps than this is drawn from time bins, each coloured by what took
-most of it (a 10^6-step trace then draws in seconds and looks the same at screen resolution)."""
+"""When an IPU has more steps than this, the timeline is drawn from this many time bins per IPU,
+each stacked by the share of its cycles in each category (a 10^6-step trace then draws in seconds,
+and no work vanishes into a bin that mostly waited)."""
 MAX_MEMORY_CATEGORIES = 7
 MAX_TILE_PANELS = 16
 MAX_TILE_MARKERS = 300
