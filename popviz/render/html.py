@@ -47,7 +47,11 @@ figure { margin: 10px 0; page-break-inside: avoid; } figure svg { max-width: 100
 figcaption { color: var(--muted); font-size: 12px; }
 .summary li { margin: 2px 0; }
 .gain { color: #1b7837; font-size: 12.5px; font-weight: 600; white-space: nowrap; }
-@media print { body { max-width: none; margin: 0; } h2 { page-break-before: auto; } }
+h2, h3 { break-after: avoid; page-break-after: avoid; }
+table, dl.config { break-inside: avoid; page-break-inside: avoid; }
+@media print { body { max-width: none; margin: 0; font-size: 12px; }
+               section.engine { break-before: page; page-break-before: always; }
+               a { color: inherit; text-decoration: none; } }
 """
 
 
@@ -118,7 +122,7 @@ def _finding(f, gain: str = "") -> str:
 def _engine(engine: EngineResult, figures: bool | tuple[str, ...]) -> list[str]:
     r = engine.report
     est = ' <span class="badge estimated">estimated</span>' if r.provenance.estimated else ""
-    out = [f'<section id="engine-{_e(r.label)}"><h2>{_e(r.label)}{est}</h2>', '<dl class="config">']
+    out = [f'<section class="engine" id="engine-{_e(r.label)}"><h2>{_e(r.label)}{est}</h2>', '<dl class="config">']
     rows = [("figures", text.provenance_line(r)), ("target", text.target_line(r)),
             ("strategy", text.strategy_line(r)), *(("", line) for line in text.stage_lines(r)),
             ("batching", text.batching_line(r)), *text.data_line(r)]
