@@ -155,12 +155,16 @@ def test_compare_shows_relative_changes_coloured_by_direction():
     fig = plot.compare(base, new)
     panels = {a.get_title().split("\n")[0]: a for a in fig.axes if a.get_visible()}
     slow = panels["slowest stage, cycles / micro-batch"]
-    assert slow.get_title() == "slowest stage, cycles / micro-batch\n+100.0%"
+    assert slow.get_title() == "slowest stage, cycles / micro-batch\n+100.0% · worse"
     # forward + backward (2x) per micro-batch, and the weight update (half the forward) over G = 16
     assert [p.get_height() for p in slow.patches] == [3 * 1000 + 500 / 16, 3 * 2000 + 1000 / 16]
     assert to_hex(slow.patches[1].get_facecolor()) == plot.PALETTE["highlight"].lower()  # worse
     out = panels["output bytes per call"]  # All, then Final: fewer bytes, better
     assert to_hex(out.patches[1].get_facecolor()) == plot.PALETTE["new"].lower()
+    assert out.get_title().endswith("· better")
+    # the same report twice: no change flagged
+    same = plot.compare(base, base)
+    assert {a.get_title().split("\n")[1] for a in same.axes if a.get_visible()} == {"+0.0% · same", "+0.0 pp · same"}
     assert fig.get_suptitle() == "training → training: key metrics"
     assert plot.key_metrics(new)["pipeline.imbalance_ratio"] == pytest.approx(6062.5 / ((3 * 3031.25 + 6062.5) / 4))
 

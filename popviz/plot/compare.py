@@ -53,8 +53,9 @@ def _fmt(name: str, value: float) -> str:
 
 def compare(base: Report, new: Report, ax: Axes | None = None) -> Figure:
     """The headline figures of two reports side by side, one panel per figure, with the relative
-    change; the new bar is vermillion where the change is for the worse, blue where it is not."""
-    from popviz.ci.metrics import LOWER_IS_WORSE, definition
+    change and ``popviz compare``'s verdict under its default thresholds (docs/ci.md): the new bar
+    is vermillion where the change is a regression, blue otherwise."""
+    from popviz.ci.compare import IMPROVED, REGRESSED, SAME, verdict
 
     a, b = key_metrics(base), key_metrics(new)
     rows = [(name, label) for name, label in COMPARE_METRICS if name in a or name in b]
@@ -76,8 +77,13 @@ def compare(base: Report, new: Report, ax: Axes | None = None) -> Figure:
         worse = False
         change = ""
         if va is not None and vb is not None:
-            worse = vb < va if definition(name).direction == LOWER_IS_WORSE else vb > va
-            change = f"\n{(vb - va) / va * 100:+.1f}%" if va else ""
+            status, spec = verdict(name, va, vb, [])
+            worse = status == REGRESSED
+            word = {REGRESSED: "worse", IMPROVED: "better", SAME: "same"}.get(status, f"within {spec}")
+            if name.endswith("_pct"):  # shares change in points, not in per cent of themselves
+                change = f"\n{vb - va:+.1f} pp · {word}"
+            else:
+                change = f"\n{(vb - va) / va * 100:+.1f}% · {word}" if va else f"\n{word}"
         colour = PALETTE["highlight"] if worse else PALETTE["new"]
         panel.bar([0, 1], values, color=[PALETTE["base"], colour], width=0.6)
         panel.set_xticks([0, 1])
