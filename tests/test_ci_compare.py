@@ -58,6 +58,7 @@ def test_defaults_are_tight_for_deterministic_metrics_and_tolerant_for_wall_time
     assert threshold_for("pipeline.cycles_per_micro_batch", []).spec == "1%"
     assert threshold_for("memory.ipu3.used_pct", []).spec == "+1pp"
     assert threshold_for("memory.tiles_overflowing", []).spec == "0"
+    assert threshold_for("host_io.stream_copy_pct", []).spec == "+5pp"
     assert threshold_for("time.call_wall_seconds", []).spec == "25%"
     rules = [parse_rule("memory.*:5%", "cfg"), parse_rule("memory.ipu0.used_pct:+3pp", "cli")]
     assert threshold_for("memory.ipu0.used_pct", rules).spec == "+3pp"  # last match wins
@@ -123,6 +124,7 @@ def test_compare_cli_regression_improvement_and_self(tmp_path):
     assert first.startswith("popviz: FAIL: regression in training pipeline.cycles_per_micro_batch (3,031 → 4,850, +60.00%)")
     assert "pipeline.stage1.cycles_per_micro_batch" in first and "pipeline.imbalance_ratio" in first
     good = run_cli("compare", str(all_outputs), str(final), "--fail", "host_io.stream_copy_pct:+5pp",
+                   "--fail", "pipeline.ramp_efficiency_pct:+10pp",
                    env={"COLUMNS": "200"})
     assert good.returncode == 0, good.stdout
     assert "output_mode: All → Final" in good.stdout

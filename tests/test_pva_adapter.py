@@ -95,3 +95,23 @@ def test_broken_profile_is_one_line(tmp_path, fake_pva_env):
     pva.write_profile(tmp_path / "training" / "profile.pop", broken=True)
     proc = run_cli("analyse", str(tmp_path), env=fake_pva_env)
     assert_one_line_error(proc, "profile.pop", "libpva cannot open it")
+
+
+
+def test_flat_shape_without_ipus_and_runs_reads_the_same(tmp_path, fake_pva):
+    """SDKs without ``compilation.ipus`` / ``execution.runs``: tiles split by tilesPerIpu, and
+    ``execution.steps`` read as one run."""
+    from popviz.sources.pva import read_profile
+
+    for name, flat in (("nested", False), ("flat", True)):
+        (tmp_path / name).mkdir()
+        fake_pva.write_profile(tmp_path / name / "profile.pop", flat=flat)
+    a = read_profile(tmp_path / "nested" / "profile.pop")
+    b = read_profile(tmp_path / "flat" / "profile.pop")
+    assert b.memory.frame[["ipu", "tile"]].values.tolist() == [[0, 0], [0, 1], [0, 2],
+                                                               [1, 0], [1, 1], [1, 2]]
+    assert b.memory.frame.equals(a.memory.frame)
+    assert b.execution.steps[["step", "ipu", "cycles"]].values.tolist() == [
+        [0, 0, 1200], [1, 0, 300], [1, 1, 300], [2, 1, 2400], [3, 1, 700]]
+    assert b.execution.steps["start_cycle"].tolist() == [0, 1200, 1200, 1500, 3900]
+    assert b.execution.runs["name"].tolist() == ["all steps"]

@@ -2,8 +2,8 @@
 
 Everything the emulator's estimates depend on lives here, so one file answers "where does this
 number come from?". ``docs/emulator.md`` explains how the cost model combines them. Hardware
-facts come from Graphcore's public specifications (see ``/work/shared/reference/ipu-facts.md``
-in the project notes); the modelling constants are engineering assumptions, marked as such, with
+facts come from Graphcore's public specifications (the IPU-M2000 / Bow-2000 datasheets and the
+IPU Programmer's Guide); the modelling constants are engineering assumptions, marked as such, with
 the error we expect from them.
 
 The architecture is Mk2 unless ``POPVIZ_EMULATOR_ARCH`` (``Mk1``, ``Mk2``, ``Bow``) or the

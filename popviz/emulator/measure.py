@@ -66,6 +66,11 @@ class Recorder:
                 self.param_keys[key] = name
                 self._all_params[name] = (_nbytes(p), p.numel(), p.element_size(), p.requires_grad)
         self.producers: dict[int, int] = {}
+        self._alive: list[torch.Tensor] = []
+        """Every tensor an operation produced, kept until the measurement ends: tensors are keyed
+        by their storage's address, and a freed address reused by a later tensor would otherwise
+        inherit the old tensor's producer (counting bytes as crossing stages, run to run
+        differently as the allocator reuses memory)."""
         self.crossed: set[tuple[int, int]] = set()
         self.boundary_bytes: list[int] = []
         self.saved: dict[tuple[int, int], int] = {}
@@ -149,6 +154,7 @@ class Recorder:
             key = _key(t)
             if key is not None and key not in self.producers and key not in self.param_keys:
                 self.producers[key] = segment
+                self._alive.append(t)
 
     # -- autograd's saved tensors (the activation stash)
     def pack(self, t: torch.Tensor) -> torch.Tensor:
@@ -159,6 +165,7 @@ class Recorder:
         return t
 
     def result(self) -> Measurement:
+        self._alive.clear()
         if not self.segments:
             first = next(iter(self._seen.values()), None)
             self.segments.append(Segment(ipu=first.ipu if first else 0, blocks=[]))

@@ -16,6 +16,8 @@ what ``popviz export`` made from the profile, and needs no libpva).
 
 from __future__ import annotations
 
+import datetime as _dt
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +25,7 @@ from pathlib import Path
 from popviz.errors import ReportNotFoundError, shown
 from popviz.model import Report, ReportSet
 from popviz.sources import bundle, manifest, pva
-from popviz.sources.runrecord import manifest_warning, run_warnings
+from popviz.sources.runrecord import RUN_FILE, manifest_warning, run_warnings
 from popviz.sources.validate import check_report
 
 SKIP_DIRS = {"__pycache__", "node_modules"}
@@ -138,6 +140,27 @@ def _files(engine: EngineDir) -> dict[str, Path]:
     return files
 
 
+def stale_profile_warning(root: Path, engine: EngineDir, label: str) -> str | None:
+    """A warning when ``profile.pop`` is older than the start of the capture run recorded in
+    ``root/popviz-run.json`` (an executable cache restored the engine, so Poplar wrote no new
+    profile and the one here is from an earlier run)."""
+    if engine.kind != "pva" or not root.is_dir():
+        return None
+    try:
+        doc = json.loads((root / RUN_FILE).read_text(encoding="utf-8"))
+        started = _dt.datetime.fromisoformat(str(doc["started_at"]))
+        profile_mtime = (engine.path / pva.PROFILE_FILE).stat().st_mtime
+    except (OSError, ValueError, TypeError, KeyError, RecursionError):
+        return None
+    if started.tzinfo is None:
+        started = started.replace(tzinfo=_dt.timezone.utc)
+    if profile_mtime >= started.timestamp():
+        return None
+    return (f"{label}: {shown(engine.path / pva.PROFILE_FILE)} is older than the run recorded in "
+            f"{RUN_FILE} (an executable cache restored the engine?); its figures are from an "
+            "earlier run: clear the cache (executableCachePath) and capture again")
+
+
 def load(path: str | os.PathLike[str]) -> ReportSet:
     """Every engine found under ``path`` (a report directory, an engine directory or a bundle).
 
@@ -149,7 +172,8 @@ def load(path: str | os.PathLike[str]) -> ReportSet:
     root = Path(path)
     warnings = run_warnings(root) if root.is_dir() else []
     for engine, report in zip(engines, reports, strict=True):
-        note = manifest_warning(engine.path, report.label)
-        if note:
-            warnings.append(note)
+        for note in (manifest_warning(engine.path, report.label),
+                     stale_profile_warning(root, engine, report.label)):
+            if note:
+                warnings.append(note)
     return ReportSet(reports, root=str(path), warnings=warnings)

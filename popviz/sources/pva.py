@@ -73,6 +73,21 @@ def _categories(memory: Any) -> dict[str, int]:
     return out
 
 
+def _tiles(pva_report: Any):
+    """(ipu, tile-on-ipu, tile) from ``compilation.ipus[k].tiles`` or, on SDKs without it, from
+    ``compilation.tiles`` split by ``target.tilesPerIpu``."""
+    compilation = pva_report.compilation
+    ipus = getattr(compilation, "ipus", None)
+    if ipus is not None:
+        for ipu_index, ipu in enumerate(ipus):
+            for tile_index, tile in enumerate(ipu.tiles):
+                yield ipu_index, tile_index, tile
+        return
+    per_ipu = int(compilation.target.tilesPerIpu)
+    for i, tile in enumerate(compilation.tiles):
+        yield i // per_ipu, i % per_ipu, tile
+
+
 def _memory(pva_report: Any) -> MemoryTable:
     import pandas as pd
 
@@ -80,8 +95,7 @@ def _memory(pva_report: Any) -> MemoryTable:
         "ipu", "tile", "total_bytes_including_gaps", "total_bytes_excluding_gaps",
         "always_live_bytes", "not_always_live_bytes", "overflow_bytes")}
     cat_rows: list[dict[str, int]] = []
-    for ipu_index, ipu in enumerate(pva_report.compilation.ipus):
-        for tile_index, tile in enumerate(ipu.tiles):
+    for ipu_index, tile_index, tile in _tiles(pva_report):
             m = tile.memory
             rows["ipu"].append(ipu_index)
             rows["tile"].append(tile_index)
@@ -105,10 +119,24 @@ def _start(ipu_step: Any) -> int | None:
         return None
 
 
+class _AllSteps:
+    """``execution.steps`` seen as one run, for SDKs whose execution has no ``runs``."""
+
+    name = "all steps"
+    microseconds = None
+
+    def __init__(self, steps: Any) -> None:
+        self.steps = steps
+
+
 def _execution(pva_report: Any) -> ExecutionTable | None:
     import pandas as pd
 
-    runs = list(pva_report.execution.runs)
+    execution = getattr(pva_report, "execution", None)
+    runs = getattr(execution, "runs", None) if execution is not None else None
+    if runs is None and execution is not None and getattr(execution, "steps", None) is not None:
+        runs = [_AllSteps(execution.steps)]  # SDKs without runs: one run of every step
+    runs = list(runs or [])
     if not runs:
         return None
     steps: list[tuple[int, int, str, str, int, int, int | None]] = []

@@ -70,18 +70,20 @@ def openReport(path: str, debug_path: str | None = None) -> NS:
         runs.append(NS(name=run["name"], microseconds=run["microseconds"], steps=steps))
     return NS(poplarVersion=NS(major=3, minor=3, point=0, string=data.get("version", "3.3.0")),
               version=1, debug_path=debug_path,
-              compilation=NS(target=target, ipus=ipus),
-              execution=NS(runs=runs))
+              compilation=(NS(target=target, tiles=[t for ipu in ipus for t in ipu.tiles])
+                           if data.get("flat") else NS(target=target, ipus=ipus)),
+              execution=(NS(steps=[s for run in runs for s in run.steps])
+                         if data.get("flat") else NS(runs=runs)))
 
 
-def write_profile(path, *, num_ipus=2, tiles=3, runs=True, broken=False) -> None:
+def write_profile(path, *, num_ipus=2, tiles=3, runs=True, broken=False, flat=False) -> None:
     """Write a small fake profile: every tile of IPU i holds 1000*(i+1)+tile bytes."""
     tiles_data = [[{"inc": 1000 * (i + 1) + j, "exc": 900 * (i + 1) + j, "al": 400, "nal": 500 * (i + 1) + j - 400 + 400,
                     "over": 0 if j else (50 if i == 1 else 0),
                     "cats": {"variable": 600 * (i + 1), "vertexCode": 300 * (i + 1) + j}}
                    for j in range(tiles)] for i in range(num_ipus)]
     data = {
-        "broken": broken,
+        "broken": broken, "flat": flat,
         "version": "3.3.0 (d8d3d63b1b)",
         "target": {"numIPUs": num_ipus, "tilesPerIpu": tiles, "bytesPerTile": 2000,
                    "clockFrequency": 1.33e9, "architecture": "Ipu2"},
