@@ -84,7 +84,7 @@ def test_timeline_draws_every_ipu_and_marks_the_bottleneck(bert):
     assert labels == ["IPU0", "IPU1", "IPU2", "IPU3  bottleneck"]
     legend = [t.get_text() for t in fig.legends[0].get_texts()]
     assert {"forward", "backward", "sync / idle", "host copy", "exchange"} <= set(legend)
-    assert ax.get_title() == "training: execution trace of one call (1,264 steps)"
+    assert ax.get_title() == "training: execution trace of one call, 1,264 steps"
 
 
 def test_timeline_of_a_long_trace_is_binned_and_keeps_every_kind_of_work():
@@ -96,8 +96,8 @@ def test_timeline_of_a_long_trace_is_binned_and_keeps_every_kind_of_work():
     assert len(frame[frame["ipu"] == 0]) > plot.MAX_BARS_PER_IPU
     fig = plot.timeline(report)
     ax = fig.axes[0]
-    assert ax.get_title() == (f"long: execution trace of one call ({len(frame):,} steps; 3,000 time bins per IPU, "
-                              "each stacked by what it ran)")
+    assert ax.get_title() == (f"long: execution trace of one call, {len(frame):,} steps; 3,000 time bins per IPU, "
+                              "each stacked by what it ran")
     (image,) = ax.get_images()
     pixels = np.asarray(image.get_array())
     band = plot.trace.BAND_PIXELS

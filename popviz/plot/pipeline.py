@@ -36,6 +36,8 @@ def _why_no_stage_cycles(report: Report) -> str:
                 if not report.has("config") else "no stages recorded: no execution strategy is set")
     if report.execution is None:
         return f"no execution table: {frames.no_execution_reason(report)}"
+    if report.cfg.num_stages <= 1:
+        return "the model is one stage on one IPU: there are no stages to compare"
     if len(report.cfg.stage_ipus) <= 1:
         return "every stage runs on one IPU, so the per-IPU profile cannot split them"
     return "the pipeline analysis could not attribute cycles to stages (popviz analyse says why)"
@@ -43,6 +45,8 @@ def _why_no_stage_cycles(report: Report) -> str:
 
 def _stage_label(stage: int, ipu: int, blocks: str) -> str:
     names = [b for b in blocks.split(", ") if b]
+    if names and all(b.isdigit() for b in names):  # bare numbers (e.g. Lightning's block ids) say little alone
+        names = [f"block{'s' if len(names) > 1 else ''} {', '.join(names)}"]
     shown = names[:MAX_BLOCKS_SHOWN] + ([f"+{len(names) - MAX_BLOCKS_SHOWN}"] if len(names) > MAX_BLOCKS_SHOWN else [])
     return "\n".join([f"stage {stage} · IPU{ipu}", *shown])
 

@@ -125,7 +125,7 @@ def timeline(report: Report, ax: Axes | None = None, *, run: int | None = None) 
                            for c in sorted(seen)])
     what = f"{len(frame):,} steps" + (f"; {MAX_BARS_PER_IPU:,} time bins per IPU, each stacked by what it ran"
                                       if binned else "")
-    ax.set_title(_title(report, f"execution trace of one call ({what})"))
+    ax.set_title(_title(report, f"execution trace of one call, {what}"))
     return fig
 
 
