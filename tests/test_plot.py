@@ -118,7 +118,14 @@ def test_breakdown_shares_add_up_to_100(bert):
     total = shares[[c for c in shares.columns if c.endswith("_pct")]].sum(axis=1)
     assert total.round(9).tolist() == [100.0] * 4
     fig = plot.breakdown(bert["training"])
-    assert fig.axes[0].get_title() == "training: where each IPU's time goes"
+    ax = fig.axes[0]
+    assert ax.get_title() == "training: where each IPU's time goes"
+    # one bar per IPU and part present, as wide as the part's share
+    parts = [c for c in shares.columns if c.endswith("_pct") and shares[c].any()]
+    assert len(ax.patches) == 4 * len(parts) == 16
+    assert [p.get_width() for p in ax.patches] == pytest.approx(
+        [v for c in parts for v in shares[c]], rel=1e-12)
+    assert [t.get_text() for t in ax.texts] == ["58%", "53%", "53%", "86%", "42%", "47%", "47%", "14%"]
 
 
 def test_host_io_marks_the_current_output_mode(bert):
@@ -298,3 +305,16 @@ def test_an_emulated_capture_of_the_example_plots(tmp_path):
     assert fig.axes[0].get_title().startswith("training: cycles per stage") and "(estimated)" in fig.axes[0].get_title()
     assert len(fig.axes[0].patches) == 4
     assert "bottleneck" in " ".join(_texts(fig))
+
+
+def test_every_figure_draws_into_the_callers_axes(bert):
+    from matplotlib.figure import Figure
+
+    training = bert["training"]
+    for draw in (plot.timeline, plot.stages, plot.memory, plot.tiles, plot.breakdown, plot.host_io):
+        mine = Figure()
+        ax = mine.add_subplot()
+        assert draw(training, ax=ax) is mine
+        assert ax.has_data() or ax.images, draw.__name__
+    mine = Figure()
+    assert plot.compare(training, bert["inference"], ax=mine.add_subplot()) is mine
