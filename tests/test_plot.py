@@ -61,7 +61,7 @@ def test_memory_stacks_categories_with_capacity_and_percentages(bert):
     assert [tops[i] for i in range(4)] == pytest.approx(used.tolist(), rel=1e-12)
     assert ax.get_xticklabels()[0].get_text() == "IPU0"
     legend = [t.get_text() for t in fig.legends[0].get_texts()]
-    assert legend[0] == "gaps" and legend[-1] == "variable"  # read top-down like the stack
+    assert legend[:2] == ["capacity 897 MiB", "gaps"] and legend[-1] == "variable"  # top-down like the stack
 
 
 def test_tiles_heat_map_names_overflowing_tiles():

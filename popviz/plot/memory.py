@@ -63,7 +63,7 @@ def memory(report: Report, ax: Axes | None = None) -> Figure:
     if frame.empty:
         raise PlotDataError(f"memory: engine '{report.label}' has no memory rows")
     own = ax is None
-    fig, ax = _figure(ax, (max(6.0, 1.1 * len(frame) + 4), 4.6))
+    fig, ax = _figure(ax, (max(7.5, 1.1 * len(frame) + 4.5), 4.6))
     cats = frames.category_columns(frame)
     totals = frame[cats].sum().sort_values(ascending=False)
     shown_cats = list(totals.index[:MAX_MEMORY_CATEGORIES])
@@ -98,10 +98,11 @@ def memory(report: Report, ax: Axes | None = None) -> Figure:
     else:
         limit = max(capacity or 0.0, top)
         ax.set_ylim(0, limit * 1.18)
+    capacity_key = []
     if capacity is not None and capacity <= ax.get_ylim()[1]:
-        ax.axhline(capacity, color=PALETTE["capacity"], linestyle="--", linewidth=1, zorder=1)
-        ax.annotate(f"capacity {capacity:,.0f} MiB", (1.0, capacity), xycoords=("axes fraction", "data"),
-                    xytext=(-3, 3), textcoords="offset points", ha="right", va="bottom", fontsize="small")
+        line = ax.axhline(capacity, color=PALETTE["capacity"], linestyle="--", linewidth=1, zorder=1,
+                          label=f"capacity {capacity:,.0f} MiB")
+        capacity_key = [line]
     for i, row in frame.iterrows():
         label, pressed = _pressure(row)
         if not label:
@@ -113,9 +114,9 @@ def memory(report: Report, ax: Axes | None = None) -> Figure:
     ax.set_xticks(x)
     ax.set_xticklabels([f"IPU{i}" for i in frame["ipu"]])
     ax.set_ylabel("MiB (including gaps)")
-    handles.reverse()  # the legend reads top to bottom like the stack
+    handles = capacity_key + handles[::-1]  # the legend reads top to bottom like the stack
     if own:
-        fig.legend(handles=handles, loc="outside right upper", fontsize="small", frameon=False)
+        fig.legend(handles=handles, loc="outside right center", fontsize="small", frameon=False)
     else:
         ax.legend(handles=handles, fontsize="small")
     ax.set_title(_title(report, "memory per IPU by category"))
