@@ -187,6 +187,12 @@ def test_export_then_analyse_gives_identical_json_in_both_shapes(tmp_path, fake_
     proc = run_cli("analyse", str(tmp_path / "bundle"), "--json")  # no libpva needed
     assert proc.returncode == 0, proc.stderr
     docs["bundle"] = json.loads(proc.stdout)
+    import jsonschema
+
+    from popviz.render.json import schema
+
+    for doc in docs.values():
+        jsonschema.Draft202012Validator(schema()).validate(doc)
     raw = _strip_paths(docs["nested"])
     assert [e["name"] for e in raw["engines"]] == ["inference", "oom", "training"]
     assert raw["engines"][2]["config"]["inferred"]["stages"] == (

@@ -147,13 +147,6 @@ def _memory(pva_report: Any) -> MemoryTable:
     return MemoryTable(frame, level="tile")
 
 
-def _start(ipu_step: Any) -> int | None:
-    try:
-        return int(ipu_step.activeCycles.cyclesFrom.max)
-    except (AttributeError, TypeError, ValueError):
-        return None
-
-
 class _AllSteps:
     """``execution.steps`` seen as one run, for SDKs whose execution has no ``runs``."""
 
@@ -181,6 +174,8 @@ def _execution(pva_report: Any) -> ExecutionTable | None:
     step, program) are stored once per step and repeated with NumPy, never per tile (a step's
     ``cyclesByTile`` would be ~1,500 values per IPU)."""
     from array import array
+    from itertools import compress
+    from operator import attrgetter
 
     import numpy as np
     import pandas as pd
@@ -205,7 +200,9 @@ def _execution(pva_report: Any) -> ExecutionTable | None:
     programs: dict[tuple[str, str], int] = {}
     run_rows = []
     done = 0
-    unknown_start = -1
+    get_cycles = attrgetter("cycles")
+    get_start = attrgetter("activeCycles.cyclesFrom.max")
+    starts = True  # start cycles are optional: the first step without them turns them off
     for r, run in enumerate(runs):
         micro = getattr(run, "microseconds", None)
         run_rows.append((r, str(run.name), float(micro) / 1e6 if micro is not None else float("nan")))
@@ -214,17 +211,20 @@ def _execution(pva_report: Any) -> ExecutionTable | None:
             key = (str(program.name), _enum_name(program.type))
             code = programs.setdefault(key, len(programs))
             ipus = step.ipus
-            cycles = [ipu.cycles for ipu in ipus]
-            busy = [k for k, c in enumerate(cycles) if c]
+            # C-level loops over the step's IPUs (map / compress): no Python code per IPU
+            cycles = list(map(get_cycles, ipus))
+            busy = list(compress(range(len(cycles)), cycles))
             per_step.append(len(busy))
             step_run.append(r)
             step_index.append(s)
             step_program.append(code)
             ipu_col.extend(busy)
-            cycles_col.extend(int(cycles[k]) for k in busy)
-            for k in busy:
-                start = _start(ipus[k])
-                start_col.append(unknown_start if start is None else start)
+            cycles_col.extend(compress(cycles, cycles))
+            if starts:
+                try:
+                    start_col.extend(map(get_start, compress(ipus, cycles)))
+                except (AttributeError, TypeError, OverflowError):
+                    starts = False
             done += 1
             if done % PROGRESS_EVERY == 0:
                 progress(f"step {done:,}" + (f" of {total:,}" if total else ""))
@@ -232,9 +232,9 @@ def _execution(pva_report: Any) -> ExecutionTable | None:
     if not counts.sum():
         return None  # no step ran on any IPU: the engine never executed
     codes = np.repeat(np.frombuffer(step_program, dtype="int32"), counts)
-    raw_start = np.frombuffer(start_col, dtype="int64")
-    start = pd.array(raw_start, dtype="Int64")
-    start[raw_start == unknown_start] = pd.NA
+    n = int(counts.sum())
+    start = (pd.array(np.frombuffer(start_col, dtype="int64"), dtype="Int64") if starts
+             else pd.array([pd.NA] * n, dtype="Int64"))
     frame = pd.DataFrame({
         "run": np.repeat(np.frombuffer(step_run, dtype="int32"), counts),
         "step": np.repeat(np.frombuffer(step_index, dtype="int32"), counts),
