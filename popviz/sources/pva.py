@@ -1,8 +1,10 @@
 """Read a real Poplar ``profile.pop`` through libpva (the ``pva`` module of the Poplar SDK).
 
 This is the only module that imports ``pva``. It uses only the libpva names that public code
-calls (see ``docs/sources.md``). What libpva cannot tell (PopTorch options, stages, host
-tensors) comes from the capture manifest, merged by :mod:`popviz.sources.discover`.
+calls (``docs/sources.md`` lists them and what happens without each; libpva's own reference is
+the PopVision Analysis Python API, https://docs.graphcore.ai/projects/libpva/en/latest/api-python.html). What libpva cannot tell (PopTorch options, stages, host
+tensors) comes from the capture manifest, merged by :mod:`popviz.sources.discover`; without one,
+:mod:`popviz.sources.infer` infers what the execution shows, labelled as inferred.
 """
 
 from __future__ import annotations
@@ -109,7 +111,12 @@ def _memory(pva_report: Any) -> MemoryTable:
     ipu_of_first: list[tuple[int, int]] = []
     get_totals = attrgetter(*TILE_FIELDS)
     count = 0
-    for ipu_index, tiles in _tile_lists(pva_report):
+    lists = _tile_lists(pva_report)
+    try:
+        of = f" of {sum(len(tiles) for _k, tiles in lists):,}"
+    except TypeError:  # tiles without a length: progress counts without a total
+        of = ""
+    for ipu_index, tiles in lists:
         ipu_of_first.append((ipu_index, count))
         for tile in tiles:
             m = tile.memory
@@ -125,7 +132,7 @@ def _memory(pva_report: Any) -> MemoryTable:
                     cats.append(0)
             count += 1
             if count % PROGRESS_EVERY == 0:
-                progress(f"tile {count:,}")
+                progress(f"tile {count:,}{of}")
     names = names or []
     t = np.frombuffer(totals, dtype="int64").reshape(count, len(TILE_FIELDS)) if count else \
         np.zeros((0, len(TILE_FIELDS)), dtype="int64")
