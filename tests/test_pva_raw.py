@@ -209,3 +209,29 @@ def test_export_then_analyse_gives_identical_json_in_both_shapes(tmp_path, fake_
         for key in ("stages", "bottleneck_stage", "imbalance_ratio"):
             assert a["metrics"]["pipeline"][key] == b["metrics"]["pipeline"][key]
         assert [f["code"] for f in a["findings"]] == [f["code"] for f in b["findings"]]
+
+
+def test_layers_from_debug_contexts(tmp_path, fake_pva, fake_pva_env):
+    """With debug.cbor beside the profile, PopTorch's debug contexts attribute cycles and weight
+    bytes to layers (Report.layers, source debug_context); without it there are none."""
+    import popviz
+
+    for name, debug in (("with", True), ("without", False)):
+        (tmp_path / name / "training").mkdir(parents=True)
+        fake_pva.write_data(tmp_path / name / "training" / "profile.pop", fake_pva.pipeline_profile())
+        if debug:
+            (tmp_path / name / "training" / "debug.cbor").write_bytes(b"\xa0")
+    assert popviz.load(tmp_path / "without")[0].layers is None
+    layers = popviz.load(tmp_path / "with")[0].layers
+    assert layers.source == "debug_context"
+    frame = layers.frame()
+    assert frame["name"].tolist() == ["layers.0", "layers.1", "layers.2", "layers.3"]
+    # per micro-batch: 32 micro-batches ran in the 2 calls (inferred D·G = 16 per call)
+    assert frame["fwd_cycles"].tolist() == [1000, 1000, 2000, 1000]
+    assert frame["bwd_cycles"].tolist() == [2000, 2000, 4000, 2000]
+    assert frame["weight_bytes"].tolist() == [100_000, 100_000, 200_000, 100_000]
+    assert frame["stage"].tolist() == [0, 1, 2, 3] and frame["ipu"].tolist() == [0, 1, 2, 3]
+    assert "32 micro-batches (inferred D·G)" in layers.notes[0]
+    proc = run_cli("export", str(tmp_path / "with"), "-o", str(tmp_path / "bundle"), env=fake_pva_env)
+    assert proc.returncode == 0, proc.stderr
+    assert popviz.load(tmp_path / "bundle")[0].layers == layers

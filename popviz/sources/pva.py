@@ -285,3 +285,48 @@ def read_profile(profile: str | Path, name: str | None = None) -> Report:
         execution=execution,
         path=str(profile.parent),
     )
+
+
+def read_operations(profile: str | Path):  # -> tuple[list[Operation], list[tuple[str, int]]]
+    """The profile's operations that PopTorch's debug contexts place in a layer, and its
+    always-live variables (name, bytes), for :mod:`popviz.sources.attribution`. Both lists are
+    empty when this libpva has no ``OperationAnalysis`` or the debug contexts name no layer
+    (``debug.cbor`` missing); nothing here is required."""
+    import json
+
+    from popviz.sources.attribution import Operation
+
+    profile = Path(profile)
+    pva = import_pva(profile)
+    analysis = getattr(pva, "OperationAnalysis", None)
+    if analysis is None:
+        return [], []
+    debug = _debug_cbor(profile)
+    try:
+        pva_report = pva.openReport(str(profile), str(debug)) if debug else pva.openReport(str(profile))
+        operations = list(analysis(pva_report).operations)
+    except Exception:  # libpva's own exception types: attribution is optional
+        return [], []
+    out = []
+    for op in operations:
+        context = getattr(getattr(op, "debugContext", None), "json", None)
+        try:
+            doc = json.loads(context) if isinstance(context, (str, bytes)) else dict(context or {})
+        except (ValueError, TypeError):
+            continue
+        layer = doc.get("layer") if isinstance(doc, dict) else None
+        if not isinstance(layer, str) or not layer:
+            continue
+        try:
+            programs = tuple(str(p.name) for p in op.programs())
+        except (AttributeError, TypeError):
+            continue
+        out.append(Operation(layer=layer, name=str(getattr(op, "name", doc.get("op_name", ""))),
+                             op_type=str(doc.get("op_type", "")), programs=programs))
+    variables = []
+    for var in getattr(pva_report.compilation, "alwaysLiveVariables", None) or ():
+        try:
+            variables.append((str(var.name), int(var.size)))
+        except (AttributeError, TypeError, ValueError):
+            continue
+    return out, variables

@@ -169,6 +169,20 @@ def _columns(data: dict) -> tuple[dict, list]:
     return tiles, runs
 
 
+class OperationAnalysis:
+    """``pva.OperationAnalysis(report).operations``: each with ``name``, ``programs()`` and
+    ``debugContext.json`` (PopTorch's ``layer``, ``op_name``, ``op_type``)."""
+
+    def __init__(self, report: NS) -> None:
+        by_name = {p.name: p for p in report._programs}
+        self.operations = [
+            NS(name=op["name"], programs=(lambda names=op["programs"]: [by_name[n] for n in names]),
+               debugContext=NS(json=json.dumps({"layer": op["layer"], "op_name": op["name"],
+                                                "op_type": op["op_type"]})),
+               location=NS(fileName="model.py", lineNumber=1), parents=[])
+            for op in report._operations]
+
+
 def openReport(path: str, debug_path: str | None = None) -> NS:
     data = _load(path)
     if data.get("broken"):
@@ -189,8 +203,12 @@ def openReport(path: str, debug_path: str | None = None) -> NS:
                    NS(target=target, ipus=[NS(tiles=_Tiles(tiles, k * per_ipu, (k + 1) * per_ipu))
                                            for k in range(n_ipus)]))
     execution = NS(steps=_Chain([r.steps for r in runs])) if flat else NS(runs=runs)
+    compilation.alwaysLiveVariables = [NS(name=n, size=b) for n, b in data.get("variables", [])]
+    # operations carry debug contexts only when debug.cbor is opened with the profile
+    operations = data.get("operations", []) if debug_path else []
     return NS(poplarVersion=NS(major=3, minor=3, point=0, string=data.get("version", "3.3.0")),
-              version=1, debug_path=debug_path, compilation=compilation, execution=execution)
+              version=1, debug_path=debug_path, compilation=compilation, execution=execution,
+              _programs=programs, _operations=operations)
 
 
 def write_profile(path, *, num_ipus=2, tiles=3, runs=True, broken=False, flat=False) -> None:
@@ -276,7 +294,10 @@ def pipeline_profile(*, work=(1000, 1000, 2000, 1000), micro_batches=8, updates=
     one input per micro-batch from the host (StreamCopyMid) before its forward. After the
     ``micro_batches + 2N - 2`` pipeline cycles of a weight update, each IPU runs its
     ``stage<i>/weightUpdate`` (work[i] / 2 cycles). ``updates`` weight updates per call,
-    ``calls`` calls (runs), plus a first run that copies the weights from the host."""
+    ``calls`` calls (runs), plus a first run that copies the weights from the host. Debug
+    contexts (with a debug.cbor): one layer per stage, ``layers.<i>``, whose MatMul runs the
+    forward program and MatMulGrad the backward; always-live variables ``layers.<i>.weight`` of
+    100 × work[i] bytes."""
     n = len(work)
     s = 2 * n - 1
     runs = [{"name": "WeightsFromHost", "microseconds": 3.0, "steps": [
@@ -330,9 +351,16 @@ def pipeline_profile(*, work=(1000, 1000, 2000, 1000), micro_batches=8, updates=
     for run in runs:
         run["microseconds"] = run["microseconds"] or round(
             sum(max(st["cycles"]) for st in run["steps"]) / MK2["clockFrequency"] * 1e6, 3)
+    operations = [op for i in range(n) for op in (
+        {"name": f"layers.{i}/MatMul", "op_type": "MatMul", "layer": f"layers.{i}",
+         "programs": [f"stage{i}/fwd"]},
+        {"name": f"layers.{i}/MatMulGrad", "op_type": "MatMulGrad", "layer": f"layers.{i}",
+         "programs": [f"stage{i}/bwd"]})]
+    variables = [[f"layers.{i}.weight", 100 * w] for i, w in enumerate(work)] + [["loss/scale", 4]]
     return {"flat": flat, "version": "3.2.0 (1513ba7afc)",
             "target": {**MK2, "numIPUs": n, "numReplicas": 1, "ipusPerReplica": n},
-            "tiles": _tiles(n, [200_000 + 50_000 * w // 1000 for w in work]), "runs": runs}
+            "tiles": _tiles(n, [200_000 + 50_000 * w // 1000 for w in work]), "runs": runs,
+            "operations": operations, "variables": variables}
 
 
 def single_ipu_inference(*, device_iterations=4, calls=3, flat=False) -> dict:
