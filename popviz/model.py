@@ -114,6 +114,8 @@ def _coerce(df: pd.DataFrame, columns: Mapping[str, str], what: str, optional: S
                 col = col.astype("str").astype("category") if col.dtype != "category" else col
                 if col.cat.categories.dtype != "str":
                     col = col.cat.rename_categories([str(c) for c in col.cat.categories])
+            elif col.dtype == dtype:
+                pass  # already right (and an int64/int32 numpy column holds no missing values)
             elif dtype.startswith("int") and col.isna().any():
                 raise ModelError(f"{what} column {name} has missing values")
             else:
@@ -133,7 +135,9 @@ def _coerce(df: pd.DataFrame, columns: Mapping[str, str], what: str, optional: S
             out[name] = col.astype(extra_dtype).reset_index(drop=True)
         except (TypeError, ValueError) as exc:
             raise ModelError(f"{what} column {name} cannot be read as {extra_dtype}: {exc}") from None
-    return pd.DataFrame(out)
+    # copy=False: no consolidation into 2-D blocks, which would copy every column (copy-on-write
+    # keeps the caller's frame and this one independent).
+    return pd.DataFrame(out, copy=False)
 
 
 def _check_integral(col: pd.Series, dtype: str, what: str, name: str) -> None:
