@@ -29,11 +29,11 @@ def steps_frame(report: Report, run: int | None = None):
     previous step on their IPU), ``end_cycle`` and the timeline ``category``."""
     import numpy as np
 
-    from popviz.analysis._common import call_runs, run_cycles
+    from popviz.analysis.aggregate import cycle_totals
 
     execution = _need(report, "execution", "timeline", "an out-of-memory compile never runs")
     if run is None:
-        runs = call_runs(run_cycles(execution))
+        runs = cycle_totals(execution).calls()
         if not runs:
             raise PlotDataError(f"timeline: engine '{report.label}' has no run with on-tile compute")
         run = runs[0]
@@ -133,14 +133,14 @@ def time_shares(report: Report):
     host copy (columns ``compute_pct``, ``exchange_pct``, ``sync_idle_pct``, ``host_copy_pct``)."""
     import pandas as pd
 
-    from popviz.analysis._common import call_runs, run_cycles
+    from popviz.analysis.aggregate import cycle_totals
 
     execution = _need(report, "execution", "breakdown", "an out-of-memory compile never runs")
-    agg = run_cycles(execution)
-    runs = call_runs(agg)
+    totals = cycle_totals(execution)
+    runs = totals.calls()
     if not runs:
         raise PlotDataError(f"breakdown: engine '{report.label}' has no run with on-tile compute")
-    agg = agg[agg["run"].isin(runs)]
+    agg = totals.by_ipu_type(runs)
     part = agg["program_type"].map(lambda t: {"compute": "compute", "backward": "compute", "forward": "compute",
                                                "weight update": "compute"}.get(_category("", t), _category("", t)))
     table = agg.assign(part=part).pivot_table(index="ipu", columns="part", values="cycles", aggfunc="sum",
