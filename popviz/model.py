@@ -107,6 +107,11 @@ def _coerce(df: pd.DataFrame, columns: Mapping[str, str], what: str, optional: S
     for name, dtype in columns.items():
         if name in df.columns:
             col = df[name]
+        elif dtype == "Int64":  # all missing, built without n Python objects
+            import numpy as np
+
+            col = pd.Series(pd.arrays.IntegerArray(np.zeros(n, dtype="int64"), np.ones(n, dtype=bool)),
+                            copy=False)
         else:
             col = pd.Series([None] * n, dtype="object")
         try:

@@ -106,17 +106,15 @@ class RunCycles:
     def _ipu_setup(self, ipu: np.ndarray) -> None:
         import numpy as np
 
+        # Every index in [min, max] gets a slot (an IPU without rows just sums to zero).
         lo, hi = int(ipu.min()), int(ipu.max())
         self._ipu_min = lo
         self._ipu_inverse = None
         if hi - lo < MAX_IPU_RANGE:
-            present = np.bincount(ipu - lo, minlength=hi - lo + 1) > 0
-            self._ipu_ids = np.flatnonzero(present) + lo
-            self._ipu_lookup = None if present.all() else np.cumsum(present) - 1
-        else:  # indices far apart (no target to bound them): renumber
+            self._ipu_ids = np.arange(lo, hi + 1, dtype="int64")
+        else:  # indices far apart (no target to bound them): renumber the ones present
             self._ipu_ids, inverse = np.unique(ipu, return_inverse=True)
             self._ipu_inverse = inverse.astype("int64")
-            self._ipu_lookup = None
 
     def _ipu_index(self, lo: int, hi: int) -> np.ndarray:
         """Dense IPU index (0..len(ipu_ids)-1) of rows lo:hi, as int64."""
@@ -124,7 +122,7 @@ class RunCycles:
             return self._ipu_inverse[lo:hi]
         idx = self._ipu[lo:hi].astype("int64")
         idx -= self._ipu_min
-        return idx if self._ipu_lookup is None else self._ipu_lookup[idx]
+        return idx
 
     def _per_run(self, max_dense_bins: int, compute_codes: np.ndarray):
         import numpy as np
