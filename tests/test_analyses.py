@@ -663,3 +663,16 @@ def test_anchored_tensors_are_counted_with_their_return_mode():
         {"name": "grad_w", "output_mode": "All", "return_period": None, "copies_per_call": 8,
          "bytes_per_call": None}]
     assert "anchored tensor bytes" in [n.check for n in out.not_checked]
+
+
+def test_a_profile_without_on_tile_compute_has_no_calls():
+    r = testing.pipeline_report([1000, 3000])
+    steps = r.execution.steps
+    no_compute = steps[steps["program_type"] != "OnTileExecute"].copy()
+    no_compute["program_type"] = no_compute["program_type"].astype("str")  # no OnTileExecute category
+    r2 = r.replace(execution=ExecutionTable(no_compute))
+    rc = cycle_totals(r2.execution)
+    assert rc.calls() == [] and rc.compute.tolist() == [0]
+    assert rc.longest.tolist() == [no_compute.groupby("ipu")["cycles"].sum().max()]
+    out = pipeline.analyse(r2)
+    assert any("executes on-tile compute" in n.reason for n in out.not_checked)

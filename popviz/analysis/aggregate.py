@@ -95,7 +95,7 @@ class RunCycles:
         self._all_ids = run[self._edges[:-1]].astype("int64")
         self._ipu_setup(ipu)
         compute_codes = [k for k, t in enumerate(self.types) if t in COMPUTE_TYPES]
-        longest, compute, total = self._per_run(max_dense_bins, np.asarray(compute_codes))
+        longest, compute, total = self._per_run(max_dense_bins, np.asarray(compute_codes, dtype="int64"))
         keep = total > 0  # runs whose steps all took 0 cycles count as absent
         self.runs = self._all_ids[keep]
         self.longest = longest[keep]
