@@ -167,6 +167,17 @@ def _check_integral(col: pd.Series, dtype: str, what: str, name: str) -> None:
                          f"that fits {dtype.lower()}")
 
 
+def _distinct(values):
+    """The distinct values of a 1-D integer array: in one linear pass when sorted (execution
+    steps come in run order), else by hashing."""
+    import numpy as np
+    import pandas as pd
+
+    if len(values) > 1 and bool((values[1:] >= values[:-1]).all()):
+        return values[np.concatenate(([True], values[1:] != values[:-1]))]
+    return pd.unique(values)
+
+
 def _frames_equal(a: pd.DataFrame | None, b: pd.DataFrame | None) -> bool:
     if a is None or b is None:
         return a is None and b is None
@@ -282,13 +293,14 @@ class ExecutionTable:
 
         self.steps = _coerce(steps, EXECUTION_COLUMNS, "execution steps table",
                              optional=("start_cycle",))
+        present = _distinct(self.steps["run"].to_numpy())
         if runs is None:
-            ids = sorted(int(r) for r in self.steps["run"].unique())
+            ids = sorted(int(r) for r in present)
             runs = pd.DataFrame({"run": ids, "name": [f"run{r}" for r in ids],
                                  "duration_seconds": [float("nan")] * len(ids)})
         self.runs = _coerce(runs, RUN_COLUMNS, "execution runs table",
                             optional=("duration_seconds",))
-        unknown = set(self.steps["run"].unique()) - set(self.runs["run"])
+        unknown = set(present.tolist()) - set(self.runs["run"].tolist())
         if unknown:
             raise ModelError(f"execution steps refer to run(s) {sorted(unknown)} missing from runs")
 
