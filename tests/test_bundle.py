@@ -74,7 +74,7 @@ def test_metadata_is_documented_json(tmp_path):
     r = testing.pipeline_report([10, 20], tiles_per_ipu=4)
     write_bundle(r, tmp_path)
     meta = json.loads((tmp_path / METADATA_FILE).read_text())
-    assert meta["format"] == "popviz-bundle" and meta["format_version"] == 1
+    assert meta["format"] == "popviz-bundle" and meta["format_version"] == 2
     assert meta["memory"] == {"level": "tile", "file": "memory.parquet", "rows": 8}
     assert meta["execution"]["rows"] == len(r.execution.steps)
     assert meta["config"]["stages"][1] == {"index": 1, "ipu": 1, "blocks": ["B2"]}
@@ -96,9 +96,9 @@ def test_truncated_json(bundle_dir):
 def test_newer_format_version(bundle_dir):
     path = bundle_dir / METADATA_FILE
     meta = json.loads(path.read_text())
-    meta["format_version"] = 2
+    meta["format_version"] = 3
     path.write_text(json.dumps(meta))
-    with pytest.raises(UnsupportedFormatError, match="format 2.*upgrade popviz"):
+    with pytest.raises(UnsupportedFormatError, match="format 3.*upgrade popviz"):
         read_bundle(bundle_dir)
 
 

@@ -18,6 +18,7 @@ from popviz.fileio import atomic_write_bytes, read_versioned_json
 from popviz.model import (
     ExecutionTable,
     HostIO,
+    LayerTable,
     MemoryTable,
     ModelConfig,
     ModelError,
@@ -28,7 +29,8 @@ from popviz.model import (
 from popviz.paths import is_safe_component, regular_file_inside
 
 FORMAT_NAME = "popviz-bundle"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+"""2 added ``layers``; version 1 bundles are read unchanged."""
 METADATA_FILE = "popviz-report.json"
 MEMORY_FILE = "memory.parquet"
 STEPS_FILE = "execution.parquet"
@@ -77,6 +79,7 @@ def write_bundle(report: Report, directory: str | Path, *, overwrite: bool = Fal
         "host_io": report.host_io.to_dict() if report.host_io is not None else None,
         "memory": None,
         "execution": None,
+        "layers": report.layers.to_dict() if report.layers is not None else None,
     }
     written = set()
     if report.memory is not None:
@@ -159,6 +162,7 @@ class _Reader:
             host_io = self.section(meta, "host_io", dict)
             mem_meta = self.section(meta, "memory", dict)
             exe_meta = self.section(meta, "execution", dict)
+            layers = self.section(meta, "layers", dict)
             memory = None
             if mem_meta is not None:
                 frame = self.table(mem_meta.get("file"), mem_meta.get("rows"), "memory")
@@ -178,6 +182,7 @@ class _Reader:
                 config=ModelConfig(**config) if config is not None else None,
                 host_io=HostIO(**host_io) if host_io is not None else None,
                 path=str(self.directory),
+                layers=LayerTable(**layers) if layers is not None else None,
             )
         except (ModelError, TypeError, ValueError, AttributeError, OverflowError) as exc:
             first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__

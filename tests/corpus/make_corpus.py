@@ -84,7 +84,10 @@ def _deep(d: Path) -> None:
 
 def _big_int(d: Path) -> None:
     _base(d)
-    text = (d / META).read_text().replace('"format_version": 1', '"format_version": ' + "9" * 5001)
+    from popviz.sources.bundle import FORMAT_VERSION
+
+    text = (d / META).read_text().replace(f'"format_version": {FORMAT_VERSION}',
+                                          '"format_version": ' + "9" * 5001)
     (d / META).write_text(text)
 
 
