@@ -676,3 +676,17 @@ def test_a_profile_without_on_tile_compute_has_no_calls():
     assert rc.longest.tolist() == [no_compute.groupby("ipu")["cycles"].sum().max()]
     out = pipeline.analyse(r2)
     assert any("executes on-tile compute" in n.reason for n in out.not_checked)
+
+
+def test_run_cycles_renumber_ipu_indices_far_apart():
+    steps = pd.DataFrame({"run": [0, 0, 0, 1, 1, 1], "step": [0, 1, 2, 0, 1, 2],
+                          "program": ["a", "b", "c"] * 2,
+                          "program_type": ["OnTileExecute", "Sync", "OnTileExecute"] * 2,
+                          "ipu": [0, 10**8, 5, 0, 10**8, 2**30], "cycles": [10, 20, 30, 40, 50, 60]})
+    rc = RunCycles(ExecutionTable(steps).steps)
+    assert rc.runs.tolist() == [0, 1] and rc.longest.tolist() == [30, 60]
+    assert rc.compute.tolist() == [40, 100] and rc.calls() == [1]  # 40 < half of 100
+    assert rc.elapsed([1]) == 60 and rc.elapsed([0, 1]) == 90
+    got = rc.by_ipu_type([0, 1])
+    assert got.values.tolist() == [[0, "OnTileExecute", 50], [5, "OnTileExecute", 30],
+                                   [10**8, "Sync", 70], [2**30, "OnTileExecute", 60]]

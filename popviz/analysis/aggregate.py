@@ -129,7 +129,7 @@ class RunCycles:
 
         n_runs, n_ipu = len(self._all_ids), len(self._ipu_ids)
         longest = np.zeros(n_runs, dtype="int64")
-        compute = np.zeros(n_runs, dtype="float64")
+        compute = np.zeros(n_runs, dtype="int64")
         total = np.zeros(n_runs, dtype="float64")
         is_compute = np.zeros(max(len(self.types), 1), dtype=bool)
         is_compute[compute_codes] = True
@@ -148,7 +148,8 @@ class RunCycles:
             total[j:j + k] = sums.sum(axis=1)
             del sums
             mask = is_compute[self._code[lo:hi]]
-            compute[j:j + k] = exact_bincount(local[mask], cycles[mask], k)
+            block = exact_bincount(local[mask], cycles[mask], k)
+            compute[j:j + k] = np.rint(block) if block.dtype.kind == "f" else block
         return longest, compute, total
 
     # -------------------------------------------------------------------------------- queries
