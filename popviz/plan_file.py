@@ -19,6 +19,7 @@ value. This module is light (standard library only).
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -61,10 +62,11 @@ def _int(value: Any) -> bool:
 def _check_counts(counts: list[Any], where: str) -> tuple[int, ...]:
     if not counts:
         raise UsageError(f"{where}: layers_per_ipu is empty; give one count per IPU, e.g. 3,7,7,7")
-    bad = next((c for c in counts if not _int(c) or c < 1), None)
+    bad = next((c for c in counts if not _int(c) or c < 0), None)
     if bad is not None:
-        raise UsageError(f"{where}: layers_per_ipu entry {bad!r} is not a whole number of at least 1 "
-                         "(every IPU takes at least one layer)")
+        raise UsageError(f"{where}: layers_per_ipu entry {bad!r} is not a whole number of layers (0 or more)")
+    if not any(counts):
+        raise UsageError(f"{where}: layers_per_ipu {list(counts)} places no layer; give at least one")
     if len(counts) > MAX_IPUS:
         raise UsageError(f"{where}: {len(counts)} IPUs; PopTorch uses at most {MAX_IPUS} per process")
     return tuple(counts)
@@ -183,5 +185,28 @@ def parse_split(text: str) -> PlanFile:
     return read_plan(text)
 
 
-__all__ = ["FORMAT", "FORMAT_VERSION", "PlanFile", "is_counts", "parse_layers_per_ipu", "parse_split", "plan_from_dict",
+__all__ = ["FORMAT", "FORMAT_VERSION", "PlanFile", "from_split", "is_counts", "parse_layers_per_ipu", "parse_split", "plan_from_dict",
            "read_plan", "write_plan"]
+
+
+def from_split(layers: Sequence[Any], cost_names: Sequence[str], layers_per_stage: Sequence[int],
+               engine: str | None = None) -> PlanFile:
+    """The plan file of a planner split: ``layers`` are the report's layers (``name``, ``role``),
+    ``cost_names`` the names of the planner's layer costs in order (``planner.layer_costs``: tied
+    layers folded into their partner), ``layers_per_stage`` the split's counts of those costs
+    (``Split.layers_per_ipu``; stage ``i`` on IPU ``i``). Placements and counts are of the movable
+    (role ``layer``) layers, as ``--split`` takes them."""
+    if sum(layers_per_stage) != len(cost_names):
+        raise ValueError(f"layers_per_stage {list(layers_per_stage)} does not cover {len(cost_names)} layers")
+    stage_of: dict[str, int] = {}
+    i = 0
+    for stage, count in enumerate(layers_per_stage):
+        for name in cost_names[i:i + count]:
+            stage_of[name] = stage
+        i += count
+    placements = tuple((x.name, stage_of[x.name]) for x in layers if x.role == "layer" and x.name in stage_of)
+    counts = [0] * len(layers_per_stage)
+    for _, ipu in placements:
+        counts[ipu] += 1
+    return PlanFile(ipus=len(layers_per_stage), layers_per_ipu=tuple(counts), placements=placements,
+                    engine=engine, source="popviz plan")

@@ -221,3 +221,20 @@ def test_conv_blocks_are_the_layers():
 
 def test_backward_factor_is_the_cost_model():
     assert hw.BACKWARD_FACTOR == 2.0
+
+
+def test_a_model_without_child_modules_is_one_layer():
+    class Bare(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.ones(3, 3))
+
+        def forward(self, x):
+            return x @ self.w
+
+    ex = poptorch.inferenceModel(Bare())
+    ex(torch.ones(2, 3))
+    table = ex.popvizReport().layers
+    assert [(x.name, x.role, x.weight_bytes) for x in table] == [("(model)", "layer", 36)]
+    assert table.depth == 0
+    assert table.notes[0] == "Layers at module depth 0: no child module has parameters, so the model is its only layer."

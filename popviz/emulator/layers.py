@@ -24,9 +24,10 @@ embeddings. The loss and the final head are pinned ``last`` when they run on the
 **--split.** With ``POPVIZ_EMULATOR_SPLIT`` (``popviz emulate --split``) the script's own blocks
 are ignored: each layer-level module starts a block on the IPU the split gives it. The movable
 layers are placed in module order by ``layers_per_ipu`` (or by name from a plan file's
-``placements``); parts before the first movable layer go on the first IPU, parts after the last
-on the last IPU, a tied module on its partner's IPU, and anything between two layers with the
-layer before it.
+``placements``, which may also name the other parts); a tied module goes on its partner's IPU;
+parts before the first movable layer go on the first IPU, parts between two layers with the
+layer before them, parts after the last layer with the tied module that follows them (the rest
+of a head around a tied projection), else on the last IPU.
 """
 
 from __future__ import annotations
@@ -47,6 +48,8 @@ if TYPE_CHECKING:
 
 DEPTH_ENV = "POPVIZ_EMULATOR_LAYER_DEPTH"
 SPLIT_ENV = "POPVIZ_EMULATOR_SPLIT"
+ROOT_NAME = "(model)"
+"""The layer name of a model that has no child module with parameters (it is its only layer)."""
 
 
 class LayerSetupError(SystemExit):
@@ -148,8 +151,12 @@ def discover(model: torch.nn.Module, depth: int | None = None) -> Structure:
             how = (f"depth {d} chosen automatically: the shallowest with repeated modules "
                    f"({movable[0]} ... {movable[-1]}, {len(movable)} layers); --layer-depth N overrides it")
         else:
-            movable = [p for p, m in modules.items() if _depth(p) == 1 and _has_params(m)] or [""]
-            how = "no repeated modules: the model's top-level modules are its layers (--layer-depth N overrides it)"
+            movable = [p for p, m in modules.items() if _depth(p) == 1 and _has_params(m)]
+            how = ("depth 1: no repeated modules, so the model's children with parameters are its layers "
+                   "(--layer-depth N overrides it)")
+            if not movable:
+                d, movable = 0, [""]
+                how = "depth 0: no child module has parameters, so the model is its only layer"
     movable_set = frozenset(movable)
     units: list[str] = []
     if movable == [""]:
@@ -269,30 +276,28 @@ def split_map(structure: Structure, plan: PlanFile) -> dict[str, int]:
                 ipu_of[name] = ipu
             i += count
     last_ipu = plan.ipus - 1
-    seen_movable = False
+    units = list(structure.units)
+    first_movable = next((i for i, u in enumerate(units) if u in structure.movable), len(units))
+    last_movable = max((i for i, u in enumerate(units) if u in structure.movable), default=-1)
     previous = 0
-    remaining = len(movable)
-    for unit in structure.units:
-        if unit in structure.movable:
-            seen_movable = True
-            remaining -= 1
-            previous = ipu_of[unit]
-            continue
-        if unit in ipu_of:
-            previous = ipu_of[unit]
-            continue
+    for i, unit in enumerate(units[:last_movable + 1]):
+        if unit not in ipu_of:
+            partner = structure.tied.get(unit)
+            ipu_of[unit] = (ipu_of.get(partner, 0) if partner is not None
+                            else 0 if i < first_movable else previous)
+        previous = ipu_of[unit]
+    # after the last layer: with the tied part that follows (a head around a tied projection),
+    # else on the last IPU
+    follow = last_ipu
+    for unit in reversed(units[last_movable + 1:]):
         partner = structure.tied.get(unit)
-        if partner is not None and partner in ipu_of:
-            ipu_of[unit] = ipu_of[partner]
-        elif not seen_movable:
-            ipu_of[unit] = 0
-        elif remaining == 0:
-            ipu_of[unit] = last_ipu
+        if unit in ipu_of:
+            follow = ipu_of[unit]
+        elif partner is not None:
+            follow = ipu_of.get(partner, 0)
+            ipu_of[unit] = follow
         else:
-            ipu_of[unit] = previous
-    # a module tied to a later one (rare) follows it
-    for unit, partner in structure.tied.items():
-        ipu_of[unit] = ipu_of.get(partner, ipu_of.get(unit, 0))
+            ipu_of[unit] = follow
     return ipu_of
 
 
@@ -496,7 +501,7 @@ def layer_table(m: Measurement, setup: EngineSetup, stages: Sequence[StageEstima
               and ipus[seg_of[n]] == max_ipu and max_ipu > 0):
             pin = "last"
         layers.append(Layer(
-            name=n, role=role, block=block_of[n], stage=seg_of[n], ipu=ipus[seg_of[n]],
+            name=n or ROOT_NAME, role=role, block=block_of[n], stage=seg_of[n], ipu=ipus[seg_of[n]],
             fwd_cycles=fwd_int[n], bwd_cycles=bwd_int[n], weight_bytes=weights[n],
             optimizer_bytes=optimizer[n], accumulator_bytes=accumulators[n], activation_bytes=activations[n] if setup.training else 0,
             temporary_bytes=temp[n], pin=pin, tied_to=tied_to))
