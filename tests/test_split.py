@@ -87,10 +87,10 @@ def test_bad_json_plan(tmp_path):
 
 torch = pytest.importorskip("torch")
 
+from test_emulator_layers import Tiny, check_sums, compiled  # noqa: E402
+
 import popviz.emulator as poptorch  # noqa: E402
 from popviz.emulator.layers import SPLIT_ENV  # noqa: E402
-
-from test_emulator_layers import Tiny, check_sums, compiled  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -149,7 +149,7 @@ def test_split_that_does_not_fit_the_model(monkeypatch, capsys, value, message):
 
 
 def test_plan_naming_an_unknown_layer(monkeypatch, capsys, tmp_path):
-    doc = plan_doc(placements=[{"layer": "encoder.layer.0", "ipu": 0}] + plan_doc()["placements"][1:])
+    doc = plan_doc(placements=[{"layer": "encoder.layer.0", "ipu": 0}, *plan_doc()["placements"][1:]])
     path = tmp_path / "plan.json"
     path.write_text(json.dumps(doc))
     monkeypatch.setenv(SPLIT_ENV, str(path))
