@@ -238,3 +238,30 @@ def test_a_model_without_child_modules_is_one_layer():
     assert [(x.name, x.role, x.weight_bytes) for x in table] == [("(model)", "layer", 36)]
     assert table.depth == 0
     assert table.notes[0] == "Layers at module depth 0: no child module has parameters, so the model is its only layer."
+
+
+def test_a_block_boundary_inside_a_layer():
+    """A block starting inside a layer: the layer goes where most of its cycles are, its
+    operations in the other stage count with the neighbour there, and the sums still agree."""
+
+    class Split(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = torch.nn.ModuleList(Block() for _ in range(3))
+            poptorch.BeginBlock(self.body[1].down, "late", ipu_id=1)
+
+        def forward(self, x):
+            for block in self.body:
+                x = block(x)
+            return x
+
+    opts = poptorch.Options().deviceIterations(2)
+    opts.setExecutionStrategy(poptorch.PipelinedExecution(poptorch.AutoStage.SameAsIpu))
+    model = Split()
+    poptorch.BeginBlock(model.body[0], "early", ipu_id=0)
+    ex = poptorch.inferenceModel(model, opts)
+    ex(torch.randn(4, H))
+    table = ex.popvizReport().layers
+    assert [(x.name, x.stage) for x in table] == [("body.0", 0), ("body.1", 0), ("body.2", 1)]
+    assert "body.1 run in more than one stage" in table.notes[-1]
+    check_sums(ex)
