@@ -32,7 +32,7 @@ class BlockTrace:
         self.resolver = resolver
         self.split = split
         """Layer-level module path -> IPU when ``--split`` re-places the blocks
-        (:mod:`popviz.emulator.layers`): the script's own blocks are then ignored, and a block
+        (:mod:`popviz.emulator.split`): the script's own blocks are then ignored, and a block
         starts, on the layer's IPU, at each layer whose IPU differs from the current one."""
         self._split_stages = 0
         self.current: BlockPlacement | None = None

@@ -26,6 +26,7 @@ embeddings. The loss and the final head are pinned ``last`` when they run on the
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 from collections.abc import Sequence
@@ -203,7 +204,7 @@ def _roles(model: torch.nn.Module, modules: dict[str, torch.nn.Module], units: S
            movable: frozenset[str]) -> dict[str, str]:
     import torch
 
-    order = [u for u in units]
+    order = list(units)
     idx = [i for i, u in enumerate(order) if u in movable]
     first, last = (idx[0], idx[-1]) if idx else (len(order), -1)
     roles = {}
@@ -236,9 +237,7 @@ def prepare(model: torch.nn.Module) -> Structure:
     detail = f"{plan.ipus} IPUs" if what == plan.describe() else f"{plan.describe()} over {plan.ipus} IPUs"
     note = (f"Blocks re-placed by --split {what} ({detail}); the script's own BeginBlock/Block placements "
             "were ignored.")
-    return Structure(depth=structure.depth, units=structure.units, movable=structure.movable,
-                     roles=structure.roles, tied=structure.tied, how=structure.how, split=mapping,
-                     split_note=note)
+    return dataclasses.replace(structure, split=mapping, split_note=note)
 
 
 class UnitTracker:
