@@ -85,7 +85,8 @@ def parse_layers_per_ipu(text: str) -> PlanFile:
                              "layers_per_ipu=3,7,7,7 or a plan file") from None
     spec = f"--split {text!r}"
     counts_t = _check_counts(counts, spec)
-    return PlanFile(ipus=len(counts_t), layers_per_ipu=counts_t, source=f"layers_per_ipu={body}")
+    return PlanFile(ipus=len(counts_t), layers_per_ipu=counts_t,
+                    source=f"layers_per_ipu={','.join(map(str, counts_t))}")
 
 
 def plan_from_dict(doc: Any, where: str) -> PlanFile:

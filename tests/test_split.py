@@ -257,3 +257,15 @@ def test_done_when_plan_then_split(tmp_path):
     # the same cost model on the same layers: equal up to rounding each stage's total
     assert all(abs(measured[i] - predicted[i]) <= 2 for i in predicted)
     assert max(measured.values()) < max(per_ipu_cycles(even).values())
+
+
+def test_cli_passes_depth_and_split_to_the_script(tmp_path):
+    write_plan(plan_from_dict(plan_doc(), "doc"), tmp_path / "plan.json")
+    show = "import os; print(os.environ['POPVIZ_EMULATOR_LAYER_DEPTH'], os.environ['POPVIZ_EMULATOR_SPLIT'])"
+    proc = run_cli("emulate", "--layer-depth", "3", "--split", "plan.json", "--", sys.executable, "-c", show,
+                   cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["3", str((tmp_path / "plan.json").resolve())]
+    proc = run_cli("emulate", "--split", "3, 7,7,7", "--", sys.executable, "-c",
+                   "import os; print(os.environ['POPVIZ_EMULATOR_SPLIT'])", cwd=tmp_path)
+    assert proc.stdout.strip() == "layers_per_ipu=3,7,7,7"
