@@ -6,7 +6,8 @@ re-run it with the plan through --split and compare.
 Runs ``popviz capture --emulate --calls 1`` on ``examples/bert_pipeline.py --mlm --half
 --offload-optimizer --layers 24 --hidden 1024 --heads 16`` (seq 128, micro-batch 4, G=16; the
 embeddings and the tied MLM projection on IPU 0; the even split 6/6/6/6), plans 4 IPUs with
-``popviz.analysis.planner`` (90% headroom), writes the plan file, captures again with
+``popviz.analysis.planner`` (90% headroom, the fullest IPU's code and exchange bytes on every
+IPU, one extra forward stage for the tied projection's return to IPU 0), writes the plan file, captures again with
 ``--split plan.json``, and prints per-IPU cycles and memory: current, predicted, re-run. Takes
 about 4 minutes here (float16 matmuls are slow on the CPU).
 """
@@ -60,7 +61,8 @@ def main() -> None:
         capacity = even.target.bytes_per_tile * even.target.tiles_per_ipu
         costs = planner.layer_costs(even.layers.layers)
         code = int(even.memory.frame["cat_codeAndExchange_bytes"].max())
-        settings = planner.PlanSettings(capacity_bytes=capacity, code_bytes=code)
+        settings = planner.PlanSettings(capacity_bytes=capacity, code_bytes=code,
+                                        extra_stages=planner.extra_stages(even.layers.layers))
         best = planner.plan(costs, 4, settings, exact_n=True).best
         if best is None:
             raise SystemExit("no split fits")
