@@ -535,8 +535,8 @@ LAYER_SOURCES = ("emulator", "debug_context", "calibrated")
 """How the per-layer figures were obtained: the emulator's cost model on the measured forward
 pass, PopTorch's debug contexts in a real profile, or a real profile's per-stage figures
 distributed over its layers in the proportions of an emulator estimate."""
-_LAYER_INTS = ("fwd_cycles", "bwd_cycles", "weight_bytes", "optimizer_bytes", "activation_bytes",
-               "temporary_bytes")
+_LAYER_INTS = ("fwd_cycles", "bwd_cycles", "weight_bytes", "optimizer_bytes", "accumulator_bytes",
+               "activation_bytes", "temporary_bytes")
 
 
 @dataclass(frozen=True)
@@ -560,6 +560,8 @@ class Layer:
     weight_bytes: int = 0
     optimizer_bytes: int = 0
     """Optimizer state (e.g. Adam's two moments) kept with the weights unless offloaded."""
+    accumulator_bytes: int = 0
+    """Gradient accumulators (gradient accumulation > 1, in training), unless offloaded."""
     activation_bytes: int = 0
     """Bytes stashed per micro-batch in flight for the backward pass."""
     temporary_bytes: int = 0

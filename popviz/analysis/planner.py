@@ -7,8 +7,9 @@ to each IPU's memory under a headroom. Exact dynamic programming, not greedy.
 Memory on the IPU holding stage ``s`` of ``N`` (0-based):
 weights + optimizer state (unless offloaded) + activation stash × in-flight micro-batches
 + the largest temporary of its layers + code overhead. In training, stage ``s`` holds
-``2 * (N - s) - 1`` micro-batches' activations in flight (earlier stages hold more); in
-inference, one.
+``2 * (N - s) - 1`` micro-batches' activations in flight (earlier stages hold more; N counts
+``PlanSettings.extra_stages`` too, e.g. a tied projection back on the first IPU); in inference,
+one.
 
 The DP is indexed by the number of stages *remaining*, on which the stash depth depends, so one
 table answers every N in 1..max at once: O(max_N × L²) segment checks.
@@ -16,6 +17,7 @@ table answers every N in 1..max at once: O(max_N × L²) segment checks.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -51,6 +53,9 @@ class PlanSettings:
     offload_optimizer: bool = False
     code_bytes: int = 0
     """Fixed code/overhead bytes on every IPU."""
+    extra_stages: int = 0
+    """Forward stages beyond one per IPU: 1 when a tied projection runs on the first IPU again
+    after the last (:func:`extra_stages`). Each deepens every IPU's stash by two micro-batches."""
 
     @property
     def budget_bytes(self) -> int:
@@ -158,7 +163,7 @@ def plan(
         return lo <= b <= hi
 
     for r in range(1, max_n + 1):
-        depth = 2 * r - 1 if settings.training else 1
+        depth = 2 * (r + settings.extra_stages) - 1 if settings.training else 1
         prev, cur, nx = g[r - 1], g[r], nxt[r]
         for i in range(n - 1, -1, -1):
             if i > 0 and not allowed(i):
@@ -195,7 +200,7 @@ def plan(
         i = 0
         for left in range(r, 0, -1):
             j = nxt[left][i]
-            depth = 2 * left - 1 if settings.training else 1
+            depth = 2 * (left + settings.extra_stages) - 1 if settings.training else 1
             stages.append(
                 StagePlan(
                     first=i,
@@ -228,7 +233,7 @@ def evaluate(
     i = 0
     for s, k in enumerate(layers_per_ipu):
         j = i + k
-        depth = stash_depth(s, n_stages, settings.training)
+        depth = stash_depth(s, n_stages + settings.extra_stages, settings.training)
         mem = (p.fixed[j] - p.fixed[i] + (p.act[j] - p.act[i]) * depth
                + max(p.temp[i:j]) + p.code)
         stages.append(StagePlan(i, j, p.cyc[j] - p.cyc[i], mem, depth))
@@ -258,22 +263,18 @@ def explain_no_fit(
     The split minimising peak memory is found exactly by binary search on the budget.
     """
     n = min(n_ipus, len(layers))
-    total = sum(stage_memory_bytes(layers, 0, len(layers), stash_depth(0, n, settings.training),
+    total = sum(stage_memory_bytes(layers, 0, len(layers), stash_depth(0, n + settings.extra_stages, settings.training),
                                    settings) for _ in (0,))
     lo_b, hi_b = 0, max(total, 1)
     # smallest budget at which some split of n stages fits
     while lo_b < hi_b:
         mid = (lo_b + hi_b) // 2
-        cap = PlanSettings(capacity_bytes=max(mid, 1), headroom_frac=1.0,
-                           training=settings.training,
-                           offload_optimizer=settings.offload_optimizer,
-                           code_bytes=settings.code_bytes)
+        cap = dataclasses.replace(settings, capacity_bytes=max(mid, 1), headroom_frac=1.0)
         if plan(layers, n, cap, exact_n=True).best is not None:
             hi_b = mid
         else:
             lo_b = mid + 1
-    cap = PlanSettings(capacity_bytes=max(lo_b, 1), headroom_frac=1.0, training=settings.training,
-                       offload_optimizer=settings.offload_optimizer, code_bytes=settings.code_bytes)
+    cap = dataclasses.replace(settings, capacity_bytes=max(lo_b, 1), headroom_frac=1.0)
     split = plan(layers, n, cap, exact_n=True).best
     assert split is not None
     worst = max(split.stages, key=lambda st: st.memory_bytes)
@@ -286,3 +287,46 @@ def explain_no_fit(
                               + max(x.temporary_bytes for x in seg)) // 2,
     }
     return Shortfall(overflow_bytes=max(0, lo_b - settings.budget_bytes), levers_bytes=levers)
+
+
+def layer_costs(layers: Sequence) -> list[LayerCost]:
+    """:class:`LayerCost`s from a report's layers (:class:`popviz.model.Layer`, in order).
+
+    A layer ``tied_to`` another (a projection sharing the embeddings' weights) must run on that
+    layer's IPU, wherever it comes in the sequence: its cycles, stash and temporaries are added to
+    that layer's (its shared weights are already counted there). Gradient accumulators
+    (``accumulator_bytes``) stay on the IPU like the weights, so they count in ``weight_bytes``."""
+    names = {x.name for x in layers}
+    folded = {x.name: x for x in layers if x.tied_to is not None and x.tied_to in names}
+    out = []
+    for x in layers:
+        if x.name in folded:
+            continue
+        extra = [t for t in folded.values() if t.tied_to == x.name]
+        out.append(LayerCost(
+            name=x.name,
+            fwd_cycles=x.fwd_cycles + sum(t.fwd_cycles for t in extra),
+            bwd_cycles=x.bwd_cycles + sum(t.bwd_cycles for t in extra),
+            weight_bytes=sum(t.weight_bytes + getattr(t, "accumulator_bytes", 0) for t in (x, *extra)),
+            optimizer_bytes=x.optimizer_bytes + sum(t.optimizer_bytes for t in extra),
+            activation_bytes=x.activation_bytes + sum(t.activation_bytes for t in extra),
+            temporary_bytes=max([x.temporary_bytes] + [t.temporary_bytes for t in extra]),
+            pin=x.pin,
+        ))
+    return out
+
+
+def extra_stages(layers: Sequence) -> int:
+    """1 when a layer ``tied_to`` one before the first movable layer (role ``layer``) comes after
+    the last one (a tied projection that takes the pipeline back to the first IPU, as BERT's
+    masked-LM head does): the pipeline then has one forward stage more than it has IPUs."""
+    roles = [getattr(x, "role", "layer") for x in layers]
+    movable = [i for i, r in enumerate(roles) if r == "layer"]
+    if not movable:
+        return 0
+    index = {x.name: i for i, x in enumerate(layers)}
+    for i, x in enumerate(layers):
+        partner = index.get(x.tied_to) if x.tied_to is not None else None
+        if partner is not None and partner < movable[0] and i > movable[-1]:
+            return 1
+    return 0

@@ -35,7 +35,7 @@ import torch
 from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
 from popviz.emulator import calls as _calls
-from popviz.emulator import costmodel, hardware, profiling
+from popviz.emulator import costmodel, hardware, layers, profiling
 from popviz.emulator import optim as _optim
 from popviz.emulator.blocks import BlockTrace, tracing
 from popviz.emulator.enums import ConnectionType, MeanReductionStrategy, OutputMode, ReductionType
@@ -363,7 +363,9 @@ class PoplarExecutor:
 
     # ------------------------------------------------------------------ compilation
     def _trace(self) -> BlockTrace:
-        return BlockTrace(self._options._execution_strategy.resolver())
+        structure = self.__dict__.get("_structure")
+        split = structure.split if structure is not None else None
+        return BlockTrace(self._options._execution_strategy.resolver(), split)
 
     def compile(self, *args: Any, **kwargs: Any) -> None:
         """Trace and estimate the model for these (combined-batch) inputs without running it."""
@@ -409,12 +411,16 @@ class PoplarExecutor:
 
     def _measure(self, args: tuple, kwargs: dict) -> tuple[costmodel.Measurement, list[tuple[str, Any]]]:
         """One micro-batch forward under measurement; model state (buffers, RNG) is restored."""
+        structure = layers.prepare(self._model) if isinstance(self._model, torch.nn.Module) else None
+        self._structure = structure
         buffers = [(b, b.detach().clone()) for b in self._model.buffers()]
         rng = torch.get_rng_state()
         trace = self._trace()
+        units = layers.UnitTracker(self._model, structure, trace) if structure is not None else None
         try:
             with torch.set_grad_enabled(self._training), tracing(trace), \
-                    measuring(self._model, trace, self._training) as recorder:
+                    units if units is not None else contextlib.nullcontext(), \
+                    measuring(self._model, trace, self._training, units) as recorder:
                 if self._training:
                     with LossCollector() as losses, upcasting():
                         out = self._model(*args, **kwargs)
@@ -466,6 +472,7 @@ class PoplarExecutor:
                       segments: int) -> costmodel.EngineSetup:
         o = self._options
         strategy = o._execution_strategy
+        structure = self.__dict__.get("_structure")
         inputs = [HostTensor(name, "input", tuple(v.shape), _dtype_name(v.dtype), _nbytes(v))
                   for name, v in self._names(args, kwargs) if isinstance(v, torch.Tensor)]
         outs = [HostTensor(name, "output", tuple(t.shape), _dtype_name(t.dtype), _nbytes(t)) for name, t in outputs]
@@ -500,6 +507,7 @@ class PoplarExecutor:
             available_memory_proportion=dict(o.available_memory_proportion),
             synthetic_data=o.synthetic_data, auto_round_num_ipus=o.auto_round_num_ipus,
             inputs=inputs, outputs=outs, options=recorded, spec=spec, host=host, calls=0,
+            extra_notes=(structure.split_note,) if structure is not None and structure.split_note else (),
         )
 
     def _report_builder(self) -> Callable[[], Any]:
