@@ -376,3 +376,35 @@ def calibrate(real: Report, estimate: Report) -> Report:
     return real.replace(layers=table)
 
 
+
+
+# ------------------------------------------------------------------------- hint for findings
+
+HINT_CODES = ("PIPE001", "MEM001", "MEM003", "MEM004", "MEM005")
+"""Findings whose action names the plan's gain when ``popviz plan`` finds a better split."""
+
+
+def plan_hint(report: Report) -> dict[str, Any] | None:
+    """What ``popviz plan`` would propose for ``report``, when it has layers and the proposed
+    split is faster than the current one or fits where the current one does not; else None."""
+    from popviz.errors import PopvizError
+
+    if report.layers is None or report.target is None:
+        return None
+    try:
+        plan = make_plan(report)
+    except (PopvizError, ValueError):
+        return None
+    if plan.proposed is None or plan.current is None:
+        return None
+    change = plan.throughput_change_frac or 0.0
+    rescue = not plan.current.fits
+    if not (plan.improves or rescue):
+        return None
+    gain = f"+{100 * change:.0f}% throughput" if change > 0 else f"{100 * change:.0f}% throughput"
+    text = (f"`popviz plan` finds a split with {gain} that fits"
+            + (" (the current one does not)" if rescue else "")
+            + f": layers_per_ipu={plan.proposed.layers_per_ipu}")
+    return {"command": "popviz plan", "throughput_gain_frac": change, "fits": True,
+            "current_fits": plan.current.fits, "layers_per_ipu": plan.proposed.layers_per_ipu,
+            "estimated": plan.estimated, "text": text}
