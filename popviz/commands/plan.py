@@ -171,7 +171,10 @@ def run(args: argparse.Namespace) -> int:
     elif args.markdown:
         sys.stdout.write(render.markdown(plan, rerun, written))
     else:
-        sys.stdout.write("\n".join(render.text_lines(plan, rerun, written)) + "\n")
+        import shutil
+
+        width = min(shutil.get_terminal_size().columns, 120)
+        sys.stdout.write("\n".join(render.text_lines(plan, rerun, written, width)) + "\n")
     if plan.proposed is None:
         if args.write:
             print(f"popviz: no split fits: {shown(args.write)} not written", file=sys.stderr)

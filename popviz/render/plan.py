@@ -78,10 +78,24 @@ Section = tuple[str, list[str]]
 """(``text``, ``table`` or ``code``, lines)."""
 
 
-def text_lines(plan: LayerPlan, rerun: str | None = None, plan_path: str | None = None) -> list[str]:
-    """The console view, line by line."""
-    return [f"  {line}" if kind == "code" else line
-            for kind, lines in sections(plan, rerun, plan_path) for line in lines]
+def text_lines(plan: LayerPlan, rerun: str | None = None, plan_path: str | None = None,
+               width: int | None = None) -> list[str]:
+    """The console view, line by line; prose wrapped at ``width`` (tables and code never)."""
+    import textwrap
+
+    out = []
+    for kind, lines in sections(plan, rerun, plan_path):
+        for line in lines:
+            if kind == "code":
+                out.append(f"  {line}")
+            elif kind == "text" and width and len(line) > width:
+                first = line[:len(line) - len(line.lstrip())]
+                lead = "  " if line.startswith(("- ", "note: ")) else first or " "
+                out += textwrap.wrap(line.lstrip(), width, initial_indent=first, subsequent_indent=lead,
+                                     break_on_hyphens=False, break_long_words=False)
+            else:
+                out.append(line)
+    return out
 
 
 def sections(plan: LayerPlan, rerun: str | None = None, plan_path: str | None = None) -> list[Section]:
@@ -181,6 +195,8 @@ def no_fit_sections(plan: LayerPlan) -> list[Section]:
     out.append(("text", lines))
     lines.append(f"what closes the gap (bytes saved on IPU{worst}; each lever alone):")
     for lv in sf.levers:
+        if not lv.saved_bytes and not lv.closes_gap:
+            continue  # e.g. no optimizer state to offload, nothing stashed twice
         name, how = LEVER_TEXT[lv.name]
         if lv.name == "more_ipus":
             how = (f"popviz plan --ipus {lv.value} REPORT" if lv.value else
