@@ -126,3 +126,20 @@ def test_hundred_layers_sixteen_ipus_is_exact_and_quick() -> None:
     layers = [LayerCost(f"l{i}", 100 + i % 7, 200, weight_bytes=10) for i in range(100)]
     res = plan(layers, 16, PlanSettings(capacity_bytes=10**9))
     assert res.best is not None and len(res.by_ipus) == 16
+
+
+def test_least_memory_split_against_brute_force() -> None:
+    from popviz.analysis.planner import least_memory_split
+
+    rng = random.Random(11)
+    for _ in range(30):
+        n = rng.randint(2, 7)
+        layers = [LayerCost(f"l{i}", rng.randint(1, 50), rng.randint(0, 50),
+                            weight_bytes=rng.randint(0, 30), optimizer_bytes=rng.randint(0, 20),
+                            activation_bytes=rng.randint(0, 10), temporary_bytes=rng.randint(0, 15))
+                  for i in range(n)]
+        s = PlanSettings(capacity_bytes=10, headroom_frac=0.9)
+        k = rng.randint(1, min(4, n))
+        got = least_memory_split(layers, k, s)
+        peaks = [max(st.memory_bytes for st in evaluate(layers, c, s).stages) for c in _compositions(n, k)]
+        assert max(st.memory_bytes for st in got.stages) == min(peaks)

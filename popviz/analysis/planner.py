@@ -305,23 +305,40 @@ def _feasible_ipus(layers: Sequence[LayerCost], n_ipus: int, settings: PlanSetti
 
 
 def least_memory_split(layers: Sequence[LayerCost], n_ipus: int, settings: PlanSettings) -> Split:
-    """The split over ``n_ipus`` IPUs with the smallest peak memory (binary search on the budget;
-    exact), with its cycles and memory evaluated under ``settings``."""
+    """The split over ``n_ipus`` IPUs (fewer when the pins allow no more) with the smallest peak
+    memory, the fastest among those; evaluated under ``settings`` (so ``fits`` may be False).
+
+    Exact: the same dynamic programme as :func:`plan` with (peak memory, bottleneck) minimised."""
     n = _feasible_ipus(layers, min(n_ipus, len(layers)), settings)
-    lo_b = 0
-    hi_b = max(1, stage_memory_bytes(layers, 0, len(layers),
-                                     stash_depth(0, n, settings.training, settings.recompute), settings))
-    while lo_b < hi_b:  # smallest budget at which some split of n stages fits
-        mid = (lo_b + hi_b) // 2
-        cap = replace(settings, capacity_bytes=max(mid, 1), headroom_frac=1.0)
-        if plan(layers, n, cap, exact_n=True).best is not None:
-            hi_b = mid
-        else:
-            lo_b = mid + 1
-    cap = replace(settings, capacity_bytes=max(lo_b, 1), headroom_frac=1.0)
-    split = plan(layers, n, cap, exact_n=True).best
-    assert split is not None
-    return evaluate(layers, split.layers_per_ipu, settings)
+    lo, hi = _check(layers, settings)
+    p = _Prefix(layers, settings)
+    count = len(layers)
+    inf = float("inf")
+    g = [[(inf, inf)] * (count + 1) for _ in range(n + 1)]
+    nxt = [[-1] * (count + 1) for _ in range(n + 1)]
+    g[0][count] = (0, 0)
+    for r in range(1, n + 1):
+        depth = _depth(r, settings)
+        for i in range(count - 1, -1, -1):
+            if i > 0 and not lo <= i <= hi:
+                continue
+            best, best_j, temp = (inf, inf), -1, 0
+            for j in range(i + 1, count + 1):
+                temp = max(temp, p.temp[j - 1])
+                rest = g[r - 1][j]
+                if rest[0] == inf or (j < count and not lo <= j <= hi):
+                    continue
+                mem = p.fixed[j] - p.fixed[i] + (p.act[j] - p.act[i]) * depth + temp + p.code
+                cand = (max(mem, rest[0]), max(p.cyc[j] - p.cyc[i], rest[1]))
+                if cand < best:
+                    best, best_j = cand, j
+            g[r][i], nxt[r][i] = best, best_j
+    counts, i = [], 0
+    for left in range(n, 0, -1):
+        j = nxt[left][i]
+        counts.append(j - i)
+        i = j
+    return evaluate(layers, counts, settings)
 
 
 def _scaled(layers: Sequence[LayerCost], *, optimizer_div: int = 1, activation_div: int = 1
