@@ -236,3 +236,28 @@ def test_findings_name_the_plans_gain(small):
     assert action.hint["layers_per_ipu"] == [3, 1]
     assert action.hint["throughput_gain_frac"] == pytest.approx(10_500 / 9_300 - 1)
     assert "popviz plan` finds a split with +13% throughput" in action.gain_text
+
+
+def test_pins_that_leave_too_few_stages_are_a_usage_error():
+    from popviz.analysis.layer_plan import make_plan
+    from popviz.errors import UsageError
+
+    t = testing.layer_table([1, 2, 3, 4], pins=["first", "first", "last", "last"], layers_per_ipu=[2, 2])
+    r = testing.layered_report(t, tiles_per_ipu=1, gradient_accumulation=16)
+    with pytest.raises(UsageError, match=r"3 IPUs: the pinned layers .* at most 2 stages"):
+        make_plan(r, ipus=3)
+    assert list(make_plan(r, max_ipus=3).by_ipus) == [1, 2, 3]
+
+
+def test_cnn_plan_rebalances_a_front_heavy_split():
+    """ResNet-like (testing.cnn_layers): blocks of 8.1-10.8 M cycles (forward + backward)."""
+    from popviz.analysis.layer_plan import make_plan
+
+    table = testing.cnn_layers(layers_per_ipu=[4, 2, 1, 1])
+    plan = make_plan(testing.layered_report(table, gradient_accumulation=16))
+    assert plan.current is not None and plan.proposed is not None
+    # IPU0 now: stem 1,382,976 + 10,838,016 x 3 + 8,128,512
+    assert plan.current.bottleneck_cycles == 42_025_536
+    assert plan.proposed.layers_per_ipu == [2, 2, 2, 2]
+    assert [s.cycles for s in plan.proposed.stages] == [23_059_008, 18_966_528, 18_966_528, 18_990_528]
+    assert plan.throughput_change_frac == pytest.approx(42_025_536 / 23_059_008 - 1)

@@ -263,6 +263,15 @@ def make_plan(report: Report, *, ipus: int | None = None, max_ipus: int | None =
                          "not compared")
     if n > len(costs):
         raise UsageError(f"{n} IPUs for {len(costs)} layers: at most {len(costs)} (one layer per IPU)")
+    if exact:
+        most = planner.most_ipus(costs, n, settings)
+        if most < n:
+            pins = ", ".join(f"{x.name} ({x.pin})" for x in table if x.pin)
+            raise UsageError(f"{n} IPUs: the pinned layers ({pins}) leave room for at most {most} "
+                             f"stages; pass --ipus {most} or --max-ipus {n}")
+    if report.cfg.execution_strategy == "ShardedExecution":
+        notes.append("the model runs sharded (one IPU busy at a time): balance only pays off "
+                     "pipelined (PipelinedExecution), which this plan assumes")
     result = planner.plan(costs, n, settings, exact_n=exact)
     for k, split in sorted(result.by_ipus.items()):
         out.by_ipus[k] = _view(split, report, table, settings, g) if split else None

@@ -297,7 +297,7 @@ class Shortfall:
         return {lv.name: lv.saved_bytes for lv in self.levers}
 
 
-def _feasible_ipus(layers: Sequence[LayerCost], n_ipus: int, settings: PlanSettings) -> int:
+def most_ipus(layers: Sequence[LayerCost], n_ipus: int, settings: PlanSettings) -> int:
     """The most IPUs (up to ``n_ipus``) the pins allow a split over, memory aside."""
     free = replace(settings, capacity_bytes=1 << 62, headroom_frac=1.0)
     by = plan(layers, n_ipus, free).by_ipus
@@ -309,7 +309,7 @@ def least_memory_split(layers: Sequence[LayerCost], n_ipus: int, settings: PlanS
     memory, the fastest among those; evaluated under ``settings`` (so ``fits`` may be False).
 
     Exact: the same dynamic programme as :func:`plan` with (peak memory, bottleneck) minimised."""
-    n = _feasible_ipus(layers, min(n_ipus, len(layers)), settings)
+    n = most_ipus(layers, min(n_ipus, len(layers)), settings)
     lo, hi = _check(layers, settings)
     p = _Prefix(layers, settings)
     count = len(layers)

@@ -115,8 +115,8 @@ def sections(plan: LayerPlan, rerun: str | None = None, plan_path: str | None = 
     out.append(("table", split_table(plan)))
     lines = []
     out.append(("text", lines))
-    lines.append("(layers: the repeated layers, +k other parts such as embeddings, heads, the loss;")
-    lines.append(" µb: micro-batch" + ("; ◀ the slowest stage now)" if plan.current else ")"))
+    lines.append("layers: repeated layers, +k other parts (embeddings, heads, loss)")
+    lines.append("µb: micro-batch" + ("; ◀ the slowest stage now" if plan.current else ""))
     if len(plan.by_ipus) > 1:
         lines += ["", "by number of IPUs:"]
         rows = [["IPUs", "slowest stage", "ramp", "µb/s", "per IPU", "vs now"]]
