@@ -428,7 +428,9 @@ def layered_report(layers: LayerTable, *, code_bytes: int = 0, mode: str | None 
 
     if any(x.ipu is None for x in layers):
         raise ValueError("every layer needs an IPU (build the table with layers_per_ipu)")
-    ipus = [x.ipu for x in layers]
+    costs = layer_costs(layers)
+    by_name = {x.name: x for x in layers}
+    ipus = [by_name[c.name].ipu for c in costs]
     n_ipus = max(ipus) + 1
     counts = [ipus.count(i) for i in range(n_ipus)]
     fwd = sum(x.fwd_cycles for x in layers)
@@ -442,7 +444,7 @@ def layered_report(layers: LayerTable, *, code_bytes: int = 0, mode: str | None 
     capacity = (kwargs.get("tiles_per_ipu") or hw["tiles_per_ipu"]) * hw["bytes_per_tile"]
     settings = PlanSettings(capacity_bytes=capacity, training=training,
                             offload_optimizer=optimizer_state_on_chip is False, code_bytes=code_bytes)
-    split = evaluate(layer_costs(layers), counts, settings)
+    split = evaluate(costs, counts, settings)
     kwargs.setdefault("memory_frac", [st.memory_bytes / capacity for st in split.stages])
     stage_cycles = [sum(x.fwd_cycles for x in layers if x.ipu == i) for i in range(n_ipus)]
     kwargs.setdefault("blocks", [[f"ipu{i}"] for i in range(n_ipus)])

@@ -154,11 +154,14 @@ def test_write_plan_file_and_never_overwrite(small, tmp_path):
     doc = json.loads(dest.read_text())
     assert doc == {"format": "popviz-plan", "format_version": 1, "engine": "train", "ipus": 2,
                    "layers_per_ipu": [3, 1],
-                   "placements": [{"layer": n, "ipu": int(i >= 4)} for i, n in enumerate(NAMES)]}
+                   "placements": [{"layer": f"encoder.layer.{i}", "ipu": int(i == 3)} for i in range(4)]}
     assert f"--split {dest}" in proc.stdout
     before = dest.read_text()
     again = run_cli("plan", str(small), "--write", str(dest))
     assert_one_line_error(again, "plan.json exists", "never writes over")
+    from popviz.plan_file import read_plan
+
+    assert read_plan(dest).layers_per_ipu == (3, 1)
     assert dest.read_text() == before
 
 
@@ -261,3 +264,22 @@ def test_cnn_plan_rebalances_a_front_heavy_split():
     assert plan.proposed.layers_per_ipu == [2, 2, 2, 2]
     assert [s.cycles for s in plan.proposed.stages] == [23_059_008, 18_966_528, 18_966_528, 18_990_528]
     assert plan.throughput_change_frac == pytest.approx(42_025_536 / 23_059_008 - 1)
+
+
+def test_a_tied_projection_follows_the_embeddings():
+    from popviz.analysis.layer_plan import make_plan
+    from popviz.model import Layer, LayerTable
+
+    base = small_layers()
+    decoder = Layer("decoder", role="head", stage=0, ipu=0, fwd_cycles=400, bwd_cycles=800,
+                    activation_bytes=1_000, tied_to="embeddings")
+    table = LayerTable(layers=(*base.layers, decoder), source="emulator")
+    plan = make_plan(testing.layered_report(table, tiles_per_ipu=1, gradient_accumulation=16))
+    # the decoder's 1,200 cycles count on IPU0: 7,500 / 10,500 now; [3, 1] would give 10,500 /
+    # 7,500, no faster, and holds more on IPU0: the current split stays
+    assert plan.layer_names == NAMES
+    assert [s.cycles for s in plan.current.stages] == [7_500, 10_500]
+    assert plan.proposed.layers_per_ipu == [2, 2] and not plan.improves
+    assert plan.placements()[-1] == ("decoder", 0)
+    assert plan.plan_file().placements == (("encoder.layer.0", 0), ("encoder.layer.1", 0),
+                                           ("encoder.layer.2", 1), ("encoder.layer.3", 1))

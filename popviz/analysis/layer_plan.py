@@ -19,7 +19,10 @@ from popviz.analysis.planner import DEFAULT_HEADROOM_FRAC, PlanSettings, Shortfa
 from popviz.errors import UsageError
 
 if TYPE_CHECKING:
-    from popviz.model import LayerTable, Report
+    from collections.abc import Sequence
+
+    from popviz.model import Layer, Report
+    from popviz.plan_file import PlanFile
 
 DEFAULT_AMP_FRAC = 0.6
 """PopTorch's default available memory proportion (temporaries of matmuls/convolutions)."""
@@ -103,6 +106,9 @@ class LayerPlan:
     shortfall: Shortfall | None = None
     available_memory_proportion: list[float] | None = None
     """Per IPU of the proposed split, when its memory needs a lower proportion than now."""
+    table: tuple[Layer, ...] = ()
+    """Every layer of the report's table (``layer_names`` leaves out tied layers folded into
+    their partner)."""
 
     @property
     def throughput_change_frac(self) -> float | None:
@@ -119,9 +125,27 @@ class LayerPlan:
                 and self.proposed.entries_per_ipu != self.current.entries_per_ipu)
 
     def placements(self) -> list[tuple[str, int]]:
+        """Every layer of the table and its IPU under the proposed split (a tied layer with
+        its partner), in execution order."""
         assert self.proposed is not None
         owner = [s.ipu for s in self.proposed.stages for _ in range(s.entries)]
-        return list(zip(self.layer_names, owner, strict=True))
+        ipu = dict(zip(self.layer_names, owner, strict=True))
+        rows = []
+        for x in self.table or ():
+            where = ipu.get(x.name, ipu.get(x.tied_to or ""))
+            if where is not None:
+                rows.append((x.name, where))
+        return rows
+
+    def plan_file(self) -> PlanFile:
+        """The proposed split as a plan file (``--split FILE``)."""
+        from popviz.plan_file import PlanFile
+
+        assert self.proposed is not None
+        roles = {x.name: x.role for x in self.table}
+        moved = tuple((name, ipu) for name, ipu in self.placements() if roles[name] == "layer")
+        return PlanFile(ipus=len(self.proposed.stages), layers_per_ipu=tuple(self.proposed.layers_per_ipu),
+                        placements=moved, engine=self.engine, source="popviz plan")
 
     def to_dict(self) -> dict[str, Any]:
         s = self.settings
@@ -160,10 +184,17 @@ def micro_batches(report: Report, training: bool) -> int | None:
     return cfg.gradient_accumulation if training else cfg.device_iterations
 
 
-def current_counts(table: LayerTable) -> list[int] | None:
+def planned_layers(table: Sequence[Layer], costs: Sequence[planner.LayerCost]) -> list[Layer]:
+    """The table's layers the planner's costs stand for, in order (a layer tied to another is
+    folded into it by :func:`planner.layer_costs`)."""
+    by_name = {x.name: x for x in table}
+    return [by_name[c.name] for c in costs]
+
+
+def current_counts(layers: Sequence[Layer]) -> list[int] | None:
     """Entries per IPU of the current placement, when it is contiguous on IPUs 0, 1, ...
     (None otherwise, e.g. a head placed back on IPU 0)."""
-    where = [x.stage if x.stage is not None else x.ipu for x in table]
+    where = [x.stage if x.stage is not None else x.ipu for x in layers]
     if any(w is None for w in where):
         return None
     counts: list[int] = []
@@ -195,7 +226,7 @@ def settings_for(report: Report, costs: list[planner.LayerCost],
         notes.append(f"mode not recorded: planned for {'training' if training else 'inference'}")
     base = PlanSettings(capacity_bytes=report.target.bytes_per_ipu, headroom_frac=headroom_frac,
                         training=training, offload_optimizer=cfg.optimizer_state_on_chip is False)
-    counts = current_counts(report.layers)
+    counts = current_counts(planned_layers(report.layers, costs))
     measured = _measured_bytes(report)
     code = 0
     if counts is not None and measured is not None and len(measured) >= len(counts):
@@ -211,11 +242,10 @@ def settings_for(report: Report, costs: list[planner.LayerCost],
 
 # ----------------------------------------------------------------------------------- the plan
 
-def _view(split: Split, report: Report, table: LayerTable, settings: PlanSettings,
+def _view(split: Split, report: Report, layers: Sequence[Layer], settings: PlanSettings,
           g: int | None) -> SplitView:
     from popviz.analysis.pipeline import ramp_efficiency
 
-    layers = list(table)
     n = len(split.stages)
     s = 2 * n - 1 if settings.training else n
     eff = ramp_efficiency(g, s) if g else None
@@ -249,15 +279,16 @@ def make_plan(report: Report, *, ipus: int | None = None, max_ipus: int | None =
     if g is None:
         notes.append(f"{'gradient accumulation' if settings.training else 'device iterations'} not "
                      "recorded: throughput compares the slowest stages only (no ramp)")
-    counts = current_counts(table)
+    kept = planned_layers(table, costs)
+    counts = current_counts(kept)
     exact = max_ipus is None
     n = max_ipus or ipus or (len(counts) if counts else report.target.ipus_per_replica)
     out = LayerPlan(engine=report.label, estimated=report.provenance.estimated or table.source != "debug_context",
                     layer_source=table.source, settings=settings, micro_batches=g, ipus=n,
-                    exact_ipus=exact, layer_names=[x.name for x in table],
-                    layer_roles=[x.role for x in table], notes=notes)
+                    exact_ipus=exact, layer_names=[x.name for x in kept],
+                    layer_roles=[x.role for x in kept], notes=notes, table=tuple(table))
     if counts is not None:
-        out.current = _view(planner.evaluate(costs, counts, settings), report, table, settings, g)
+        out.current = _view(planner.evaluate(costs, counts, settings), report, kept, settings, g)
     elif any(x.ipu is not None for x in table):
         out.notes.append("the current placement is not one contiguous run of layers per IPU: it is "
                          "not compared")
@@ -274,7 +305,7 @@ def make_plan(report: Report, *, ipus: int | None = None, max_ipus: int | None =
                      "pipelined (PipelinedExecution), which this plan assumes")
     result = planner.plan(costs, n, settings, exact_n=exact)
     for k, split in sorted(result.by_ipus.items()):
-        out.by_ipus[k] = _view(split, report, table, settings, g) if split else None
+        out.by_ipus[k] = _view(split, report, kept, settings, g) if split else None
     fitting = [v for v in out.by_ipus.values() if v is not None]
     if fitting:
         # The fastest in micro-batches per second (ramp included); fewer IPUs on a tie.
@@ -350,41 +381,38 @@ def calibrate(real: Report, estimate: Report) -> Report:
 
     if estimate.layers is None:
         raise UsageError(f"{estimate.label} (the estimate to calibrate with) {NO_LAYERS}")
-    counts = current_counts(estimate.layers)
-    if counts is None:
-        raise UsageError(f"{estimate.label}: its layers are not placed one contiguous run per IPU, "
-                         "so they cannot be matched to the measured stages")
+    stage_of = [x.stage if x.stage is not None else x.ipu for x in estimate.layers]
+    if any(k is None for k in stage_of):
+        raise UsageError(f"{estimate.label}: its layers record no stage, so they cannot be matched "
+                         "to the measured stages")
     real_stages = pipeline(real).metrics["stages"]
     est_stages = pipeline(estimate).metrics["stages"]
     if not real_stages or any(s.get("cycles") is None for s in real_stages):
         raise UsageError(f"{real.label} has no measured cycles per stage and micro-batch (it needs an "
                          "execution profile and the recorded pipeline configuration)")
-    if len(real_stages) != len(counts) or len(est_stages) != len(counts) or any(
-            s.get("cycles") is None for s in est_stages):
+    n = max(stage_of) + 1
+    if len(real_stages) != n or len(est_stages) != n or any(s.get("cycles") is None for s in est_stages):
         raise UsageError(f"{real.label} has {len(real_stages)} stages and the estimate "
-                         f"{estimate.label} {len(counts)}: calibrate with an emulated run of the same "
-                         "model and split")
+                         f"{estimate.label} {n}: calibrate with an emulated run of the same model "
+                         "and split")
     real_mem, est_mem = _measured_bytes(real), _measured_bytes(estimate)
-    layers = list(estimate.layers)
-    out = []
-    first = 0
-    for k, n in enumerate(counts):
-        c = real_stages[k]["cycles"] / est_stages[k]["cycles"] if est_stages[k]["cycles"] else 1.0
-        m = (real_mem[k] / est_mem[k] if real_mem and est_mem and k < len(real_mem)
-             and k < len(est_mem) and est_mem[k] else 1.0)
-        for x in layers[first:first + n]:
-            out.append(replace(x, fwd_cycles=round(x.fwd_cycles * c), bwd_cycles=round(x.bwd_cycles * c),
-                               weight_bytes=round(x.weight_bytes * m),
-                               optimizer_bytes=round(x.optimizer_bytes * m),
-                               activation_bytes=round(x.activation_bytes * m),
-                               temporary_bytes=round(x.temporary_bytes * m)))
-        first += n
+    cyc = [r["cycles"] / e["cycles"] if e["cycles"] else 1.0
+           for r, e in zip(real_stages, est_stages, strict=True)]
+    ipu_of = [s["ipu"] for s in real_stages]
+    mem = [real_mem[i] / est_mem[i] if real_mem and est_mem and i < min(len(real_mem), len(est_mem))
+           and est_mem[i] else 1.0 for i in ipu_of]
+    out = [replace(x, fwd_cycles=round(x.fwd_cycles * cyc[k]), bwd_cycles=round(x.bwd_cycles * cyc[k]),
+                   weight_bytes=round(x.weight_bytes * mem[k]),
+                   optimizer_bytes=round(x.optimizer_bytes * mem[k]),
+                   activation_bytes=round(x.activation_bytes * mem[k]),
+                   temporary_bytes=round(x.temporary_bytes * mem[k]),
+                   **({"accumulator_bytes": round(x.accumulator_bytes * mem[k])}
+                      if hasattr(x, "accumulator_bytes") else {}))
+           for x, k in zip(estimate.layers, stage_of, strict=True)]
     table = LayerTable(layers=tuple(out), source="calibrated", depth=estimate.layers.depth,
                        micro_batch_size=estimate.layers.micro_batch_size,
                        notes=(f"{CALIBRATED_NOTE} (estimate: {estimate.label})",))
     return real.replace(layers=table)
-
-
 
 
 # ------------------------------------------------------------------------- hint for findings

@@ -16,12 +16,8 @@ table answers every N in 1..max at once: O(max_N × L²) segment checks.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from popviz.model import Layer
 
 DEFAULT_HEADROOM_FRAC = 0.9
 """Default fraction of each IPU's memory a plan may fill."""
@@ -394,8 +390,28 @@ def explain_no_fit(
     return Shortfall(split=split, budget_bytes=settings.budget_bytes, levers=tuple(levers))
 
 
-def layer_costs(table: Iterable[Layer]) -> list[LayerCost]:
-    """The planner's view of a Report's layer table (:class:`popviz.model.LayerTable`)."""
-    return [LayerCost(x.name, x.fwd_cycles, x.bwd_cycles, weight_bytes=x.weight_bytes,
-                      optimizer_bytes=x.optimizer_bytes, activation_bytes=x.activation_bytes,
-                      temporary_bytes=x.temporary_bytes, pin=x.pin) for x in table]
+def layer_costs(layers: Sequence) -> list[LayerCost]:
+    """:class:`LayerCost`s from a report's layers (:class:`popviz.model.Layer`, in order).
+
+    A layer ``tied_to`` another (a projection sharing the embeddings' weights) must run on that
+    layer's IPU, wherever it comes in the sequence: its cycles, stash and temporaries are added to
+    that layer's (its shared weights are already counted there). Gradient accumulators
+    (``accumulator_bytes``) stay on the IPU like the weights, so they count in ``weight_bytes``."""
+    names = {x.name for x in layers}
+    folded = {x.name: x for x in layers if x.tied_to is not None and x.tied_to in names}
+    out = []
+    for x in layers:
+        if x.name in folded:
+            continue
+        extra = [t for t in folded.values() if t.tied_to == x.name]
+        out.append(LayerCost(
+            name=x.name,
+            fwd_cycles=x.fwd_cycles + sum(t.fwd_cycles for t in extra),
+            bwd_cycles=x.bwd_cycles + sum(t.bwd_cycles for t in extra),
+            weight_bytes=sum(t.weight_bytes + getattr(t, "accumulator_bytes", 0) for t in (x, *extra)),
+            optimizer_bytes=x.optimizer_bytes + sum(t.optimizer_bytes for t in extra),
+            activation_bytes=x.activation_bytes + sum(t.activation_bytes for t in extra),
+            temporary_bytes=max([x.temporary_bytes] + [t.temporary_bytes for t in extra]),
+            pin=x.pin,
+        ))
+    return out

@@ -161,8 +161,7 @@ def run(args: argparse.Namespace) -> int:
     if plan.proposed is not None:
         split_arg = code_dict(plan)["split_argument"]
         if args.write:
-            plan_file.write(args.write, plan_file.make(plan.engine, plan.proposed.layers_per_ipu,
-                                                       plan.placements()))
+            plan_file.write_plan(plan.plan_file(), args.write)
             written = shown(args.write)
             split_arg = written
         rerun = rerun_command(report, split_arg)
