@@ -172,6 +172,11 @@ def test_rerun_command_from_the_capture_record(small, tmp_path):
     proc = run_cli("plan", str(small), cwd=tmp_path)
     assert ("  popviz capture --emulate --split layers_per_ipu=3,1 -o small-split -- python bert.py "
             "--x 'a b'") in proc.stdout
+    # run from elsewhere: the command runs in its own directory, with absolute paths
+    dest = tmp_path / "p.json"
+    away = run_cli("plan", str(small), "--write", str(dest), cwd=small)
+    assert (f"  cd {tmp_path} && popviz capture --emulate --split {dest} -o {tmp_path / 'small-split'} "
+            "-- python bert.py --x 'a b'") in away.stdout
 
 
 def test_no_layers_is_one_line_saying_how_to_get_them(tmp_path):

@@ -103,8 +103,9 @@ def _run_record(report: Report) -> dict | None:
     return None
 
 
-def rerun_command(report: Report, split_arg: str) -> str:
-    """The command that re-runs the model under the emulator with the proposed split."""
+def rerun_command(report: Report, split_arg: str, plan_path: str | None = None) -> str:
+    """The command that re-runs the model under the emulator with the proposed split (from the
+    capture's run record: the command, in its working directory)."""
     from popviz.errors import shown
 
     doc = _run_record(report)
@@ -120,12 +121,14 @@ def rerun_command(report: Report, split_arg: str) -> str:
     while out.exists():
         out = root.with_name(f"{root.name}-split{k}")
         k += 1
-    line = (f"popviz capture --emulate --split {shlex.quote(split_arg)} -o {shlex.quote(shown(out))} -- "
-            + shlex.join(cmd))
     cwd = doc.get("cwd")
-    if isinstance(cwd, str) and cwd and Path(cwd).resolve() != Path.cwd().resolve():
-        line = f"cd {shlex.quote(cwd)} && {line}"
-    return line
+    elsewhere = isinstance(cwd, str) and cwd and Path(cwd).resolve() != Path.cwd().resolve()
+    if plan_path is not None:  # a file: as the command's working directory finds it
+        split_arg = str(Path(plan_path).resolve()) if elsewhere else shown(plan_path)
+    out_text = str(out.resolve()) if elsewhere else shown(out)
+    line = (f"popviz capture --emulate --split {shlex.quote(split_arg)} -o {shlex.quote(out_text)} -- "
+            + shlex.join(cmd))
+    return f"cd {shlex.quote(cwd)} && {line}" if elsewhere else line
 
 
 def run(args: argparse.Namespace) -> int:
@@ -164,7 +167,7 @@ def run(args: argparse.Namespace) -> int:
             plan_file.write_plan(plan.plan_file(), args.write)
             written = shown(args.write)
             split_arg = written
-        rerun = rerun_command(report, split_arg)
+        rerun = rerun_command(report, split_arg, args.write)
     if args.json:
         sys.stdout.write(render.to_json(plan, rerun, written) + "\n")
     elif args.markdown:
