@@ -261,9 +261,10 @@ def _view(split: Split, report: Report, layers: Sequence[Layer], settings: PlanS
 
 
 def make_plan(report: Report, *, ipus: int | None = None, max_ipus: int | None = None,
-              headroom_frac: float = DEFAULT_HEADROOM_FRAC) -> LayerPlan:
+              headroom_frac: float = DEFAULT_HEADROOM_FRAC, explain: bool = True) -> LayerPlan:
     """The plan for ``report`` on exactly ``ipus`` IPUs, or on the best N in 1..``max_ipus``
-    (default: exactly the IPUs of the current split, else of the target)."""
+    (default: exactly the IPUs of the current split, else of the target). When nothing fits,
+    ``shortfall`` says why (unless ``explain`` is False)."""
     if report.layers is None:
         raise UsageError(f"{report.label} {NO_LAYERS}")
     if report.target is None:
@@ -311,7 +312,7 @@ def make_plan(report: Report, *, ipus: int | None = None, max_ipus: int | None =
         # The fastest in micro-batches per second (ramp included); fewer IPUs on a tie.
         out.proposed = max(fitting, key=lambda v: (round(v.micro_batches_per_second, 6), -len(v.stages)))
         out.available_memory_proportion = _amp(out, report, costs)
-    else:
+    elif explain:
         out.shortfall = planner.explain_no_fit(costs, n, settings)
     return out
 
@@ -429,7 +430,7 @@ def plan_hint(report: Report) -> dict[str, Any] | None:
     if report.layers is None or report.target is None:
         return None
     try:
-        plan = make_plan(report)
+        plan = make_plan(report, explain=False)
     except (PopvizError, ValueError):
         return None
     if plan.proposed is None or plan.current is None:
