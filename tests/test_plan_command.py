@@ -288,3 +288,22 @@ def test_a_tied_projection_follows_the_embeddings():
     assert plan.placements()[-1] == ("decoder", 0)
     assert plan.plan_file().placements == (("encoder.layer.0", 0), ("encoder.layer.1", 0),
                                            ("encoder.layer.2", 1), ("encoder.layer.3", 1))
+
+
+def test_hostile_layer_names_are_data(tmp_path):
+    names = ["emb\x1b[2J", "blocks.0", 'odd-name."x', "blocks.2"]
+    t = testing.layer_table([10, 100, 100, 100], names=names, layers_per_ipu=[3, 1])
+    path = tmp_path / "h"
+    write_bundle(testing.layered_report(t, tiles_per_ipu=1, gradient_accumulation=16), path)
+    proc = run_cli("plan", str(path))
+    assert proc.returncode == 0, proc.stderr
+    assert "\x1b" not in proc.stdout
+    assert "  model.get_submodule(\"odd-name.\\\"x\") = poptorch.BeginBlock(" in proc.stdout
+
+
+def test_calibrating_a_report_without_measured_stages_is_one_line(tmp_path):
+    est = testing.layered_report(small_layers(), tiles_per_ipu=1, gradient_accumulation=16)
+    write_bundle(est, tmp_path / "est")
+    write_bundle(testing.pipeline_report([100, 200], execution=False), tmp_path / "real")
+    assert_one_line_error(run_cli("plan", str(tmp_path / "real"), "--calibrate", str(tmp_path / "est")),
+                          "no measured cycles per stage")

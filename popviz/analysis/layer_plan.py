@@ -10,6 +10,7 @@ layers in the proportions of an emulator estimate of the same model.
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -348,7 +349,7 @@ def module_expr(path: str, root: str = "model") -> str:
         elif part.isidentifier():
             out += f".{part}"
         else:
-            return f'{root}.get_submodule("{path}")'
+            return f"{root}.get_submodule({json.dumps(path)})"
     return out
 
 

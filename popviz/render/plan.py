@@ -78,13 +78,22 @@ Section = tuple[str, list[str]]
 """(``text``, ``table`` or ``code``, lines)."""
 
 
+def _printable(line: str) -> str:
+    """Names from report files are data: no control characters (terminal escapes) reach the screen."""
+    return "".join(c if c.isprintable() else "\ufffd" for c in line)
+
+
+def _sections(plan: LayerPlan, rerun: str | None, plan_path: str | None) -> list[Section]:
+    return [(kind, [_printable(line) for line in lines]) for kind, lines in sections(plan, rerun, plan_path)]
+
+
 def text_lines(plan: LayerPlan, rerun: str | None = None, plan_path: str | None = None,
                width: int | None = None) -> list[str]:
     """The console view, line by line; prose wrapped at ``width`` (tables and code never)."""
     import textwrap
 
     out = []
-    for kind, lines in sections(plan, rerun, plan_path):
+    for kind, lines in _sections(plan, rerun, plan_path):
         for line in lines:
             if kind == "code":
                 out.append(f"  {line}")
@@ -214,7 +223,7 @@ def no_fit_sections(plan: LayerPlan) -> list[Section]:
 
 def markdown(plan: LayerPlan, rerun: str | None = None, plan_path: str | None = None) -> str:
     out = [f"## popviz plan: {plan.engine}", ""]
-    for kind, lines in sections(plan, rerun, plan_path):
+    for kind, lines in _sections(plan, rerun, plan_path):
         if kind == "text":  # a hard line break keeps the lines apart
             out += [f"{line}  " if line and not line.startswith(("- ", "  ")) else line for line in lines]
         else:
