@@ -307,3 +307,20 @@ def test_calibrating_a_report_without_measured_stages_is_one_line(tmp_path):
     write_bundle(testing.pipeline_report([100, 200], execution=False), tmp_path / "real")
     assert_one_line_error(run_cli("plan", str(tmp_path / "real"), "--calibrate", str(tmp_path / "est")),
                           "no measured cycles per stage")
+
+
+def test_several_engines_need_engine(tmp_path):
+    root = tmp_path / "run"
+    write_bundle(testing.layered_report(small_layers(), name="training", tiles_per_ipu=1,
+                                        gradient_accumulation=16), root / "training")
+    inference = small_layers(backward_factor=0.0)
+    write_bundle(testing.layered_report(inference, name="inference", mode="inference", tiles_per_ipu=1,
+                                        device_iterations=8), root / "inference")
+    assert_one_line_error(run_cli("plan", str(root)), "several engines", "--engine")
+    proc = run_cli("plan", str(root), "--engine", "inference", "--json")
+    doc = json.loads(proc.stdout)
+    # inference: forward only, one micro-batch in flight; D = 8 over S = N = 2: ramp 8/9
+    assert doc["engine"] == "inference" and doc["settings"]["training"] is False
+    assert doc["current"]["bottleneck_cycles"] == 3_500 and doc["proposed"]["bottleneck_cycles"] == 3_100
+    assert [s["stash_depth"] for s in doc["proposed"]["stages"]] == [1, 1]
+    assert doc["proposed"]["ramp_efficiency_frac"] == pytest.approx(8 / 9)
