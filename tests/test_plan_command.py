@@ -324,3 +324,18 @@ def test_several_engines_need_engine(tmp_path):
     assert doc["current"]["bottleneck_cycles"] == 3_500 and doc["proposed"]["bottleneck_cycles"] == 3_100
     assert [s["stash_depth"] for s in doc["proposed"]["stages"]] == [1, 1]
     assert doc["proposed"]["ramp_efficiency_frac"] == pytest.approx(8 / 9)
+
+
+def test_a_pipeline_deeper_than_g_is_not_proposed():
+    from popviz.analysis.layer_plan import make_plan
+
+    # G = 2: N = 2 means S = 3 pipeline stages, N = 3 S = 5; PopART rejects G < S, so 1 IPU wins
+    plan = make_plan(testing.layered_report(small_layers(), tiles_per_ipu=1, gradient_accumulation=2),
+                     max_ipus=3)
+    assert [v.fills_pipeline for v in plan.by_ipus.values()] == [True, False, False]
+    assert len(plan.proposed.stages) == 1 and plan.proposed.bottleneck_cycles == 16_800
+    # on exactly 2 IPUs it is still the answer, with a note saying G must grow
+    exact = make_plan(testing.layered_report(small_layers(), tiles_per_ipu=1, gradient_accumulation=2))
+    assert exact.proposed.layers_per_ipu == [3, 1]
+    assert "G = 2 is below the proposed pipeline's S = 3 stages: PopART rejects that; raise G to 3 " \
+           "or more" in exact.notes

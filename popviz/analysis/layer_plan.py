@@ -70,6 +70,8 @@ class SplitView:
     """G / (G + S - 1) with the report's G (D in inference); None when G is not recorded."""
     micro_batches_per_second: float
     """clock / bottleneck × ramp efficiency (1 when unknown); weight updates and copies aside."""
+    fills_pipeline: bool = True
+    """False when G (D) is below S: PopART refuses to compile such a pipeline."""
 
     @property
     def layers_per_ipu(self) -> list[int]:
@@ -85,6 +87,7 @@ class SplitView:
                 "fits": self.fits, "pipeline_stages": self.pipeline_stages,
                 "ramp_efficiency_frac": self.ramp_efficiency_frac,
                 "micro_batches_per_second": self.micro_batches_per_second,
+                "fills_pipeline": self.fills_pipeline,
                 "stages": [s.to_dict() for s in self.stages]}
 
 
@@ -258,7 +261,8 @@ def _view(split: Split, report: Report, layers: Sequence[Layer], settings: PlanS
                         cycles=st.cycles, memory_bytes=st.memory_bytes,
                         capacity_bytes=settings.capacity_bytes, stash_depth=st.stash_depth)
               for i, st in enumerate(split.stages)]
-    return SplitView(stages, split.bottleneck_cycles, split.fits, s, eff, rate)
+    return SplitView(stages, split.bottleneck_cycles, split.fits, s, eff, rate,
+                     fills_pipeline=g is None or g >= s or n == 1)
 
 
 def make_plan(report: Report, *, ipus: int | None = None, max_ipus: int | None = None,
@@ -310,8 +314,15 @@ def make_plan(report: Report, *, ipus: int | None = None, max_ipus: int | None =
         out.by_ipus[k] = _view(split, report, kept, settings, g) if split else None
     fitting = [v for v in out.by_ipus.values() if v is not None]
     if fitting:
-        # The fastest in micro-batches per second (ramp included); fewer IPUs on a tie.
-        out.proposed = max(fitting, key=lambda v: (round(v.micro_batches_per_second, 6), -len(v.stages)))
+        # The fastest in micro-batches per second (ramp included); fewer IPUs on a tie; a
+        # pipeline deeper than G (D) only when no other fits (PopART rejects it: G must grow).
+        out.proposed = max(fitting, key=lambda v: (v.fills_pipeline, round(v.micro_batches_per_second, 6),
+                                                   -len(v.stages)))
+        if not out.proposed.fills_pipeline:
+            letter = "G" if settings.training else "D"
+            out.notes.append(f"{letter} = {g} is below the proposed pipeline's S = "
+                             f"{out.proposed.pipeline_stages} stages: PopART rejects that; raise {letter} "
+                             f"to {out.proposed.pipeline_stages} or more")
         out.available_memory_proportion = _amp(out, report, costs)
     elif explain:
         out.shortfall = planner.explain_no_fit(costs, n, settings)

@@ -136,7 +136,8 @@ def sections(plan: LayerPlan, rerun: str | None = None, plan_path: str | None = 
             vs = (f"{100 * (v.micro_batches_per_second / plan.current.micro_batches_per_second - 1):+.1f}%"
                   if plan.current else "")
             rows.append([str(k) + (" ◀" if v is plan.proposed else ""), num(v.bottleneck_cycles),
-                         f"{100 * v.ramp_efficiency_frac:.1f}%" if v.ramp_efficiency_frac else "–",
+                         ("G < S" if plan.settings.training else "D < S") if not v.fills_pipeline
+                         else f"{100 * v.ramp_efficiency_frac:.1f}%" if v.ramp_efficiency_frac else "–",
                          f"{v.micro_batches_per_second:,.1f}",
                          f"{v.micro_batches_per_second / k:,.2f}", vs])
         out.append(("table", _grid(rows, {1, 2, 3, 4, 5})))
