@@ -339,3 +339,26 @@ def test_a_pipeline_deeper_than_g_is_not_proposed():
     assert exact.proposed.layers_per_ipu == [3, 1]
     assert "G = 2 is below the proposed pipeline's S = 3 stages: PopART rejects that; raise G to 3 " \
            "or more" in exact.notes
+
+
+def test_memory_findings_name_a_split_that_fits():
+    from popviz.analysis import analyse
+    from popviz.model import ReportSet
+
+    # activations 60,000 B: now IPU0 = 100,000 + 120,000 + 120,000 x 3 + 5,000 = 585,000 B, 92% of
+    # 638,976 and over the 90% budget; [1, 3] fits (345,000 / 375,000) at 13,500 cycles instead
+    # of 10,500: -22%
+    t = testing.layer_table(
+        [100, 1000, 1000, 1000, 1000, 1500], names=NAMES,
+        roles=["embeddings", "layer", "layer", "layer", "layer", "head"],
+        pins=["first", None, None, None, None, "last"], layers_per_ipu=[2, 2],
+        weight_bytes=[100_000, 60_000, 60_000, 60_000, 60_000, 10_000],
+        activation_bytes=[0, 60_000, 60_000, 60_000, 60_000, 0],
+        temporary_bytes=[0, 5_000, 5_000, 5_000, 5_000, 0])
+    engine = analyse(ReportSet([testing.layered_report(t, tiles_per_ipu=1, gradient_accumulation=16)])).engines[0]
+    text = ("`popviz plan` finds a split within 90% of each IPU's memory (the current one is not), at "
+            "-22% throughput: layers_per_ipu=[1, 3].")
+    mem = next(f for f in engine.findings if f.code == "MEM003")
+    assert mem.recommendation.endswith(text)
+    action = next(a for a in engine.plan.actions if a.code == "MEM003")
+    assert action.hint["current_fits"] is False and action.hint["layers_per_ipu"] == [1, 3]

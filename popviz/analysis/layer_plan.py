@@ -451,10 +451,12 @@ def plan_hint(report: Report) -> dict[str, Any] | None:
     rescue = not plan.current.fits
     if not (plan.improves or rescue):
         return None
-    gain = f"+{100 * change:.0f}% throughput" if change > 0 else f"{100 * change:.0f}% throughput"
-    text = (f"`popviz plan` finds a split with {gain} that fits"
-            + (" (the current one does not)" if rescue else "")
-            + f": layers_per_ipu={plan.proposed.layers_per_ipu}")
+    if rescue:
+        text = (f"`popviz plan` finds a split within {plan.settings.headroom_frac:.0%} of each IPU's "
+                f"memory (the current one is not), at {100 * change:+.0f}% throughput")
+    else:
+        text = f"`popviz plan` finds a split with +{100 * change:.0f}% throughput that fits"
+    text += f": layers_per_ipu={plan.proposed.layers_per_ipu}"
     return {"command": "popviz plan", "throughput_gain_frac": change, "fits": True,
             "current_fits": plan.current.fits, "layers_per_ipu": plan.proposed.layers_per_ipu,
             "estimated": plan.estimated, "text": text}
