@@ -17,7 +17,6 @@ table answers every N in 1..max at once: O(max_N × L²) segment checks.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
