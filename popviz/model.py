@@ -686,6 +686,37 @@ class Report:
 
         return notebook(self)
 
+    # What each figure of popviz.plot draws, as a DataFrame (popviz/frames.py documents the columns).
+    def steps(self, run: int | None = None) -> pd.DataFrame:
+        """One executor call's steps in time order per IPU, with start/end cycles and category."""
+        from popviz import frames
+        return frames.steps(self, run)
+
+    def stage_cycles(self) -> pd.DataFrame:
+        """Cycles per micro-batch of each pipeline stage, its idle % and the bottleneck."""
+        from popviz import frames
+        return frames.stage_cycles(self)
+
+    def memory_by_ipu(self) -> pd.DataFrame:
+        """Bytes per IPU: used, capacity, used %, gaps and one column per memory category."""
+        from popviz import frames
+        return frames.memory_by_ipu(self)
+
+    def tile_memory(self) -> pd.DataFrame:
+        """Bytes and used % of every tile."""
+        from popviz import frames
+        return frames.tile_memory(self)
+
+    def time_shares(self) -> pd.DataFrame:
+        """Per IPU, % of the calls' cycles in compute, exchange, sync/idle, host copy and other."""
+        from popviz import frames
+        return frames.time_shares(self)
+
+    def output_modes(self) -> pd.DataFrame:
+        """Outputs and output bytes per call under each output mode, the current one marked."""
+        from popviz import frames
+        return frames.output_modes(self)
+
     def __repr__(self) -> str:
         return (f"Report(name={self.label!r}, source={self.provenance.source!r}, "
                 f"estimated={self.provenance.estimated}, present={self.present})")

@@ -82,10 +82,30 @@ class Browser:
                 pass
 
 
+PAGE_PROBE = """JSON.stringify({
+  svg: document.querySelectorAll('svg').length,
+  table: document.querySelectorAll('table').length,
+  table_rows: document.querySelectorAll('tbody tr').length,
+  svg_boxes: Array.from(document.querySelectorAll('figure > svg')).map(function (e) {
+    var r = e.getBoundingClientRect(); return [Math.round(r.width), Math.round(r.height)]; }),
+  svg_texts: Array.from(document.querySelectorAll('figure > svg')).map(function (e) {
+    return e.querySelectorAll('text').length; }),
+  broken_images: Array.from(document.images).filter(function (i) { return !i.complete || !i.naturalWidth; }).length,
+  fonts: Array.from(document.fonts).map(function (f) { return f.family; })
+})"""
+"""What the page shows, measured in the browser: element counts, each figure's rendered size and
+text elements, images that did not load, and web fonts (there should be none)."""
+
+
 def open_page(executable: str, profile: Path, flags: list[str], url: str,
-              width: int = 1200, height: int = 2400) -> dict[str, Any]:
-    """Load ``url``; return the URLs the page requested, counts of svg and table elements and a
-    PNG screenshot (bytes)."""
+              width: int = 1200, height: int = 2400, netlog: Path | None = None,
+              pdf: bool = False) -> dict[str, Any]:
+    """Load ``url``; return the URLs the page requested (DevTools ``Network.requestWillBeSent``),
+    what ``PAGE_PROBE`` measured, and a PNG screenshot (bytes). With ``netlog``, Chromium also
+    writes its own network log there (read it with ``read_netlog`` after this returns); with
+    ``pdf``, the page printed to A4 (``pdf``: bytes)."""
+    if netlog is not None:
+        flags = [*flags, f"--log-net-log={netlog}", "--net-log-capture-mode=Everything"]
     browser = Browser(executable, profile, flags)
     try:
         target = browser.send("Target.createTarget", {"url": "about:blank"})["targetId"]
@@ -97,13 +117,40 @@ def open_page(executable: str, profile: Path, flags: list[str], url: str,
         browser.send("Page.navigate", {"url": url}, session=session)
         browser.wait_for("Page.loadEventFired", session)
         time.sleep(0.5)  # let anything the load triggers start
-        counts = browser.send("Runtime.evaluate", {
-            "expression": "JSON.stringify({svg: document.querySelectorAll('svg').length, "
-                          "table: document.querySelectorAll('table').length})", "returnByValue": True},
-            session=session)["result"]["value"]
+        counts = browser.send("Runtime.evaluate", {"expression": PAGE_PROBE, "returnByValue": True},
+                              session=session)["result"]["value"]
         shot = browser.send("Page.captureScreenshot", {"format": "png"}, session=session)["data"]
+        printed = None
+        if pdf:  # as the browser prints it (A4, the page's print CSS)
+            printed = base64.b64decode(browser.send("Page.printToPDF", {
+                "paperWidth": 8.27, "paperHeight": 11.69, "printBackground": False}, session=session,
+                timeout=120)["data"])
         requested = [e["params"]["request"]["url"] for e in browser.events
                      if e.get("method") == "Network.requestWillBeSent" and e.get("sessionId") == session]
-        return {"requested": requested, **json.loads(counts), "screenshot": base64.b64decode(shot)}
+        return {"requested": requested, **json.loads(counts), "screenshot": base64.b64decode(shot),
+                "pdf": printed}
     finally:
         browser.close()
+
+
+def read_netlog(path: Path) -> dict[str, Any]:
+    """From Chromium's --log-net-log file: the URLs requested on behalf of a file:// page (their
+    network isolation key is the page's file:// site), every URL requested by anyone, and how many
+    DNS queries went out. A log cut short by a killed browser is closed before parsing."""
+    text = path.read_text(encoding="utf-8").rstrip().rstrip(",")
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError:
+        doc = json.loads(text + "]}")
+    names = {v: k for k, v in doc["constants"]["logEventTypes"].items()}
+    page, every, dns = [], [], 0
+    for event in doc["events"]:
+        name = names.get(event["type"], "")
+        params = event.get("params") or {}
+        if name == "DNS_TRANSACTION_QUERY":
+            dns += 1
+        if name == "URL_REQUEST_START_JOB" and "url" in params:
+            every.append(params["url"])
+            if str(params.get("network_isolation_key", "")).startswith("file://"):
+                page.append(params["url"])
+    return {"page_requests": page, "all_requests": every, "dns_queries": dns}

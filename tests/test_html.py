@@ -1,8 +1,11 @@
 """`popviz analyse --html`: a self-contained page, opened in a real headless Chromium.
 
-The page must render its tables and figures with no request leaving it: Chromium's network log
-(--log-net-log) of the page load lists every URL it requested, and the only one allowed is the
-page's own file:// URL. A control page with one external image shows the check can fail.
+The page must render its tables and figures with no request leaving it. Two independent records
+say what was requested: the DevTools protocol's network events on the page (every URL the page
+asked for), and Chromium's own network log (--log-net-log: every request the network stack saw,
+those made for the page told apart by their file:// isolation key). A control page with one
+external image shows that both checks catch a request. Chromium resolves no host name at all
+(--host-resolver-rules), so its own background requests cannot leave the machine either.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from cdp import open_page
+from cdp import open_page, read_netlog
 
 from conftest import SAMPLES, assert_one_line_error, run_cli
 
@@ -25,16 +28,18 @@ if CHROMIUM is None:
 
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
          "--disable-component-update", "--disable-sync", "--disable-default-apps", "--disable-extensions",
-         "--hide-scrollbars", "--mute-audio",
+         "--disable-domain-reliability", "--disable-client-side-phishing-detection", "--no-pings",
+         "--no-default-browser-check", "--metrics-recording-only", "--hide-scrollbars", "--mute-audio",
          # Chromium still looks up Google's update/time hosts on its own: resolve no name at all, so
          # the browser itself sends nothing off the machine (the page under test is a file:// URL)
          "--host-resolver-rules=MAP * ~NOTFOUND"]
 
 
-def load(page: Path, tmp: Path) -> dict:
-    """Open the page in Chromium through the DevTools protocol: what it requested, its element
-    counts and a screenshot."""
-    return open_page(CHROMIUM, tmp / "profile", FLAGS, page.as_uri())
+def load(page: Path, tmp: Path, **kwargs) -> dict:
+    """Open the page in Chromium through the DevTools protocol, with Chromium's network log on."""
+    netlog = tmp / "netlog.json"
+    seen = open_page(CHROMIUM, tmp / "profile", FLAGS, page.as_uri(), netlog=netlog, **kwargs)
+    return {**seen, **read_netlog(netlog)}
 
 
 def external(urls: list[str], page: Path) -> list[str]:
@@ -53,27 +58,60 @@ def page(tmp_path_factory) -> Path:
 def test_page_is_self_contained(page):
     html = page.read_text(encoding="utf-8")
     assert html.startswith("<!DOCTYPE html>")
-    assert "<script" not in html and "<link" not in html and "@import" not in html
+    assert "<script" not in html and "<link" not in html and "@import" not in html and "@font-face" not in html
     assert re.findall(r"url\((?!#)", html) == []  # only references inside the page (clip paths)
-    assert "src=" not in html and "href=\"http" not in html
+    assert re.findall(r"(?:src|href)=\"(?!#|data:)", html) == []  # images inline, links within the page
+    assert "http://" not in html.replace("http://www.w3.org/", "")  # only XML namespace names
     assert html.count("<svg") == 12  # six figures for each of the two engines
-    assert "worst finding" in html and "PIPE001" in html
+
+
+def test_summary_names_the_worst_finding_and_ranks_fixes_by_gain(page):
+    html = page.read_text(encoding="utf-8")
+    summary = html[html.index('<section class="summary">'):html.index("</section>")]
+    assert "worst finding: <span class=\"badge warning\">warning</span> <strong>PIPE004</strong>" in summary
+    rows = re.findall(r"<tr><td>(\w+)</td><td class=\"num\">(\d)</td><td class=\"\w+\">\w+</td><td>(\w+)</td>"
+                      r"<td>[^<]*</td><td>([^<]*)</td></tr>", summary)
+    assert rows == [
+        ("inference", "1", "PIPE004", "up to +191% throughput"),
+        ("training", "1", "PIPE001", "up to +37% throughput"),
+        ("training", "2", "PIPE003", "up to +5% throughput"),
+        ("training", "3", "HIO002", "192,700 B (188.2 KiB) less per call"),
+        ("training", "4", "MEM002", "gain not estimated"),
+        ("training", "5", "MEM004", "gain not estimated"),
+    ]
+    # each finding repeats its gain beside its title
+    assert '<strong>PIPE001</strong> Unbalanced pipeline: stage 3 (IPU3) is the bottleneck <span class="gain">' \
+           "estimated gain: up to +37% throughput</span>" in html
 
 
 def test_page_renders_in_chromium_with_no_request_leaving_it(page, tmp_path):
-    seen = load(page, tmp_path)
+    seen = load(page, tmp_path, pdf=True)
     assert seen["requested"][0] == page.as_uri(), "the page load itself is recorded"
     assert external(seen["requested"], page) == []
-    assert seen["svg"] == 12 and seen["table"] >= 7
+    assert seen["page_requests"] == []  # Chromium's network log: nothing fetched for the page
+    assert seen["dns_queries"] == 0
+    # the summary, then per engine the pipeline, memory and host I/O tables: 6 + 2 × (4 + 4 + 2) rows
+    assert seen["svg"] == 12 and seen["table"] == 7 and seen["table_rows"] == 26
+    # every figure is drawn at a readable size, its titles and labels as text
+    assert len(seen["svg_boxes"]) == 12 and all(w >= 300 and h >= 150 for w, h in seen["svg_boxes"])
+    assert all(n >= 5 for n in seen["svg_texts"])
+    assert seen["broken_images"] == 0 and seen["fonts"] == []
     shot = tmp_path / "report.png"
     shot.write_bytes(seen["screenshot"])
     assert seen["screenshot"][:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 50_000
+    printed = seen["pdf"]
+    assert printed[:5] == b"%PDF-"
+    pages = len(re.findall(rb"/Type\s*/Page[^s]", printed))
+    assert 6 <= pages <= 30, pages  # figures kept whole (page-break-inside: avoid), nothing clipped away
 
 
-def test_the_network_check_catches_an_external_request(tmp_path):
+def test_both_network_checks_catch_an_external_request(tmp_path):
     control = tmp_path / "control.html"
     control.write_text('<!DOCTYPE html><html><body><img src="http://127.0.0.1:9/x.png"></body></html>')
-    assert external(load(control, tmp_path)["requested"], control) == ["http://127.0.0.1:9/x.png"]
+    seen = load(control, tmp_path)
+    assert external(seen["requested"], control) == ["http://127.0.0.1:9/x.png"]
+    assert seen["page_requests"] == ["http://127.0.0.1:9/x.png"]
+    assert seen["broken_images"] == 1
 
 
 def test_html_never_overwrites(page):

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 import popviz
 from popviz import plot, testing
+from popviz.frames import MissingDataError, share_column
 
 from conftest import SAMPLES, assert_one_line_error, run_cli
 
 pytest.importorskip("matplotlib")
+from matplotlib.colors import to_hex
 
 
 def _texts(fig) -> list[str]:
@@ -42,19 +46,34 @@ def test_memory_stacks_categories_with_capacity_and_percentages(bert):
     fig = plot.memory(bert["training"])
     ax = fig.axes[0]
     texts = _texts(fig)
-    assert ["83.1%", "62.0%", "62.0%", "71.0%"] == [t for t in texts if t.endswith("%")]
+    labels = [t for t in ax.texts if "%" in t.get_text()]
+    assert [t.get_text() for t in labels] == ["83.1%\n17 tiles > 90%", "62.0%", "62.0%", "71.0%"]
+    # the IPU with nearly full tiles is labelled in the palette's highlight colour
+    assert [to_hex(t.get_color()) for t in labels] == [plot.PALETTE["highlight"].lower()] + ["#000000"] * 3
     assert "capacity 897 MiB" in texts
-    # 7 categories + 'other' stacked on 4 IPUs
-    assert len(ax.patches) == 8 * 4
+    # 7 categories + 'other' + gaps stacked on 4 IPUs; the stack is as tall as the bytes used
+    assert len(ax.patches) == 9 * 4
+    tops = {}
+    for p in ax.patches:
+        x = round(p.get_x() + p.get_width() / 2)
+        tops[x] = max(tops.get(x, 0), p.get_y() + p.get_height())
+    used = bert["training"].memory_by_ipu()["used_bytes"] / 2**20
+    assert [tops[i] for i in range(4)] == pytest.approx(used.tolist(), rel=1e-12)
     assert ax.get_xticklabels()[0].get_text() == "IPU0"
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert legend[:2] == ["capacity 897 MiB", "gaps"] and legend[-1] == "variable"  # top-down like the stack
 
 
 def test_tiles_heat_map_names_overflowing_tiles():
     oom = popviz.load(SAMPLES / "oom_compile")["training"]
     fig = plot.tiles(oom)
     titles = [a.get_title() for a in fig.axes if a.get_title()]
-    assert titles[0] == "IPU0: fullest tile 108%, 40 overflowing, 1432 > 90%"
-    assert titles[1] == "IPU1: fullest tile 74%, 0 overflowing, 0 > 90%"
+    assert titles[0] == "IPU0: fullest tile 108% · 40 overflowing · 1,472 above 90%"
+    assert titles[1] == "IPU1: fullest tile 74% · 0 overflowing · 0 above 90%"
+    # 40 crosses on IPU0 (1,432 tiles over 90% are too many to circle: colour alone marks them)
+    marks = [len(c.get_offsets()) for c in fig.axes[0].collections]
+    assert marks == [40]
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["tile overflowing"]
     assert plot.tile_memory(oom)["overflowing"].sum() == 40
 
 
@@ -65,16 +84,33 @@ def test_timeline_draws_every_ipu_and_marks_the_bottleneck(bert):
     assert labels == ["IPU0", "IPU1", "IPU2", "IPU3  bottleneck"]
     legend = [t.get_text() for t in fig.legends[0].get_texts()]
     assert {"forward", "backward", "sync / idle", "host copy", "exchange"} <= set(legend)
-    assert ax.get_title() == "training: execution trace of one call (1,264 steps)"
+    assert ax.get_title() == "training: execution trace of one call, 1,264 steps"
 
 
-def test_timeline_of_a_long_trace_is_binned():
+def test_timeline_of_a_long_trace_is_binned_and_keeps_every_kind_of_work():
+    import numpy as np
+    from matplotlib.colors import to_rgba
+
     report = testing.pipeline_report([1000, 1200], name="long", mode="inference", device_iterations=4000)
     frame = plot.steps_frame(report)
     assert len(frame[frame["ipu"] == 0]) > plot.MAX_BARS_PER_IPU
     fig = plot.timeline(report)
-    bars = sum(len(c.get_paths()) for c in fig.axes[0].collections)
-    assert bars <= 2 * plot.MAX_BARS_PER_IPU
+    ax = fig.axes[0]
+    assert ax.get_title() == (f"long: execution trace of one call, {len(frame):,} steps; 3,000 time bins per IPU, "
+                              "each stacked by what it ran")
+    (image,) = ax.get_images()
+    pixels = np.asarray(image.get_array())
+    band = plot.trace.BAND_PIXELS
+    assert pixels.shape == (2 * band, plot.MAX_BARS_PER_IPU, 4)
+    shares = report.time_shares()
+    for row in range(2):
+        body = pixels[row * band + 1:(row + 1) * band - 1].reshape(-1, 4)
+        drawn = body[body[:, 3] > 0]
+        for part, colour in (("compute", plot.PALETTE["forward"]), ("sync / idle", plot.PALETTE["sync / idle"])):
+            rgba = np.rint(np.array(to_rgba(colour)) * 255)
+            frac = (drawn == rgba).all(axis=1).mean()
+            # the stacked bins show each IPU's share of forward work and of waiting, to a pixel's rounding
+            assert frac == pytest.approx(shares.loc[row, share_column(part)] / 100, abs=0.03)
 
 
 def test_breakdown_shares_add_up_to_100(bert):
@@ -82,7 +118,14 @@ def test_breakdown_shares_add_up_to_100(bert):
     total = shares[[c for c in shares.columns if c.endswith("_pct")]].sum(axis=1)
     assert total.round(9).tolist() == [100.0] * 4
     fig = plot.breakdown(bert["training"])
-    assert fig.axes[0].get_title() == "training: where each IPU's time goes"
+    ax = fig.axes[0]
+    assert ax.get_title() == "training: where each IPU's time goes"
+    # one bar per IPU and part present, as wide as the part's share
+    parts = [c for c in shares.columns if c.endswith("_pct") and shares[c].any()]
+    assert len(ax.patches) == 4 * len(parts) == 16
+    assert [p.get_width() for p in ax.patches] == pytest.approx(
+        [v for c in parts for v in shares[c]], rel=1e-12)
+    assert [t.get_text() for t in ax.texts] == ["58%", "53%", "53%", "86%", "42%", "47%", "47%", "14%"]
 
 
 def test_host_io_marks_the_current_output_mode(bert):
@@ -91,6 +134,11 @@ def test_host_io_marks_the_current_output_mode(bert):
         "All": 196_800, "EveryN": 49_200, "Final": 4_100, "Sum": 4_100}
     fig = plot.host_io(bert["training"])
     assert "192.2 KiB\ncurrent" in _texts(fig)
+    ax = fig.axes[0]
+    assert ax.get_ylabel() == "output KiB per call"
+    assert [p.get_height() for p in ax.patches] == [196_800 / 1024, 49_200 / 1024, 4_100 / 1024, 4_100 / 1024]
+    assert [to_hex(p.get_facecolor()) for p in ax.patches][:2] == [plot.PALETTE["highlight"].lower(),
+                                                                   plot.PALETTE["base"].lower()]
 
 
 def test_estimated_reports_say_so_in_the_title():
@@ -108,10 +156,24 @@ def test_missing_data_is_one_line_naming_what_is_missing():
         plot.tiles(emulated)
 
 
-def test_compare_shows_relative_changes(bert):
-    fig = plot.compare(bert["training"], bert["inference"])
-    titles = [a.get_title() for a in fig.axes if a.get_visible()]
-    assert any(t.startswith("imbalance (slowest / mean)") for t in titles)
+def test_compare_shows_relative_changes_coloured_by_direction():
+    base = testing.pipeline_report([1000, 1000, 1000, 1000], name="training", output_mode="All")
+    new = testing.pipeline_report([1000, 2000, 1000, 1000], name="training", output_mode="Final")
+    fig = plot.compare(base, new)
+    panels = {a.get_title().split("\n")[0]: a for a in fig.axes if a.get_visible()}
+    slow = panels["slowest stage, cycles / micro-batch"]
+    assert slow.get_title() == "slowest stage, cycles / micro-batch\n+100.0% · worse"
+    # forward + backward (2x) per micro-batch, and the weight update (half the forward) over G = 16
+    assert [p.get_height() for p in slow.patches] == [3 * 1000 + 500 / 16, 3 * 2000 + 1000 / 16]
+    assert to_hex(slow.patches[1].get_facecolor()) == plot.PALETTE["highlight"].lower()  # worse
+    out = panels["output bytes per call"]  # All, then Final: fewer bytes, better
+    assert to_hex(out.patches[1].get_facecolor()) == plot.PALETTE["new"].lower()
+    assert out.get_title().endswith("· better")
+    # the same report twice: no change flagged
+    same = plot.compare(base, base)
+    assert {a.get_title().split("\n")[1] for a in same.axes if a.get_visible()} == {"+0.0% · same", "+0.0 pp · same"}
+    assert fig.get_suptitle() == "training → training: key metrics"
+    assert plot.key_metrics(new)["pipeline.imbalance_ratio"] == pytest.approx(6062.5 / ((3 * 3031.25 + 6062.5) / 4))
 
 
 def test_plot_command_writes_what_it_can_and_never_overwrites(tmp_path):
@@ -145,3 +207,114 @@ def test_every_figure_draws_or_says_why_for_every_sample(sample):
                 assert report.label in fig.message and name in fig.message
             else:
                 assert (fig.axes and fig.axes[0].get_title()) or fig.get_suptitle()
+
+
+def test_dataframe_accessors_on_the_report(bert):
+    training = bert["training"]
+    stages = training.stage_cycles()
+    assert list(stages.columns) == ["stage", "ipu", "blocks", "cycles_per_micro_batch", "total_cycles", "idle_pct",
+                                    "bottleneck"]
+    # one call of D = 4 weight updates of G = 12 micro-batches
+    assert stages["total_cycles"].tolist() == [4 * 14_965_000, 4 * 13_870_000, 4 * 13_870_000, 4 * 22_265_000]
+    assert (stages["total_cycles"] / 48).tolist() == stages["cycles_per_micro_batch"].tolist()
+    assert stages["idle_pct"].tolist() == pytest.approx([100 * (1 - t / 22_265_000) for t in
+                                                         (14_965_000, 13_870_000, 13_870_000, 22_265_000)])
+    mem = training.memory_by_ipu()
+    frame = training.memory.frame
+    gaps = (frame["total_bytes_including_gaps"] - frame["total_bytes_excluding_gaps"]).groupby(frame["ipu"]).sum()
+    assert mem["gaps_bytes"].tolist() == gaps.tolist()
+    assert mem["used_bytes"].tolist() == frame.groupby("ipu")["total_bytes_including_gaps"].sum().tolist()
+    assert mem["tiles_over_90pct"].tolist() == [17, 0, 0, 0]
+    steps = training.steps()
+    assert steps.iloc[0].to_dict() == {"ipu": 0, "program": "input/begin", "program_type": "StreamCopyBegin",
+                                       "cycles": 1000, "start_cycle": 0, "end_cycle": 1000, "category": "host copy"}
+    assert len(steps) == 1_264 and set(steps["category"]) == {"forward", "backward", "weight update", "exchange",
+                                                              "host copy", "sync / idle"}
+    assert training.output_modes()["output_bytes_per_call"].tolist() == [196_800, 49_200, 4_100, 4_100]
+    shares = training.time_shares()
+    assert list(shares.columns) == ["ipu", "compute_pct", "exchange_pct", "sync_idle_pct", "host_copy_pct",
+                                    "other_pct"]
+    assert training.tile_memory()["used_pct"].max() == pytest.approx(97.0, abs=0.05)
+    oom = popviz.load(SAMPLES / "oom_compile")["training"]
+    with pytest.raises(MissingDataError, match="^engine 'training' has no execution table \\(the compile ran out"):
+        oom.steps()
+
+
+def test_a_memory_only_report_draws_memory_and_says_why_for_the_rest():
+    report = testing.pipeline_report([1000, 2000, 1000, 1000], memory_frac=[0.7, 0.95, 0.5, 0.4],
+                                     memory_level="ipu", execution=False, with_config=False, with_host_io=False,
+                                     name="memonly")
+    drawn = plot.figures(report)
+    fig = drawn.pop("memory")
+    labels = [t for t in fig.axes[0].texts if "%" in t.get_text()]
+    assert [t.get_text() for t in labels] == ["70.0%", "95.0%", "50.0%", "40.0%"]
+    # per-IPU figures only: an IPU above the analysis's 80% is the one under pressure
+    assert [to_hex(t.get_color()) for t in labels] == ["#000000", plot.PALETTE["highlight"].lower(), "#000000",
+                                                       "#000000"]
+    assert {name: err.message for name, err in drawn.items()} == {
+        "timeline": "timeline: engine 'memonly' has no execution table (no execution profile was recorded: the "
+                    "engine did not run, or execution profiling was off)",
+        "stages": "stages: engine 'memonly' has no per-stage cycles (no configuration in this report, so no "
+                  "stages; popviz capture records them)",
+        "tiles": "tiles: engine 'memonly' has per-IPU memory only (its source gives no per-tile figures)",
+        "breakdown": "breakdown: engine 'memonly' has no execution table (no execution profile was recorded: the "
+                     "engine did not run, or execution profiling was off)",
+        "host_io": "host_io: engine 'memonly' has no recorded output mode and batching (record them by running "
+                   "under popviz capture)",
+    }
+
+
+def test_a_small_model_keeps_its_memory_bars_readable():
+    report = popviz.load(SAMPLES / "mnist_pipeline")["training"]
+    ax = plot.memory(report).axes[0]
+    texts = [t.get_text() for t in ax.texts]
+    assert "capacity 897 MiB per IPU (off the scale)" in texts
+    assert ax.get_ylim()[1] < 100  # MiB: the bars fill the axis, not 2% of it
+    assert not [line for line in ax.get_lines() if line.get_linestyle() == "--"]
+
+
+def test_host_io_without_tensor_sizes_counts_copies():
+    report = testing.pipeline_report([1000, 1000], output_mode="All", with_host_io=False)
+    ax = plot.host_io(report).axes[0]
+    assert ax.get_ylabel() == "copies of each output per call"
+    # G = 16, D = 1: All returns 16 copies, Final and Sum one (EveryN needs D > 1)
+    assert [p.get_height() for p in ax.patches] == [16, 1, 1]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["All\n(16 per call)", "Final\n(1 per call)", "Sum\n(1 per call)"]
+    assert "sizes not recorded" in ax.get_title()
+
+
+def test_an_emulated_capture_of_the_example_plots(tmp_path):
+    from conftest import ROOT
+
+    run = tmp_path / "run"
+    proc = run_cli("capture", "-o", str(run), "--emulate", "--", sys.executable, str(ROOT / "examples" / "mnist_pipeline.py"),
+                   "--steps", "2", env={"OMP_NUM_THREADS": "1"}, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    out = tmp_path / "figs"
+    proc = run_cli("plot", str(run), "-o", str(out), env={"MPLBACKEND": "Agg"}, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    expected = sorted(f"{e}-{n}.png" for e in ("inference", "training")
+                      for n in ("timeline", "stages", "memory", "breakdown", "host_io"))
+    assert sorted(p.name for p in out.iterdir()) == expected
+    assert proc.stderr.count("skipped tiles") == 2 and "the emulator does not estimate single tiles" in proc.stderr
+    assert proc.stdout.split() == [str(out / n) for n in
+                                   sorted(expected, key=lambda n: (n.split("-")[0], plot.FIGURE_NAMES.index(
+                                       n.split("-")[1][:-4])))]
+    training = popviz.load(run)["training"]
+    fig = plot.stages(training)
+    assert fig.axes[0].get_title().startswith("training: cycles per stage") and "(estimated)" in fig.axes[0].get_title()
+    assert len(fig.axes[0].patches) == 4
+    assert "bottleneck" in " ".join(_texts(fig))
+
+
+def test_every_figure_draws_into_the_callers_axes(bert):
+    from matplotlib.figure import Figure
+
+    training = bert["training"]
+    for draw in (plot.timeline, plot.stages, plot.memory, plot.tiles, plot.breakdown, plot.host_io):
+        mine = Figure()
+        ax = mine.add_subplot()
+        assert draw(training, ax=ax) is mine
+        assert ax.has_data() or ax.images, draw.__name__
+    mine = Figure()
+    assert plot.compare(training, bert["inference"], ax=mine.add_subplot()) is mine

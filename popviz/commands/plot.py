@@ -47,8 +47,13 @@ def run(args: argparse.Namespace) -> int:
     with status(f"reading {args.path}"):
         reports = load(args.path)
     planned = {}
+    stems: set[str] = set()
     for report in reports:
-        stem = _safe(f"{report.instance}-{report.name}" if report.instance else report.name)
+        base = _safe(f"{report.instance}-{report.name}" if report.instance else report.name)
+        stem, k = base, 2
+        while stem in stems:  # two engine names that sanitise alike get distinct files
+            stem, k = f"{base}-{k}", k + 1
+        stems.add(stem)
         for name in only:
             planned[(report.label, name)] = out / f"{stem}-{name}.{args.format}"
     clashes = [p for p in planned.values() if p.exists()]
@@ -65,8 +70,13 @@ def run(args: argparse.Namespace) -> int:
             if isinstance(fig, plot.PlotDataError):
                 print(f"skipped {fig.message}", file=sys.stderr)
                 continue
-            fig.savefig(target, format=args.format, dpi=110)
-            print(shown(target))
+            try:  # exclusive create: a file that appeared since the check is not replaced
+                with open(target, "xb") as fh:
+                    fig.savefig(fh, format=args.format, dpi=110)
+            except FileExistsError:
+                raise UsageError(f"{shown(target)} appeared while popviz was drawing; popviz never writes "
+                                 "over files: choose an empty -o directory") from None
+            print(shown(target), flush=True)
             written += 1
     print(f"{written} figure(s) written to {shown(out)}", file=sys.stderr)
     return 0

@@ -45,6 +45,7 @@ from popviz.emulator.measure import measuring
 from popviz.emulator.options import Options
 from popviz.emulator.precision import upcasting
 from popviz.model import HostTensor
+from popviz.paths import as_component
 
 MAX_IPUS_PER_INSTANCE = 64
 """PopTorch's limit on the IPUs one process uses (replicas × IPUs per replica); more need
@@ -404,7 +405,7 @@ class PoplarExecutor:
         self._compile_time = _dt.timedelta(seconds=time.perf_counter() - started)
         directory = profiling.profile_dir(self._options._Popart.options.get("engineOptions", {}))
         if directory is not None:
-            self._engine_report = profiling.claim(directory / self.engine_name, self.engine_name,
+            self._engine_report = profiling.claim(directory / as_component(self.engine_name), self.engine_name,
                                                   self._report_builder(), self._token)
 
     def _check_fits(self) -> None:

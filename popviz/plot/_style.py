@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from popviz.errors import PopvizError
+from popviz.frames import MissingDataError
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -32,11 +32,10 @@ PALETTE: dict[str, str] = {
 MEMORY_COLOURS = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#F0E442", "#D55E00", "#999999")
 """Memory categories in order of size; the last colour is 'other'."""
 
-TIMELINE_CATEGORIES = ("forward", "backward", "weight update", "compute", "exchange", "host copy",
-                       "sync / idle", "other")
 MAX_BARS_PER_IPU = 3000
-"""A timeline row with more steps than this is drawn from time bins, each coloured by what took
-most of it (a 10^6-step trace then draws in seconds and looks the same at screen resolution)."""
+"""When an IPU has more steps than this, the timeline is drawn from this many time bins per IPU,
+each stacked by the share of its cycles in each category (a 10^6-step trace then draws in seconds,
+and no work vanishes into a bin that mostly waited)."""
 MAX_MEMORY_CATEGORIES = 7
 MAX_TILE_PANELS = 16
 MAX_TILE_MARKERS = 300
@@ -45,8 +44,18 @@ FIGURE_NAMES = ("timeline", "stages", "memory", "tiles", "breakdown", "host_io")
 """The per-report figures, in the order ``popviz plot`` writes them."""
 
 
-class PlotDataError(PopvizError):
-    """The report lacks the data a figure needs."""
+class PlotDataError(MissingDataError):
+    """The report lacks the data a figure needs (the message starts with the figure's name)."""
+
+
+def _data(figure: str, table, *args: Any, **kwargs: Any):
+    """``table(*args)`` (a ``popviz.frames`` function), its MissingDataError named after ``figure``."""
+    try:
+        return table(*args, **kwargs)
+    except PlotDataError:
+        raise
+    except MissingDataError as exc:
+        raise PlotDataError(f"{figure}: {exc.message}") from None
 
 
 _FIGURE_CLASS: type | None = None
@@ -80,38 +89,6 @@ def _figure(ax: Axes | None, size: tuple[float, float]) -> tuple[Figure, Axes]:
 def _title(report: Report, what: str) -> str:
     estimated = " (estimated)" if report.provenance and report.provenance.estimated else ""
     return f"{report.label}: {what}{estimated}"
-
-
-def _need(report: Report, part: str, figure: str, why: str) -> Any:
-    value = getattr(report, part)
-    if value is None:
-        raise PlotDataError(f"{figure}: engine '{report.label}' has no {part} table ({why})")
-    return value
-
-
-def _metrics(report: Report, analysis: str) -> dict[str, Any]:
-    from popviz.analysis import registry
-
-    return registry()[analysis](report).metrics
-
-
-def _category(program: str, program_type: str) -> str:
-    if program_type.startswith("StreamCopy"):
-        return "host copy"
-    if program_type == "Sync":
-        return "sync / idle"
-    if program_type in ("GlobalExchange", "DoExchange") or "exchange" in program_type.lower():
-        return "exchange"
-    if program_type == "OnTileExecute":
-        name = program.lower()
-        if "backward" in name or "grad" in name:
-            return "backward"
-        if "update" in name or "optimi" in name or "weight" in name:
-            return "weight update"
-        if "forward" in name:
-            return "forward"
-        return "compute"
-    return "other"
 
 
 def _cycle_axis(report: Report) -> tuple[float, str]:
@@ -149,3 +126,11 @@ def _fmt_bytes(n: float) -> str:
         if abs(n) >= size:
             return f"{n / size:.1f} {unit}"
     return f"{n:.0f} B"
+
+
+def _bytes_unit(largest: float) -> tuple[float, str]:
+    """(divisor, unit) so that an axis of bytes up to ``largest`` reads in round binary units."""
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if largest >= size:
+            return float(size), unit
+    return 1.0, "bytes"

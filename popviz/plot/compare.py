@@ -1,4 +1,4 @@
-"""Two reports' headline figures side by side."""
+"""Two reports' headline figures side by side (the metrics ``popviz compare`` checks)."""
 
 from __future__ import annotations
 
@@ -14,71 +14,89 @@ from popviz.plot._style import (
     PALETTE,
     PlotDataError,
     _fmt_bytes,
+    _fmt_cycles,
     new_figure,
 )
 
-COMPARE_METRICS: tuple[tuple[str, str, str], ...] = (
-    ("pipeline", "bottleneck cycles / micro-batch", "bottleneck_cycles"),
-    ("pipeline", "imbalance (slowest / mean)", "imbalance_ratio"),
-    ("pipeline", "utilisation %", "utilisation_frac"),
-    ("memory", "fullest IPU used %", "max_used_pct"),
-    ("host_io", "stream copies % of cycles", "stream_copy_frac"),
-    ("host_io", "output bytes per call", "output_bytes_per_call"),
+COMPARE_METRICS: tuple[tuple[str, str], ...] = (
+    ("pipeline.cycles_per_micro_batch", "slowest stage, cycles / micro-batch"),
+    ("pipeline.imbalance_ratio", "imbalance (slowest / mean stage)"),
+    ("pipeline.utilisation_pct", "IPU utilisation %"),
+    ("pipeline.ramp_efficiency_pct", "ramp efficiency %"),
+    ("memory.max_used_pct", "fullest IPU, memory used %"),
+    ("memory.fullest_tile_pct", "fullest tile, memory used %"),
+    ("host_io.stream_copy_pct", "host transfers, % of cycles"),
+    ("host_io.output_bytes_per_call", "output bytes per call"),
 )
+"""The figures ``compare`` draws: ``popviz compare``'s metric names (docs/ci.md), with a label."""
 
 
-def key_metrics(report: Report) -> dict[str, float | None]:
-    """The headline figures ``compare`` draws (None where the report cannot give one)."""
-    from popviz.analysis import registry
+def key_metrics(report: Report) -> dict[str, float]:
+    """The headline figures of ``COMPARE_METRICS`` the report supports, by metric name (as
+    ``popviz compare`` computes them; figures the report cannot give are left out)."""
+    from popviz import analyse
+    from popviz.ci.metrics import engine_metrics
 
-    analyses = registry()
-    p = analyses["pipeline"](report).metrics
-    mem = analyses["memory"](report).metrics if report.memory is not None else {"ipus": []}
-    h = analyses["host_io"](report).metrics
-    stage_cycles_ = [s["cycles"] for s in p["stages"] if s.get("cycles") is not None]
-    out: dict[str, float | None] = {
-        "bottleneck_cycles": max(stage_cycles_) if stage_cycles_ else None,
-        "imbalance_ratio": p.get("imbalance_ratio"),
-        "utilisation_frac": 100 * p["utilisation_frac"] if p.get("utilisation_frac") is not None else None,
-        "max_used_pct": max((r["used_pct"] for r in mem["ipus"]), default=None),
-        "stream_copy_frac": 100 * h["stream_copy_frac"] if h.get("stream_copy_frac") is not None else None,
-        "output_bytes_per_call": h.get("output_bytes_per_call"),
-    }
-    return out
+    every = engine_metrics(analyse(report).engines[0])
+    return {name: every[name] for name, _ in COMPARE_METRICS if name in every}
+
+
+def _fmt(name: str, value: float) -> str:
+    if name.endswith("bytes_per_call"):
+        return _fmt_bytes(value)
+    if "cycles" in name:
+        return _fmt_cycles(value)
+    if name.endswith("_pct"):
+        return f"{value:.1f}%"
+    return f"{value:.2f}"
 
 
 def compare(base: Report, new: Report, ax: Axes | None = None) -> Figure:
-    """The headline figures of two reports side by side, with the relative change of each."""
+    """The headline figures of two reports side by side, one panel per figure, with the relative
+    change and ``popviz compare``'s verdict under its default thresholds (docs/ci.md): the new bar
+    is vermillion where the change is a regression, blue otherwise."""
+    from popviz.ci.compare import IMPROVED, REGRESSED, SAME, verdict
+
     a, b = key_metrics(base), key_metrics(new)
-    rows = [(label, key) for _, label, key in COMPARE_METRICS if a.get(key) is not None or b.get(key) is not None]
+    rows = [(name, label) for name, label in COMPARE_METRICS if name in a or name in b]
     if not rows:
         raise PlotDataError(f"compare: neither '{base.label}' nor '{new.label}' has a figure to compare")
     if ax is not None:
         fig, axes = ax.figure, [ax]
         rows = rows[:1]
     else:
-        ncols = min(3, len(rows))
+        ncols = min(4, len(rows))
         nrows = (len(rows) + ncols - 1) // ncols
-        fig = new_figure((3.3 * ncols + 0.5, 2.6 * nrows + 0.8))
+        fig = new_figure((2.9 * ncols + 0.5, 2.5 * nrows + 0.9))
         axes = fig.subplots(nrows, ncols, squeeze=False).ravel().tolist()
         for extra in axes[len(rows):]:
             extra.set_visible(False)
-    for panel, (label, key) in zip(axes, rows, strict=False):
-        va, vb = a.get(key), b.get(key)
+    for panel, (name, label) in zip(axes, rows, strict=False):
+        va, vb = a.get(name), b.get(name)
         values = [va if va is not None else 0.0, vb if vb is not None else 0.0]
-        panel.bar([0, 1], values, color=[PALETTE["base"], PALETTE["new"]])
-        panel.set_xticks([0, 1])
-        panel.set_xticklabels(["base", "new"])
+        worse = False
         change = ""
-        if va and vb is not None:
-            change = f" ({(vb - va) / va * 100:+.1f}%)"
-        panel.set_title(f"{label}{change}", fontsize="small")
+        if va is not None and vb is not None:
+            status, spec = verdict(name, va, vb, [])
+            worse = status == REGRESSED
+            word = {REGRESSED: "worse", IMPROVED: "better", SAME: "same"}.get(status, f"within {spec}")
+            if name.endswith("_pct"):  # shares change in points, not in per cent of themselves
+                change = f"\n{vb - va:+.1f} pp · {word}"
+            else:
+                change = f"\n{(vb - va) / va * 100:+.1f}% · {word}" if va else f"\n{word}"
+        colour = PALETTE["highlight"] if worse else PALETTE["new"]
+        panel.bar([0, 1], values, color=[PALETTE["base"], colour], width=0.6)
+        panel.set_xticks([0, 1])
+        panel.set_xticklabels(["base", "new"], fontsize="small")
+        panel.set_title(f"{label}{change}", fontsize="small",
+                        color=PALETTE["highlight"] if worse else "black")
         for x, v, present in ((0, values[0], va is not None), (1, values[1], vb is not None)):
-            text = "n/a" if not present else (_fmt_bytes(v) if "bytes" in key else f"{v:,.3g}")
-            panel.annotate(text, (x, v), xytext=(0, 2), textcoords="offset points", ha="center", va="bottom",
-                           fontsize="x-small")
+            panel.annotate(_fmt(name, v) if present else "n/a", (x, v), xytext=(0, 2), textcoords="offset points",
+                           ha="center", va="bottom", fontsize="x-small")
         panel.set_ylim(0, max([*values, 1e-9]) * 1.25)
-        panel.tick_params(axis="y", labelsize="x-small")
+        panel.set_yticks([])
+        for side in ("top", "right", "left"):
+            panel.spines[side].set_visible(False)
     estimated = any(r.provenance and r.provenance.estimated for r in (base, new))
     fig.suptitle(f"{base.label} → {new.label}: key metrics" + (" (estimated)" if estimated else ""))
     return fig

@@ -10,55 +10,53 @@ if TYPE_CHECKING:
 
     from popviz.model import Report
 
+from popviz import frames
 from popviz.plot._style import (
     PALETTE,
-    PlotDataError,
-    _axis_formatter,
+    _bytes_unit,
+    _data,
     _figure,
     _fmt_bytes,
-    _metrics,
     _title,
 )
 
 
 def output_modes(report: Report):
-    """Output bytes per call under each output mode (``output_mode``, ``outputs_per_call``,
-    ``output_bytes_per_call``, ``current``)."""
-    import pandas as pd
-
-    m = _metrics(report, "host_io")
-    alternatives = {k: v for k, v in (m.get("alternatives") or {}).items() if v}
-    if not alternatives:
-        raise PlotDataError(f"host_io: engine '{report.label}' has no recorded output tensors or batching "
-                            "(capture the run with popviz capture)")
-    current = m.get("output_mode")
-    rows = [{"output_mode": mode, "outputs_per_call": a.get("outputs_per_call"),
-             "output_bytes_per_call": a.get("output_bytes_per_call"), "current": mode == current}
-            for mode, a in alternatives.items()]
-    return pd.DataFrame(rows)
+    """Output bytes per call under each output mode (``Report.output_modes()``; see
+    ``popviz.frames.output_modes``)."""
+    return _data("host_io", frames.output_modes, report)
 
 
 def host_io(report: Report, ax: Axes | None = None) -> Figure:
-    """Bytes returned to the host per call under each output mode, the current one marked."""
+    """Bytes returned to the host per call under each output mode, the current one marked (copies
+    of each output per call when the tensor sizes were not recorded)."""
     frame = output_modes(report)
     fig, ax = _figure(ax, (6.5, 4))
-    values = frame["output_bytes_per_call"].fillna(0).astype(float)
+    sized = frame["output_bytes_per_call"].notna().all()
+    if sized:
+        raw = frame["output_bytes_per_call"].astype("float64")
+        scale, unit = _bytes_unit(float(raw.max()))
+        values = raw / scale
+        texts = [_fmt_bytes(v) for v in raw]
+        ax.set_ylabel(f"output {unit} per call")
+    else:
+        values = frame["outputs_per_call"].astype("float64")
+        texts = [f"{int(v):,}" for v in values]
+        ax.set_ylabel("copies of each output per call")
     colours = [PALETTE["highlight"] if c else PALETTE["base"] for c in frame["current"]]
-    labels = []
-    for mode, n in zip(frame["output_mode"], frame["outputs_per_call"], strict=True):
-        labels.append(f"{mode}\n({n:,} per call)" if n is not None else mode)
-    bars = ax.bar(range(len(frame)), values, color=colours)
-    for bar, v, cur in zip(bars, values, frame["current"], strict=True):
-        ax.annotate(_fmt_bytes(v) + ("\ncurrent" if cur else ""), (bar.get_x() + bar.get_width() / 2, v),
+    labels = [f"{mode}\n({n:,} per call)" for mode, n in zip(frame["output_mode"], frame["outputs_per_call"],
+                                                            strict=True)]
+    bars = ax.bar(range(len(frame)), values, color=colours, width=0.7)
+    for bar, v, text, cur in zip(bars, values, texts, frame["current"], strict=True):
+        ax.annotate(text + ("\ncurrent" if cur else ""), (bar.get_x() + bar.get_width() / 2, v),
                     xytext=(0, 3), textcoords="offset points", ha="center", va="bottom", fontsize="small",
                     fontweight="bold" if cur else "normal")
     ax.set_xticks(range(len(frame)))
     ax.set_xticklabels(labels, fontsize="small")
-    ax.set_ylabel("output bytes per call")
-    _axis_formatter(ax.yaxis, _fmt_bytes)
-    ax.set_ylim(0, max(values.max(), 1) * 1.3)
-    m = _metrics(report, "host_io")
+    ax.set_ylim(0, max(float(values.max()), 1e-9) * 1.3)
+    m = frames.analysis_metrics(report, "host_io")
     inputs = m.get("input_bytes_per_call")
     sub = f"; inputs {_fmt_bytes(inputs)} per call" if inputs else ""
-    ax.set_title(_title(report, f"host I/O by output mode{sub}"), fontsize="medium")
+    what = "output bytes per call by output mode" if sized else "outputs per call by output mode (sizes not recorded)"
+    ax.set_title(_title(report, f"{what}{sub}"), fontsize="medium")
     return fig

@@ -10,6 +10,7 @@ if TYPE_CHECKING:
 
     from popviz.model import Report
 
+from popviz import frames
 from popviz.plot._style import (
     MAX_MEMORY_CATEGORIES,
     MAX_TILE_MARKERS,
@@ -17,85 +18,114 @@ from popviz.plot._style import (
     MEMORY_COLOURS,
     PALETTE,
     PlotDataError,
+    _data,
     _figure,
-    _metrics,
-    _need,
     _title,
     new_figure,
 )
 
 
 def memory_by_ipu(report: Report):
-    """Bytes per IPU and category with capacity and used % (a DataFrame, one row per IPU)."""
+    """Bytes per IPU and category (``Report.memory_by_ipu()``; see ``popviz.frames.memory_by_ipu``)."""
+    return _data("memory", frames.memory_by_ipu, report)
+
+
+SMALL_USE_FRAC = 0.25
+"""When every IPU uses less than this share of its capacity, the memory figure's axis fits the
+bars, not the capacity (which is then named off the scale), so the categories stay readable."""
+
+
+def _pressure(row) -> tuple[str, bool]:
+    """The label over an IPU's bar and whether it is under pressure (as the memory analysis
+    judges: overflowing or nearly full tiles, or a mean fill above IPU_FULL_FRAC)."""
     import pandas as pd
 
-    _need(report, "memory", "memory", "the report has no memory figures")
-    m = _metrics(report, "memory")
-    rows = []
-    for r in m["ipus"]:
-        row = {"ipu": r["ipu"], "used_bytes": r["used_bytes"], "capacity_bytes": r["capacity_bytes"],
-               "used_pct": r["used_pct"]}
-        row.update({f"{k}_bytes": v for k, v in (r.get("categories") or {}).items()})
-        rows.append(row)
-    return pd.DataFrame(rows).fillna(0)
+    from popviz.analysis.thresholds import IPU_FULL_FRAC, TILE_FULL_FRAC
+
+    pct = row["used_pct"]
+    label = "" if pd.isna(pct) else f"{pct:.1f}%"
+    oom, hot = row.get("tiles_overflowing"), row.get("tiles_over_90pct")
+    if not pd.isna(oom) and oom:
+        return f"{label}\n{int(oom):,} tiles OOM", True
+    if not pd.isna(hot) and hot:
+        return f"{label}\n{int(hot):,} tiles > {100 * TILE_FULL_FRAC:.0f}%", True
+    if pd.isna(hot) and not pd.isna(pct):
+        return label, pct > 100 * IPU_FULL_FRAC or bool(row["used_bytes"] > (row["capacity_bytes"] or 0) > 0)
+    return label, False
 
 
 def memory(report: Report, ax: Axes | None = None) -> Figure:
-    """Memory per IPU stacked by category, with the IPU's capacity and the used % on each bar."""
+    """Memory per IPU stacked by category (largest at the bottom; gaps on top), with the IPU's
+    capacity line and the used % on each bar; IPUs under pressure are labelled in vermillion."""
+    from matplotlib.patches import Patch
+
     frame = memory_by_ipu(report)
     if frame.empty:
         raise PlotDataError(f"memory: engine '{report.label}' has no memory rows")
-    fig, ax = _figure(ax, (max(5.0, 1.1 * len(frame) + 3), 4.5))
-    cats = [c for c in frame.columns if c.endswith("_bytes") and c not in ("used_bytes", "capacity_bytes")]
+    own = ax is None
+    fig, ax = _figure(ax, (max(7.5, 1.1 * len(frame) + 4.5), 4.6))
+    cats = frames.category_columns(frame)
     totals = frame[cats].sum().sort_values(ascending=False)
     shown_cats = list(totals.index[:MAX_MEMORY_CATEGORIES])
     other = [c for c in cats if c not in shown_cats]
-    gib = 2**20
-    x = range(len(frame))
+    mib = 2**20
+    x = list(range(len(frame)))
     bottom = [0.0] * len(frame)
+    handles = []
+
+    def stack(values, colour, label, **style) -> None:
+        nonlocal bottom
+        ax.bar(x, values, bottom=bottom, color=colour, width=0.7, **style)
+        handles.append(Patch(facecolor=colour, label=label, **style))
+        bottom = [b + v for b, v in zip(bottom, values, strict=True)]
+
     for colour, cat in zip(MEMORY_COLOURS, shown_cats, strict=False):
-        values = (frame[cat] / gib).tolist()
-        ax.bar(x, values, bottom=bottom, color=colour, label=cat[:-len("_bytes")])
-        bottom = [b + v for b, v in zip(bottom, values, strict=True)]
+        stack((frame[cat] / mib).tolist(), colour, cat[:-len("_bytes")])
     if other:
-        values = (frame[other].sum(axis=1) / gib).tolist()
-        ax.bar(x, values, bottom=bottom, color=MEMORY_COLOURS[-1], label=f"other ({len(other)})")
-        bottom = [b + v for b, v in zip(bottom, values, strict=True)]
+        stack((frame[other].sum(axis=1) / mib).tolist(), MEMORY_COLOURS[-1], f"other ({len(other)} categories)")
     if not cats:  # no categories: one bar of the total
-        bottom = (frame["used_bytes"] / gib).tolist()
-        ax.bar(x, bottom, color=MEMORY_COLOURS[0], label="used")
-    capacity = float(frame["capacity_bytes"].max()) / gib
-    ax.axhline(capacity, color=PALETTE["capacity"], linestyle="--", linewidth=1)
-    ax.annotate(f"capacity {capacity:,.0f} MiB", (len(frame) - 0.5, capacity), xytext=(0, 3),
-                textcoords="offset points", ha="right", va="bottom", fontsize="small")
-    for i, (top, pct) in enumerate(zip(bottom, frame["used_pct"], strict=True)):
-        over = pct > 100
-        ax.annotate(f"{pct:.1f}%", (i, top), xytext=(0, 3), textcoords="offset points", ha="center",
-                    va="bottom", fontsize="small", fontweight="bold" if over else "normal",
-                    color=PALETTE["highlight"] if over else "black")
-    ax.set_xticks(list(x))
+        stack((frame["used_bytes"] / mib).tolist(), MEMORY_COLOURS[0], "used")
+    elif frame["gaps_bytes"].any():
+        stack((frame["gaps_bytes"] / mib).tolist(), "white", "gaps", edgecolor="#777777", hatch="////",
+              linewidth=0.5)
+    top = max(bottom)
+    capacities = frame["capacity_bytes"].dropna()
+    capacity = float(capacities.max()) / mib if len(capacities) else None
+    if capacity is not None and top < SMALL_USE_FRAC * capacity:
+        ax.set_ylim(0, top * 1.3)
+        ax.text(0.99, 0.97, f"capacity {capacity:,.0f} MiB per IPU (off the scale)", transform=ax.transAxes,
+                ha="right", va="top", fontsize="small")
+    else:
+        limit = max(capacity or 0.0, top)
+        ax.set_ylim(0, limit * 1.18)
+    capacity_key = []
+    if capacity is not None and capacity <= ax.get_ylim()[1]:
+        line = ax.axhline(capacity, color=PALETTE["capacity"], linestyle="--", linewidth=1, zorder=1,
+                          label=f"capacity {capacity:,.0f} MiB")
+        capacity_key = [line]
+    for i, row in frame.iterrows():
+        label, pressed = _pressure(row)
+        if not label:
+            continue
+        ax.annotate(label, (x[i], bottom[i]), xytext=(0, 3), textcoords="offset points", ha="center",
+                    va="bottom", fontsize="small", fontweight="bold" if pressed else "normal",
+                    color=PALETTE["highlight"] if pressed else "black", zorder=3,
+                    bbox={"boxstyle": "square,pad=0.1", "facecolor": "white", "edgecolor": "none"})
+    ax.set_xticks(x)
     ax.set_xticklabels([f"IPU{i}" for i in frame["ipu"]])
-    ax.set_ylabel("MiB")
-    ax.set_ylim(0, max(capacity, max(bottom)) * 1.15)
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize="small", frameon=False)
+    ax.set_ylabel("MiB (including gaps)")
+    handles = capacity_key + handles[::-1]  # the legend reads top to bottom like the stack
+    if own:
+        fig.legend(handles=handles, loc="outside right center", fontsize="small", frameon=False)
+    else:
+        ax.legend(handles=handles, fontsize="small")
     ax.set_title(_title(report, "memory per IPU by category"))
     return fig
 
 
 def tile_memory(report: Report):
-    """Per-tile memory with the tile's used % (``ipu``, ``tile``, ``used_bytes``, ``used_pct``,
-    ``overflowing``)."""
-    mem = _need(report, "memory", "tiles", "the report has no memory figures")
-    if mem.level != "tile":
-        raise PlotDataError(f"tiles: engine '{report.label}' has per-IPU memory only (no per-tile figures; "
-                            "an emulated report cannot have them)")
-    f = mem.frame
-    per_tile = report.target.bytes_per_tile if report.target else None
-    out = f[["ipu", "tile"]].copy()
-    out["used_bytes"] = f["total_bytes_including_gaps"]
-    out["used_pct"] = 100.0 * out["used_bytes"] / per_tile if per_tile else float("nan")
-    out["overflowing"] = f["overflow_bytes"] > 0
-    return out
+    """Per-tile memory (``Report.tile_memory()``; see ``popviz.frames.tile_memory``)."""
+    return _data("tiles", frames.tile_memory, report)
 
 
 def tiles(report: Report, ipu: int | None = None, ax: Axes | None = None) -> Figure:
@@ -105,12 +135,19 @@ def tiles(report: Report, ipu: int | None = None, ax: Axes | None = None) -> Fig
 
     import numpy as np
 
+    from popviz.analysis.thresholds import TILE_FULL_FRAC
+
     frame = tile_memory(report)
+    if frame["used_pct"].isna().all():
+        raise PlotDataError(f"tiles: engine '{report.label}' has no target, so the tiles' capacity is unknown")
+    full_pct = 100 * TILE_FULL_FRAC
     ipus = sorted(int(i) for i in frame["ipu"].unique())
     if ipu is not None:
         if ipu not in ipus:
             raise PlotDataError(f"tiles: engine '{report.label}' has no IPU {ipu} (IPUs: {ipus})")
         ipus = [ipu]
+    truncated = len(ipus) > MAX_TILE_PANELS and ax is None
+    total_ipus = len(ipus)
     ipus = ipus[:MAX_TILE_PANELS]
     n_tiles = int(frame["tile"].max()) + 1
     if report.target:
@@ -129,6 +166,7 @@ def tiles(report: Report, ipu: int | None = None, ax: Axes | None = None) -> Fig
             extra.set_visible(False)
     from matplotlib import colormaps
 
+    marked = {"circle": False, "cross": False}
     cmap = colormaps["viridis"].with_extremes(over=PALETTE["highlight"], bad="white")
     image = None
     for panel, i in zip(axes, ipus, strict=False):
@@ -137,20 +175,32 @@ def tiles(report: Report, ipu: int | None = None, ax: Axes | None = None) -> Fig
         grid[sub["tile"].to_numpy()] = sub["used_pct"].to_numpy()
         image = panel.imshow(grid.reshape(rows, cols), cmap=cmap, vmin=0, vmax=100, aspect="auto",
                              interpolation="nearest")
-        hot = sub[(sub["used_pct"] > 90) & ~sub["overflowing"]]["tile"].to_numpy()
+        full = sub["used_pct"] > full_pct
+        hot = sub[full & ~sub["overflowing"]]["tile"].to_numpy()
         over = sub[sub["overflowing"]]["tile"].to_numpy()
         if 0 < len(hot) <= MAX_TILE_MARKERS:
-            panel.scatter(hot % cols, hot // cols, s=30, facecolors="none", edgecolors="black", linewidths=1,
-                          label="> 90%")
+            panel.scatter(hot % cols, hot // cols, s=30, facecolors="none", edgecolors="black", linewidths=1)
+            marked["circle"] = True
         if 0 < len(over) <= MAX_TILE_MARKERS:
-            panel.scatter(over % cols, over // cols, s=40, marker="x", color="black", linewidths=1.5,
-                          label="overflowing")
+            panel.scatter(over % cols, over // cols, s=40, marker="x", color="black", linewidths=1.5)
+            marked["cross"] = True
         panel.set_xticks([])
         panel.set_yticks([])
         worst = float(sub["used_pct"].max()) if len(sub) else 0.0
-        panel.set_title(f"IPU{i}: fullest tile {worst:.0f}%, {len(over)} overflowing, {len(hot)} > 90%",
-                        fontsize="small")
+        panel.set_title(f"IPU{i}: fullest tile {worst:.0f}% · {len(over):,} overflowing · "
+                        f"{int(full.sum()):,} above {full_pct:.0f}%", fontsize="small",
+                        color=PALETTE["highlight"] if len(over) else "black",
+                        fontweight="bold" if len(over) else "normal")
     if image is not None:
         fig.colorbar(image, ax=axes[:len(ipus)], label="tile memory used %", extend="max", shrink=0.8)
-    fig.suptitle(_title(report, f"memory per tile ({cols} tiles a row)"))
+    from matplotlib.lines import Line2D
+
+    keys = [Line2D([], [], marker="o", linestyle="", markerfacecolor="none", markeredgecolor="black",
+                   label=f"tile above {full_pct:.0f}%")] if marked["circle"] else []
+    if marked["cross"]:
+        keys.append(Line2D([], [], marker="x", linestyle="", color="black", label="tile overflowing"))
+    if keys and ax is None:
+        fig.legend(handles=keys, loc="outside lower center", ncol=len(keys), frameon=False, fontsize="small")
+    shown = f", first {len(ipus)} of {total_ipus} IPUs" if truncated else ""
+    fig.suptitle(_title(report, f"memory per tile ({cols} tiles per row{shown}; above 100% in vermillion)"))
     return fig

@@ -10,51 +10,75 @@ if TYPE_CHECKING:
 
     from popviz.model import Report
 
+from popviz import frames
 from popviz.plot._style import (
     PALETTE,
     PlotDataError,
     _axis_formatter,
+    _data,
     _figure,
     _fmt_cycles,
-    _metrics,
     _title,
 )
 
+MAX_BLOCKS_SHOWN = 2
+"""Block names printed under a stage's bar (then ``+N``)."""
+
 
 def stage_cycles(report: Report):
-    """Cycles per micro-batch of each stage (a DataFrame: ``stage``, ``ipu``, ``blocks``,
-    ``cycles_per_micro_batch``, ``bottleneck``)."""
-    import pandas as pd
+    """Cycles of each pipeline stage (``Report.stage_cycles()``; see ``popviz.frames.stage_cycles``)."""
+    return _data("stages", frames.stage_cycles, report)
 
-    m = _metrics(report, "pipeline")
-    rows = [{"stage": s["index"], "ipu": s["ipu"], "blocks": ", ".join(s["blocks"]),
-             "cycles_per_micro_batch": s["cycles"], "bottleneck": s["index"] == m["bottleneck_stage"]}
-            for s in m["stages"]]
-    return pd.DataFrame(rows, columns=["stage", "ipu", "blocks", "cycles_per_micro_batch", "bottleneck"])
+
+def _why_no_stage_cycles(report: Report) -> str:
+    if not report.cfg.stages:
+        return ("no configuration in this report, so no stages; popviz capture records them"
+                if not report.has("config") else "no stages recorded: no execution strategy is set")
+    if report.execution is None:
+        return f"no execution table: {frames.no_execution_reason(report)}"
+    if report.cfg.num_stages <= 1:
+        return "the model is one stage on one IPU: there are no stages to compare"
+    if len(report.cfg.stage_ipus) <= 1:
+        return "every stage runs on one IPU, so the per-IPU profile cannot split them"
+    return "the pipeline analysis could not attribute cycles to stages (popviz analyse says why)"
+
+
+def _stage_label(stage: int, ipu: int, blocks: str) -> str:
+    names = [b for b in blocks.split(", ") if b]
+    if names and all(b.isdigit() for b in names):  # bare numbers (e.g. Lightning's block ids) say little alone
+        names = [f"block{'s' if len(names) > 1 else ''} {', '.join(names)}"]
+    shown = names[:MAX_BLOCKS_SHOWN] + ([f"+{len(names) - MAX_BLOCKS_SHOWN}"] if len(names) > MAX_BLOCKS_SHOWN else [])
+    return "\n".join([f"stage {stage} · IPU{ipu}", *shown])
 
 
 def stages(report: Report, ax: Axes | None = None) -> Figure:
-    """Cycles per micro-batch of each pipeline stage, the mean, and the bottleneck marked."""
+    """Cycles per micro-batch of each pipeline stage (per call when the batching is unknown), the
+    mean, and the bottleneck marked."""
     frame = stage_cycles(report)
-    if frame.empty or frame["cycles_per_micro_batch"].isna().all():
-        m = _metrics(report, "pipeline")
-        why = "no stages recorded" if not m["stages"] else "no execution profile"
-        raise PlotDataError(f"stages: engine '{report.label}' has no per-stage cycles ({why})")
-    fig, ax = _figure(ax, (max(5.0, 1.2 * len(frame) + 2), 4))
-    cycles = frame["cycles_per_micro_batch"].to_numpy(dtype="float64")
+    per_mb = not frame.empty and frame["cycles_per_micro_batch"].notna().all()
+    column = "cycles_per_micro_batch" if per_mb else "total_cycles"
+    if frame.empty or frame[column].isna().all():
+        raise PlotDataError(f"stages: engine '{report.label}' has no per-stage cycles ({_why_no_stage_cycles(report)})")
+    fig, ax = _figure(ax, (max(5.5, 1.5 * len(frame) + 2), 4.2))
+    cycles = frame[column].to_numpy(dtype="float64")
     colours = [PALETTE["highlight"] if b else PALETTE["compute"] for b in frame["bottleneck"]]
-    labels = [f"stage {s}\nIPU{i}" for s, i in zip(frame["stage"], frame["ipu"], strict=True)]
-    bars = ax.bar(range(len(frame)), cycles, color=colours)
+    bars = ax.bar(range(len(frame)), cycles, color=colours, width=0.7)
     mean = float(cycles.mean())
-    ax.axhline(mean, color=PALETTE["capacity"], linestyle="--", linewidth=1, label=f"mean {_fmt_cycles(mean)}")
+    ax.axhline(mean, color=PALETTE["capacity"], linestyle="--", linewidth=1, zorder=1,
+               label=f"mean over stages: {_fmt_cycles(mean)}")
     ax.legend(loc="upper left", fontsize="small", frameon=False)
+    several = len(frame) > 1
     for bar, value, is_bottleneck in zip(bars, cycles, frame["bottleneck"], strict=True):
-        text = _fmt_cycles(value) + ("\nbottleneck" if is_bottleneck and len(frame) > 1 else "")
+        text = _fmt_cycles(value) + ("\nbottleneck" if is_bottleneck and several else "")
+        # a white box keeps the mean line from running through the figure
         ax.annotate(text, (bar.get_x() + bar.get_width() / 2, bar.get_height()), xytext=(0, 3),
-                    textcoords="offset points", ha="center", va="bottom", fontsize="small")
+                    textcoords="offset points", ha="center", va="bottom", fontsize="small",
+                    fontweight="bold" if is_bottleneck and several else "normal", zorder=3,
+                    bbox={"boxstyle": "square,pad=0.15", "facecolor": "white", "edgecolor": "none"})
     ax.set_xticks(range(len(frame)))
-    ax.set_xticklabels(labels)
-    ax.set_ylabel("cycles per micro-batch")
+    ax.set_xticklabels([_stage_label(s, i, b) for s, i, b in zip(frame["stage"], frame["ipu"], frame["blocks"],
+                                                                  strict=True)], fontsize="small")
+    ax.set_ylabel("cycles per micro-batch" if per_mb else "cycles over the calls profiled")
     _axis_formatter(ax.yaxis, _fmt_cycles)
     ax.set_ylim(0, cycles.max() * 1.3)
     ratio = cycles.max() / mean if mean else float("nan")

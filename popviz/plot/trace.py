@@ -10,152 +10,131 @@ if TYPE_CHECKING:
 
     from popviz.model import Report
 
+from popviz import frames
+from popviz.frames import TIMELINE_CATEGORIES
 from popviz.plot._style import (
     MAX_BARS_PER_IPU,
     PALETTE,
-    TIMELINE_CATEGORIES,
-    PlotDataError,
-    _category,
     _cycle_axis,
+    _data,
     _figure,
     _legend,
-    _need,
     _title,
 )
 
 
 def steps_frame(report: Report, run: int | None = None):
-    """One executor call's steps with ``start_cycle`` filled (steps without one follow the
-    previous step on their IPU), ``end_cycle`` and the timeline ``category``."""
+    """One executor call's steps laid out in time (``Report.steps()``; see ``popviz.frames.steps``)."""
+    return _data("timeline", frames.steps, report, run)
+
+
+BAND_PIXELS = 20
+"""Image rows per IPU in a binned timeline: each time bin's column is stacked by the share of its
+cycles in each category (18 pixel rows: a share under about 3% may not show)."""
+
+
+def _coverage(start, end, cat, n_categories: int, edges):
+    """Cycles of each category inside each bin ``[edges[k], edges[k+1])`` of one IPU's steps
+    (steps in time order, not overlapping): an (n_bins, n_categories) array. A step spanning
+    several bins counts in each of them."""
     import numpy as np
 
-    from popviz.analysis._common import call_runs, run_cycles
-
-    execution = _need(report, "execution", "timeline", "an out-of-memory compile never runs")
-    if run is None:
-        runs = call_runs(run_cycles(execution))
-        if not runs:
-            raise PlotDataError(f"timeline: engine '{report.label}' has no run with on-tile compute")
-        run = runs[0]
-    steps = execution.steps
-    s = steps[steps["run"] == run]
-    if s.empty:
-        raise PlotDataError(f"timeline: engine '{report.label}' has no steps in run {run}")
-    s = s.sort_values(["ipu", "step"], kind="stable")
-    cycles = s["cycles"].to_numpy(dtype="int64")
-    start = s["start_cycle"].to_numpy(dtype="float64", na_value=np.nan)
-    if np.isnan(start).any():  # lay out steps without a start one after another per IPU
-        ipu = s["ipu"].to_numpy()
-        cum = np.cumsum(cycles)
-        first = np.r_[True, ipu[1:] != ipu[:-1]]
-        base = np.maximum.accumulate(np.where(first, np.arange(len(ipu)), 0))
-        offset = cum - cycles - (cum[base] - cycles[base])
-        start = np.where(np.isnan(start), offset, start)
-    programs = s["program"].astype("str").to_numpy()
-    types = s["program_type"].astype("str").to_numpy()
-    pairs = {(p, t): _category(p, t) for p, t in set(zip(programs, types, strict=True))}
-    out = s[["ipu", "program", "program_type", "cycles"]].copy()
-    out["start_cycle"] = start.astype("int64")
-    out["end_cycle"] = out["start_cycle"] + cycles
-    out["category"] = [pairs[(p, t)] for p, t in zip(programs, types, strict=True)]
-    return out.reset_index(drop=True)
+    out = np.zeros((len(edges) - 1, n_categories))
+    for c in np.unique(cat):
+        sel = np.flatnonzero(cat == c)
+        sel = sel[np.argsort(start[sel], kind="stable")]
+        s, e = start[sel], end[sel]
+        before = np.concatenate([[0.0], np.cumsum(e - s)])  # cycles of this category before step k
+        k = np.searchsorted(s, edges, side="right") - 1  # the last step starting at or before the edge
+        inside = np.where(k >= 0, np.minimum(edges - s[np.maximum(k, 0)], (e - s)[np.maximum(k, 0)]), 0.0)
+        covered = np.where(k >= 0, before[np.maximum(k, 0)] + np.maximum(inside, 0.0), 0.0)
+        out[:, c] = np.diff(covered)
+    return out
 
 
-def _bars(start, end, cat_codes, n_categories: int, max_bars: int):
-    """(start, width, category code) arrays for one IPU, binned when there are too many."""
-    import numpy as np
+def _rgba(colour: str):
+    from matplotlib.colors import to_rgba
 
-    if len(start) <= max_bars:
-        return start, end - start, cat_codes
-    lo, hi = float(start.min()), float(end.max())
-    width = (hi - lo) / max_bars or 1.0
-    b = np.minimum(((start - lo) / width).astype("int64"), max_bars - 1)
-    weight = np.bincount(b * n_categories + cat_codes, weights=end - start, minlength=max_bars * n_categories)
-    weight = weight.reshape(max_bars, n_categories)
-    dominant = weight.argmax(axis=1)
-    used = weight.sum(axis=1) > 0
-    idx = np.flatnonzero(used)
-    return lo + idx * width, np.full(len(idx), width), dominant[idx]
+    return to_rgba(colour)
 
 
 def timeline(report: Report, ax: Axes | None = None, *, run: int | None = None) -> Figure:
     """The execution trace of one executor call per IPU (PopVision's execution view), coloured by
     forward, backward, weight update, exchange, host copy and sync/idle; the IPU with the most
-    compute is marked as the bottleneck."""
+    compute is marked as the bottleneck. When an IPU has more than MAX_BARS_PER_IPU steps, every
+    row is drawn from that many time bins, each bin's column stacked by the share of its cycles in
+    each category (work at the bottom), so a 10^6-step trace draws in seconds."""
     import numpy as np
+    from matplotlib.collections import PolyCollection
 
     frame = steps_frame(report, run)
     scale, unit = _cycle_axis(report)
     ipus = sorted(int(i) for i in frame["ipu"].unique())
     own = ax is None
     fig, ax = _figure(ax, (11, (0.5 if len(ipus) <= 16 else 0.22) * len(ipus) + 1.8))
-    codes = {c: i for i, c in enumerate(TIMELINE_CATEGORIES)}
-    cat = frame["category"].map(codes).to_numpy()
+    n_cat = len(TIMELINE_CATEGORIES)
+    cat = frame["category"].cat.codes.to_numpy().astype("int64")
     ipu_col = frame["ipu"].to_numpy()
     start = frame["start_cycle"].to_numpy(dtype="float64")
     end = frame["end_cycle"].to_numpy(dtype="float64")
-    busy = np.bincount(ipu_col, weights=np.where(np.isin(cat, [0, 1, 2, 3]), end - start, 0))
-    bottleneck = int(np.argmax(busy)) if busy.any() else None
+    work = [TIMELINE_CATEGORIES.index(c) for c in ("forward", "backward", "weight update", "compute")]
+    row_of = np.searchsorted(ipus, ipu_col)
+    busy = np.bincount(row_of, weights=np.where(np.isin(cat, work), end - start, 0), minlength=len(ipus))
+    bottleneck = ipus[int(np.argmax(busy))] if busy.any() and len(ipus) > 1 else None
+    xmax = float(end.max())
+    order = np.argsort(row_of, kind="stable")  # steps_frame is sorted by IPU already: a no-op copy
+    bounds = np.searchsorted(row_of[order], np.arange(len(ipus) + 1))
+    colours = np.array([_rgba(PALETTE[c]) for c in TIMELINE_CATEGORIES])
+    binned = int(np.diff(bounds).max()) > MAX_BARS_PER_IPU
     seen: set[int] = set()
-    order = np.argsort(ipu_col, kind="stable")
-    bounds = np.searchsorted(ipu_col[order], [*ipus, ipus[-1] + 1])
-    for row in range(len(ipus)):
-        sel = order[bounds[row]:bounds[row + 1]]
-        xs, ws, cs = _bars(start[sel], end[sel], cat[sel], len(TIMELINE_CATEGORIES), MAX_BARS_PER_IPU)
-        for code in np.unique(cs):
-            mask = cs == code
-            ax.broken_barh(list(zip(xs[mask] * scale, ws[mask] * scale, strict=True)), (row - 0.4, 0.8),
-                           facecolors=PALETTE[TIMELINE_CATEGORIES[code]], linewidth=0)
-            seen.add(int(code))
+    if binned:  # one image band per IPU: as fast for 10^6 steps as for 10^3
+        edges = np.linspace(0.0, xmax, MAX_BARS_PER_IPU + 1)
+        width = edges[1] - edges[0]
+        rgba = np.vstack([np.rint(colours * 255), [[0, 0, 0, 0]]]).astype("uint8")  # last: nothing ran
+        image = np.zeros((len(ipus) * BAND_PIXELS, MAX_BARS_PER_IPU, 4), dtype="uint8")
+        pixels = np.arange(BAND_PIXELS - 2)  # 1 blank pixel row above and below each band
+        for row in range(len(ipus)):
+            sel = order[bounds[row]:bounds[row + 1]]
+            share = _coverage(start[sel], end[sel], cat[sel], n_cat, edges) / width
+            top = np.rint(np.cumsum(share, axis=1) * len(pixels))  # (bins, categories), in pixel rows
+            # pixel p of a bin (from the bottom) shows the first category whose stack top is above it
+            which = (top[:, None, :] <= pixels[None, :, None]).sum(axis=2)  # (bins, pixels); n_cat: empty
+            band = rgba[which[:, ::-1]].transpose(1, 0, 2)  # top pixel row first
+            image[row * BAND_PIXELS + 1:(row + 1) * BAND_PIXELS - 1] = band
+            seen.update(int(c) for c in np.unique(which) if c < n_cat)
+        ax.imshow(image, extent=(0.0, xmax * scale, len(ipus) - 0.5, -0.5), aspect="auto", interpolation="nearest")
+    else:
+        x0, x1 = start * scale, end * scale
+        y0, y1 = row_of - 0.4, row_of + 0.4
+        verts = np.stack([np.stack([x0, y0], 1), np.stack([x0, y1], 1), np.stack([x1, y1], 1),
+                          np.stack([x1, y0], 1)], axis=1)
+        ax.add_collection(PolyCollection(verts, facecolors=colours[cat], linewidths=0))
+        seen.update(int(c) for c in np.unique(cat))
     ax.set_yticks(range(len(ipus)))
-    ax.set_yticklabels([f"IPU{i}" + ("  bottleneck" if i == bottleneck and len(ipus) > 1 else "") for i in ipus])
+    ax.set_yticklabels([f"IPU{i}" + ("  bottleneck" if i == bottleneck else "") for i in ipus])
     for label, ipu in zip(ax.get_yticklabels(), ipus, strict=True):
-        if ipu == bottleneck and len(ipus) > 1:
+        if ipu == bottleneck:
             label.set_color(PALETTE["highlight"])
             label.set_fontweight("bold")
     ax.set_ylim(len(ipus) - 0.5, -0.5)
-    ax.set_xlim(0, float(end.max()) * scale)
+    ax.set_xlim(0, xmax * scale)
     ax.set_xlabel(f"time in the call ({unit})")
     from matplotlib.patches import Patch
 
     _legend(fig, ax, own, [Patch(color=PALETTE[TIMELINE_CATEGORIES[c]], label=TIMELINE_CATEGORIES[c])
                            for c in sorted(seen)])
-    steps = len(frame)
-    ax.set_title(_title(report, f"execution trace of one call ({steps:,} steps)"))
+    what = f"{len(frame):,} steps" + (f"; {MAX_BARS_PER_IPU:,} time bins per IPU, each stacked by what it ran"
+                                      if binned else "")
+    ax.set_title(_title(report, f"execution trace of one call, {what}"))
     return fig
 
 
-BREAKDOWN_PARTS = ("compute", "exchange", "sync / idle", "host copy")
+BREAKDOWN_PARTS = frames.SHARE_PARTS
 
 
 def time_shares(report: Report):
-    """Per IPU, the share (%) of an executor call's cycles in compute, exchange, sync/idle and
-    host copy (columns ``compute_pct``, ``exchange_pct``, ``sync_idle_pct``, ``host_copy_pct``)."""
-    import pandas as pd
-
-    from popviz.analysis._common import call_runs, run_cycles
-
-    execution = _need(report, "execution", "breakdown", "an out-of-memory compile never runs")
-    agg = run_cycles(execution)
-    runs = call_runs(agg)
-    if not runs:
-        raise PlotDataError(f"breakdown: engine '{report.label}' has no run with on-tile compute")
-    agg = agg[agg["run"].isin(runs)]
-    part = agg["program_type"].map(lambda t: {"compute": "compute", "backward": "compute", "forward": "compute",
-                                               "weight update": "compute"}.get(_category("", t), _category("", t)))
-    table = agg.assign(part=part).pivot_table(index="ipu", columns="part", values="cycles", aggfunc="sum",
-                                              fill_value=0)
-    for p in BREAKDOWN_PARTS:
-        if p not in table:
-            table[p] = 0
-    other = [c for c in table.columns if c not in BREAKDOWN_PARTS]
-    total = table.sum(axis=1)
-    out = pd.DataFrame({"ipu": table.index.astype(int)})
-    for p in BREAKDOWN_PARTS:
-        col = p.replace(" / ", "_").replace(" ", "_") + "_pct"
-        out[col] = (100.0 * table[p] / total).to_numpy()
-    out["other_pct"] = (100.0 * table[other].sum(axis=1) / total).to_numpy() if other else 0.0
-    return out.reset_index(drop=True)
+    """Per IPU, the share (%) of the calls' cycles in each part (``Report.time_shares()``)."""
+    return _data("breakdown", frames.time_shares, report)
 
 
 def breakdown(report: Report, ax: Axes | None = None) -> Figure:
@@ -167,7 +146,7 @@ def breakdown(report: Report, ax: Axes | None = None) -> Figure:
     left = [0.0] * len(frame)
     names = [*BREAKDOWN_PARTS, "other"]
     for name in names:
-        col = name.replace(" / ", "_").replace(" ", "_") + "_pct"
+        col = frames.share_column(name)
         values = frame[col].tolist()
         if not any(values):
             continue

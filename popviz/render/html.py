@@ -46,7 +46,12 @@ code { font: 12.5px ui-monospace, "SFMono-Regular", Menlo, Consolas, monospace; 
 figure { margin: 10px 0; page-break-inside: avoid; } figure svg { max-width: 100%; height: auto; }
 figcaption { color: var(--muted); font-size: 12px; }
 .summary li { margin: 2px 0; }
-@media print { body { max-width: none; margin: 0; } h2 { page-break-before: auto; } }
+.gain { color: #1b7837; font-size: 12.5px; font-weight: 600; white-space: nowrap; }
+h2, h3 { break-after: avoid; page-break-after: avoid; }
+table, dl.config { break-inside: avoid; page-break-inside: avoid; }
+@media print { body { max-width: none; margin: 0; font-size: 12px; }
+               section.engine { break-before: page; page-break-before: always; }
+               a { color: inherit; text-decoration: none; } }
 """
 
 
@@ -97,9 +102,18 @@ def _figures(engine: EngineResult, only: tuple[str, ...] | None = None) -> list[
     return out
 
 
-def _finding(f) -> str:
-    gain = getattr(f, "gain", None)
-    gain_html = f' <span class="muted">— estimated gain: {_e(gain)}</span>' if gain else ""
+def _actions(engine: EngineResult) -> list:
+    """The engine's ranked actions (its plan), or [] when the result carries no plan."""
+    plan = getattr(engine, "plan", None)
+    return list(getattr(plan, "actions", None) or [])
+
+
+def _gain(action) -> str:
+    return str(getattr(action, "gain_text", "") or "")
+
+
+def _finding(f, gain: str = "") -> str:
+    gain_html = f' <span class="gain">estimated gain: {_e(gain)}</span>' if gain else ""
     return (f'<div class="finding {f.severity}"><div><span class="badge {f.severity}">{f.severity}</span> '
             f"<strong>{_e(f.code)}</strong> {_e(f.title)}{gain_html}</div>"
             f"<p>{_e(f.evidence)}</p><p>→ {_prose(f.recommendation)}</p></div>")
@@ -108,7 +122,7 @@ def _finding(f) -> str:
 def _engine(engine: EngineResult, figures: bool | tuple[str, ...]) -> list[str]:
     r = engine.report
     est = ' <span class="badge estimated">estimated</span>' if r.provenance.estimated else ""
-    out = [f'<section id="engine-{_e(r.label)}"><h2>{_e(r.label)}{est}</h2>', '<dl class="config">']
+    out = [f'<section class="engine" id="engine-{_e(r.label)}"><h2>{_e(r.label)}{est}</h2>', '<dl class="config">']
     rows = [("figures", text.provenance_line(r)), ("target", text.target_line(r)),
             ("strategy", text.strategy_line(r)), *(("", line) for line in text.stage_lines(r)),
             ("batching", text.batching_line(r)), *text.data_line(r)]
@@ -123,7 +137,8 @@ def _engine(engine: EngineResult, figures: bool | tuple[str, ...]) -> list[str]:
         if o.caption:
             out.append("<p class=\"muted\">" + "<br>".join(_e(line) for line in o.caption.splitlines()) + "</p>")
     out.append("<h3>Findings</h3>")
-    out += [_finding(f) for f in engine.findings] or ["<p>No findings.</p>"]
+    gains = {getattr(a, "code", None): _gain(a) for a in _actions(engine)}
+    out += [_finding(f, gains.get(f.code, "")) for f in engine.findings] or ["<p>No findings.</p>"]
     if engine.not_checked:
         out.append("<h3>Not checked</h3><ul>")
         out += [f"<li>{_e(n.analysis)}: {_e(n.check)} — {_e(n.reason)}</li>" for n in engine.not_checked]
@@ -141,26 +156,43 @@ def _summary(result: Result) -> list[str]:
                       key=lambda item: -severity_rank(item[1].severity))
     estimated = any(e.report.provenance.estimated for e in result.engines)
     out = ['<section class="summary"><h2>Summary</h2><ul>',
-           f"<li>{len(result.engines)} engine(s): "
-           + ", ".join(f'<a href="#engine-{_e(e.report.label)}">{_e(e.report.label)}</a>' for e in result.engines)
+           f"<li>{len(result.engines)} engine{'s' if len(result.engines) != 1 else ''}: "
+           + ", ".join(f'<a href="#engine-{_e(e.report.label)}">{_e(e.report.label)}</a>'
+                       + (f" ({_e(text.strategy_line(e.report))})" if e.report.has("config") else "")
+                       for e in result.engines)
            + "</li>"]
     if estimated:
         out.append('<li><span class="badge estimated">estimated</span> figures come from popviz\'s emulator '
                    "cost model, not from an IPU</li>")
     if worst:
+        label, f = findings[0]
         out.append(f'<li>worst finding: <span class="badge {worst}">{worst}</span> '
-                   f"{_e(findings[0][0])} {_e(findings[0][1].code)} {_e(findings[0][1].title)}</li>")
+                   f"<strong>{_e(f.code)}</strong> {_e(f.title)} <span class=\"muted\">({_e(label)})</span></li>")
     else:
         out.append("<li>no findings</li>")
     out.append("</ul>")
-    if findings:
-        out.append("<table><thead><tr><th>engine</th><th>severity</th><th>code</th><th>finding</th>"
+    rows = []
+    for e in result.engines:
+        actions = _actions(e)
+        if actions:  # the plan: ranked by what each fix buys
+            rows += [(e.report.label, k, getattr(a, "severity", ""), getattr(a, "code", ""),
+                      getattr(a, "title", ""), _gain(a)) for k, a in enumerate(actions, 1)]
+        else:
+            rows += [(e.report.label, k, f.severity, f.code, f.title, "") for k, f in enumerate(e.findings, 1)]
+    if rows:
+        out.append("<h3>What to fix first</h3>")
+        out.append("<table><thead><tr><th>engine</th><th>#</th><th>severity</th><th>code</th><th>finding</th>"
                    "<th>estimated gain</th></tr></thead><tbody>")
-        for label, f in findings:
-            gain = getattr(f, "gain", None) or ""
-            out.append(f'<tr><td>{_e(label)}</td><td class="{f.severity}">{f.severity}</td><td>{_e(f.code)}</td>'
-                       f"<td>{_e(f.title)}</td><td>{_e(gain)}</td></tr>")
+        for label, k, severity, code, title, gain in rows:
+            out.append(f'<tr><td>{_e(label)}</td><td class="num">{k}</td><td class="{_e(severity)}">{_e(severity)}'
+                       f"</td><td>{_e(code)}</td><td>{_e(title)}</td><td>{_e(gain) or '–'}</td></tr>")
         out.append("</tbody></table>")
+    for e in result.engines:
+        for d in getattr(getattr(e, "plan", None), "decisions", None) or []:
+            reasons = getattr(d, "reasons", None) or []
+            if len(reasons) > 1:
+                out.append(f'<p class="muted">{_e(e.report.label)}: one value for {_e(d.option)}: {_e(d.value)} '
+                           f"({_e('; '.join(reasons))})</p>")
     out.append("</section>")
     return out
 

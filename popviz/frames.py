@@ -1,0 +1,263 @@
+"""The DataFrames behind popviz's figures, one function per figure (units in column names).
+
+``Report.steps()``, ``Report.stage_cycles()``, ``Report.memory_by_ipu()``, ... call these, and
+``popviz.plot`` draws them, so a figure and the table a notebook shows never disagree. They read
+the analyses' metrics (``popviz.analysis``) where an analysis computes the figure, so the console
+and the plots agree too. No matplotlib here.
+
+Data a table needs and the report lacks raises :class:`MissingDataError`, one line naming the
+engine, what is missing and why (an out-of-memory compile has no execution; an emulated report
+has per-IPU memory only).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from popviz.errors import PopvizError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from popviz.model import Report
+
+
+class MissingDataError(PopvizError):
+    """The report lacks the data a table or figure needs."""
+
+
+TIMELINE_CATEGORIES = ("forward", "backward", "weight update", "compute", "exchange", "host copy",
+                       "sync / idle", "other")
+"""What a step is, as the timeline colours it (``steps()["category"]``)."""
+
+SHARE_PARTS = ("compute", "exchange", "sync / idle", "host copy")
+"""The parts of a call ``time_shares`` splits each IPU's cycles into (then ``other``)."""
+
+
+def share_column(part: str) -> str:
+    """``"sync / idle"`` -> ``"sync_idle_pct"``."""
+    return part.replace(" / ", "_").replace(" ", "_") + "_pct"
+
+
+def category(program: str, program_type: str) -> str:
+    """The timeline category of a step, from its program type (and name, for compute)."""
+    if program_type.startswith("StreamCopy"):
+        return "host copy"
+    if program_type == "Sync":
+        return "sync / idle"
+    if program_type in ("GlobalExchange", "DoExchange") or "exchange" in program_type.lower():
+        return "exchange"
+    if program_type == "OnTileExecute":
+        name = program.lower()
+        if "backward" in name or "grad" in name:
+            return "backward"
+        if "update" in name or "optimi" in name or "weight" in name:
+            return "weight update"
+        if "forward" in name:
+            return "forward"
+        return "compute"
+    return "other"
+
+
+def _oom(report: Report) -> bool:
+    mem = report.memory
+    return mem is not None and bool((mem.frame["overflow_bytes"] > 0).any())
+
+
+def no_execution_reason(report: Report) -> str:
+    """Why a report has no execution profile, as far as it tells."""
+    if _oom(report):
+        return "the compile ran out of memory, so the engine never ran"
+    if report.provenance.source == "capture":
+        return "only the capture hooks' record was found, no Poplar profile"
+    return "no execution profile was recorded: the engine did not run, or execution profiling was off"
+
+
+def need_execution(report: Report):  # -> ExecutionTable
+    if report.execution is None:
+        raise MissingDataError(f"engine '{report.label}' has no execution table ({no_execution_reason(report)})")
+    return report.execution
+
+
+def need_memory(report: Report):  # -> MemoryTable
+    if report.memory is None:
+        raise MissingDataError(f"engine '{report.label}' has no memory table (the report has no memory figures)")
+    return report.memory
+
+
+def analysis_metrics(report: Report, analysis: str) -> dict[str, Any]:
+    from popviz.analysis import registry
+
+    return registry()[analysis](report).metrics
+
+
+def call_run(report: Report) -> int:
+    """The first run of the execution profile that is an executor call."""
+    from popviz.analysis._common import call_runs, run_cycles
+
+    runs = call_runs(run_cycles(need_execution(report)))
+    if not runs:
+        raise MissingDataError(f"engine '{report.label}' has no run with on-tile compute")
+    return runs[0]
+
+
+# ------------------------------------------------------------------------------------ the tables
+
+def steps(report: Report, run: int | None = None) -> pd.DataFrame:
+    """One executor call's steps in time order per IPU: ``ipu``, ``program``, ``program_type``,
+    ``cycles``, ``start_cycle``, ``end_cycle`` (steps without a recorded start follow the previous
+    step on their IPU) and the timeline ``category`` (categorical, in TIMELINE_CATEGORIES order).
+    ``run`` defaults to the first call."""
+    import numpy as np
+    import pandas as pd
+
+    execution = need_execution(report)
+    if run is None:
+        run = call_run(report)
+    s = execution.steps[execution.steps["run"] == run]
+    if s.empty:
+        raise MissingDataError(f"engine '{report.label}' has no steps in run {run}")
+    s = s.sort_values(["ipu", "step"], kind="stable")
+    cycles = s["cycles"].to_numpy(dtype="int64")
+    start = s["start_cycle"].to_numpy(dtype="float64", na_value=np.nan)
+    if np.isnan(start).any():  # lay out steps without a start one after another per IPU
+        ipu = s["ipu"].to_numpy()
+        cum = np.cumsum(cycles)
+        first = np.r_[True, ipu[1:] != ipu[:-1]]
+        base = np.maximum.accumulate(np.where(first, np.arange(len(ipu)), 0))
+        offset = cum - cycles - (cum[base] - cycles[base])
+        start = np.where(np.isnan(start), offset, start)
+    # The category of each distinct (program, type) pair, spread by code: no per-row Python.
+    pcodes = s["program"].cat.codes.to_numpy().astype("int64")
+    tcodes = s["program_type"].cat.codes.to_numpy().astype("int64")
+    ntypes = max(1, len(s["program_type"].cat.categories))
+    pairs, inverse = np.unique(pcodes * ntypes + tcodes, return_inverse=True)
+    programs = s["program"].cat.categories
+    types = s["program_type"].cat.categories
+    pair_category = np.array([TIMELINE_CATEGORIES.index(category(str(programs[k // ntypes]), str(types[k % ntypes])))
+                              for k in pairs], dtype="int8")
+    out = s[["ipu", "program", "program_type", "cycles"]].copy()
+    out["start_cycle"] = start.astype("int64")
+    out["end_cycle"] = out["start_cycle"] + cycles
+    out["category"] = pd.Categorical.from_codes(pair_category[inverse.ravel()], categories=list(TIMELINE_CATEGORIES))
+    return out.reset_index(drop=True)
+
+
+def stage_cycles(report: Report) -> pd.DataFrame:
+    """Per pipeline stage: ``stage``, ``ipu``, ``blocks``, ``cycles_per_micro_batch`` (null when
+    the batching is unknown), ``total_cycles`` (over the calls counted), ``idle_pct`` and
+    ``bottleneck``. Empty when the report has no stages."""
+    import pandas as pd
+
+    m = analysis_metrics(report, "pipeline")
+    rows = [{"stage": s["index"], "ipu": s["ipu"], "blocks": ", ".join(s["blocks"]),
+             "cycles_per_micro_batch": s.get("cycles"), "total_cycles": s.get("total_cycles"),
+             "idle_pct": None if s.get("idle_frac") is None else 100 * s["idle_frac"],
+             "bottleneck": s["index"] == m["bottleneck_stage"]}
+            for s in m["stages"]]
+    columns = ["stage", "ipu", "blocks", "cycles_per_micro_batch", "total_cycles", "idle_pct", "bottleneck"]
+    frame = pd.DataFrame(rows, columns=columns)
+    for col in ("cycles_per_micro_batch", "idle_pct"):
+        frame[col] = frame[col].astype("float64")
+    frame["total_cycles"] = frame["total_cycles"].astype("Int64")
+    return frame
+
+
+def memory_by_ipu(report: Report) -> pd.DataFrame:
+    """Per IPU: ``used_bytes`` (including gaps), ``capacity_bytes``, ``used_pct``,
+    ``gaps_bytes`` (used minus the bytes the categories account for), the tile counts where known
+    (``tiles_over_90pct``, ``tiles_overflowing``) and one ``<category>_bytes`` column per memory
+    category."""
+    import pandas as pd
+
+    need_memory(report)
+    m = analysis_metrics(report, "memory")
+    rows = []
+    for r in m["ipus"]:
+        cats = r.get("categories") or {}
+        row = {"ipu": r["ipu"], "used_bytes": r["used_bytes"], "capacity_bytes": r["capacity_bytes"],
+               "used_pct": r["used_pct"], "gaps_bytes": max(0, r["used_bytes"] - sum(cats.values())) if cats else 0,
+               "tiles_over_90pct": r.get("tiles_over_90pct"), "tiles_overflowing": r.get("tiles_overflowing")}
+        row.update({f"{k}_bytes" if f"{k}_bytes" not in row else f"cat_{k}_bytes": v for k, v in cats.items()})
+        rows.append(row)
+    frame = pd.DataFrame(rows)
+    for col in ("capacity_bytes", "tiles_over_90pct", "tiles_overflowing"):
+        frame[col] = frame[col].astype("Int64")
+    frame["used_pct"] = frame["used_pct"].astype("float64")
+    return frame
+
+
+def category_columns(frame: pd.DataFrame) -> list[str]:
+    """The memory category columns of a ``memory_by_ipu`` frame."""
+    fixed = {"used_bytes", "capacity_bytes", "gaps_bytes"}
+    return [c for c in frame.columns if c.endswith("_bytes") and c not in fixed]
+
+
+def tile_memory(report: Report) -> pd.DataFrame:
+    """Per tile: ``ipu``, ``tile``, ``used_bytes`` (including gaps), ``used_pct`` of the tile's
+    capacity (NaN without a target) and ``overflowing``."""
+    mem = need_memory(report)
+    if mem.level != "tile":
+        why = ("the emulator does not estimate single tiles" if report.provenance.estimated
+               else "its source gives no per-tile figures")
+        raise MissingDataError(f"engine '{report.label}' has per-IPU memory only ({why})")
+    f = mem.frame
+    per_tile = report.target.bytes_per_tile if report.target else None
+    out = f[["ipu", "tile"]].copy()
+    out["used_bytes"] = f["total_bytes_including_gaps"]
+    out["used_pct"] = 100.0 * out["used_bytes"] / per_tile if per_tile else float("nan")
+    out["overflowing"] = f["overflow_bytes"] > 0
+    return out
+
+
+def time_shares(report: Report) -> pd.DataFrame:
+    """Per IPU, the share (%) of the executor calls' cycles in compute, exchange, sync/idle and
+    host copy, and other (``compute_pct``, ``exchange_pct``, ``sync_idle_pct``, ``host_copy_pct``,
+    ``other_pct``: they add up to 100)."""
+    import pandas as pd
+
+    from popviz.analysis._common import call_runs, run_cycles
+
+    agg = run_cycles(need_execution(report))
+    runs = call_runs(agg)
+    if not runs:
+        raise MissingDataError(f"engine '{report.label}' has no run with on-tile compute")
+    agg = agg[agg["run"].isin(runs)]
+    compute = ("compute", "forward", "backward", "weight update")
+    parts = {t: ("compute" if category("", t) in compute else category("", t))
+             for t in agg["program_type"].unique()}
+    table = agg.assign(part=agg["program_type"].map(parts)).pivot_table(
+        index="ipu", columns="part", values="cycles", aggfunc="sum", fill_value=0)
+    for p in SHARE_PARTS:
+        if p not in table:
+            table[p] = 0
+    other = [c for c in table.columns if c not in SHARE_PARTS]
+    total = table.sum(axis=1)
+    out = pd.DataFrame({"ipu": table.index.astype(int)})
+    for p in SHARE_PARTS:
+        out[share_column(p)] = (100.0 * table[p] / total).to_numpy()
+    out["other_pct"] = (100.0 * table[other].sum(axis=1) / total).to_numpy() if other else 0.0
+    return out.reset_index(drop=True)
+
+
+def output_modes(report: Report) -> pd.DataFrame:
+    """Per output mode PopTorch offers for this model: ``output_mode``, ``outputs_per_call``,
+    ``output_bytes_per_call`` (null when tensor sizes were not recorded) and ``current``."""
+    import pandas as pd
+
+    m = analysis_metrics(report, "host_io")
+    alternatives = {k: v for k, v in (m.get("alternatives") or {}).items() if v}
+    if not alternatives:
+        raise MissingDataError(f"engine '{report.label}' has no recorded output mode and batching "
+                               "(record them by running under popviz capture)")
+    current = m.get("output_mode")
+    rows = [{"output_mode": mode, "outputs_per_call": a.get("outputs_per_call"),
+             "output_bytes_per_call": a.get("output_bytes_per_call"), "current": mode == current}
+            for mode, a in alternatives.items()]
+    frame = pd.DataFrame(rows)
+    frame["output_bytes_per_call"] = frame["output_bytes_per_call"].astype("Int64")
+    return frame
+
+
+__all__ = ["SHARE_PARTS", "TIMELINE_CATEGORIES", "MissingDataError", "category", "memory_by_ipu",
+           "output_modes", "share_column", "stage_cycles", "steps", "tile_memory", "time_shares"]
