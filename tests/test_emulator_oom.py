@@ -127,3 +127,13 @@ def test_a_model_that_fits_is_unaffected(mk1, tmp_path):
     executor = poptorch.inferenceModel(model, poptorch.Options().enableProfiling(str(tmp_path)))
     assert executor(torch.ones(1, WIDTH)).shape == (1, 2)
     assert oom.overflowing(executor.popvizEstimate()) == []
+
+
+def test_a_model_name_with_separators_stays_under_the_report_directory(mk1, tmp_path):
+    reports = tmp_path / "reports"
+    executor, batch = _train(poptorch.Options().modelName("../escape").enableProfiling(str(reports)))
+    with pytest.raises(poptorch.Error, match="Cannot fit all variable data"):
+        executor(*batch)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["reports"]
+    assert [p.name for p in reports.iterdir()] == ["_escape"]
+    assert popviz.load(reports)["../escape"].execution is None

@@ -418,7 +418,7 @@ class PoplarExecutor:
         directory = profiling.profile_dir(engine)
         written = None
         if directory is not None and oom.report_allowed(profiling.engine_options(engine)):
-            claimed = profiling.claim(directory / self.engine_name, self.engine_name,
+            claimed = profiling.claim(directory / as_component(self.engine_name), self.engine_name,
                                       self._report_builder(oom.build_report), self._token)
             written = claimed.directory if claimed is not None and claimed.written else None
         raise oom.error(self._estimate, over, written)
