@@ -35,7 +35,7 @@ import torch
 from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
 from popviz.emulator import calls as _calls
-from popviz.emulator import costmodel, hardware, layers, profiling
+from popviz.emulator import costmodel, hardware, layers, oom, profiling
 from popviz.emulator import optim as _optim
 from popviz.emulator.blocks import BlockTrace, tracing
 from popviz.emulator.enums import ConnectionType, MeanReductionStrategy, OutputMode, ReductionType
@@ -398,6 +398,7 @@ class PoplarExecutor:
         if ipus > MAX_IPUS_PER_INSTANCE:
             raise Error(f"Too many IPUs requested ({ipus}). Experiments that need more than "
                         f"{MAX_IPUS_PER_INSTANCE} IPUs require distributed execution.", type=CPP_ERROR)
+        self._check_fits()
         self._remember_inputs(args, kwargs)
         if not self._training:  # the device's own copy: host changes reach it only when copied
             self._snapshot_buffers()
@@ -408,6 +409,21 @@ class PoplarExecutor:
         if directory is not None:
             self._engine_report = profiling.claim(directory / as_component(self.engine_name), self.engine_name,
                                                   self._report_builder(), self._token)
+
+    def _check_fits(self) -> None:
+        """Raise PopTorch's out-of-memory error when the estimate does not fit its IPUs, after
+        writing the memory-only report as Poplar does (see :mod:`popviz.emulator.oom`)."""
+        over = oom.overflowing(self._estimate)
+        if not over or oom.ignored():
+            return
+        engine = self._options._Popart.options.get("engineOptions", {})
+        directory = profiling.profile_dir(engine)
+        written = None
+        if directory is not None and oom.report_allowed(profiling.engine_options(engine)):
+            claimed = profiling.claim(directory / as_component(self.engine_name), self.engine_name,
+                                      self._report_builder(oom.build_report), self._token)
+            written = claimed.directory if claimed is not None and claimed.written else None
+        raise oom.error(self._estimate, over, written)
 
     def _measure(self, args: tuple, kwargs: dict) -> tuple[costmodel.Measurement, list[tuple[str, Any]]]:
         """One micro-batch forward under measurement; model state (buffers, RNG) is restored."""
@@ -510,9 +526,9 @@ class PoplarExecutor:
             extra_notes=(structure.split_note,) if structure is not None and structure.split_note else (),
         )
 
-    def _report_builder(self) -> Callable[[], Any]:
+    def _report_builder(self, build: Callable[..., Any] = costmodel.build_report) -> Callable[[], Any]:
         """Builds the current report without keeping the executor (or its model) alive."""
-        return functools.partial(costmodel.build_report, self._estimate, self._setup,
+        return functools.partial(build, self._estimate, self._setup,
                                  versions={"torch": torch.__version__, "poptorch": "emulated"})
 
     # ------------------------------------------------------------------ running
