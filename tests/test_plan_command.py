@@ -11,6 +11,7 @@ IPU0 then holds 100,000 + 3 × 60,000 + 3 × 20,000 × 3 (stash depth 2·2 − 1
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 
@@ -101,6 +102,22 @@ def test_a_faster_split_that_overflows_the_headroom_is_not_proposed(small):
     assert proc.returncode == 0, proc.stderr
     assert "the current split is already the best that fits: nothing to change" in proc.stdout
     assert "BeginBlock" not in proc.stdout
+
+
+def test_a_current_split_over_the_headroom_gets_the_split_that_fits_even_if_slower(tmp_path):
+    # now [3, 1] (9,300 cycles) needs 465,000 B on IPU0 > 447,283 B (headroom 0.7): [2, 2] fits
+    path = tmp_path / "over"
+    table = small_layers()
+    moved = tuple(dataclasses.replace(x, ipu=int(i >= 4), stage=int(i >= 4)) for i, x in enumerate(table))
+    write_bundle(testing.layered_report(dataclasses.replace(table, layers=moved), name="train",
+                                        tiles_per_ipu=1, gradient_accumulation=16), path)
+    proc = run_cli("plan", str(path), "--headroom", "0.7", env={"COLUMNS": "200"})
+    assert proc.returncode == 0, proc.stderr
+    out = flat(proc.stdout)
+    assert "already the best" not in out
+    assert "predicted throughput -11.4% (127,120.7 → 112,592.6 micro-batches/s): the cost of fitting" in out
+    assert "the current split does not fit its budget on IPU0; the plan does" in out
+    assert "IPUConfig(layers_per_ipu=[2, 2]" in out
 
 
 def test_max_ipus_reports_each_n(small):

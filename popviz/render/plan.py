@@ -155,8 +155,12 @@ def sections(plan: LayerPlan, rerun: str | None = None, plan_path: str | None = 
             lines.append(f"predicted throughput {change:+.1%} "
                          f"({cur.micro_batches_per_second:,.1f} → {new.micro_batches_per_second:,.1f} "
                          "micro-batches/s)")
-        else:
+        elif cur.fits or new.entries_per_ipu == cur.entries_per_ipu:
             lines.append("the current split is already the best that fits: nothing to change")
+        else:  # slower or as fast, but it fits where the current split does not
+            lines.append(f"predicted throughput {change:+.1%} "
+                         f"({cur.micro_batches_per_second:,.1f} → {new.micro_batches_per_second:,.1f} "
+                         "micro-batches/s): the cost of fitting")
         if not cur.fits:
             over = [st.ipu for st in cur.stages if st.memory_bytes > s.budget_bytes]
             if over:
@@ -165,7 +169,7 @@ def sections(plan: LayerPlan, rerun: str | None = None, plan_path: str | None = 
     else:
         lines.append(f"slowest stage {num(new.bottleneck_cycles)} cycles per micro-batch{ramp}; "
                      f"{new.micro_batches_per_second:,.1f} micro-batches/s")
-    if cur is not None and not plan.improves:
+    if cur is not None and not plan.improves and (cur.fits or new.entries_per_ipu == cur.entries_per_ipu):
         return out
     code = code_dict(plan)
     out.append(("text", ["", "as code (PopTorch: put BeginBlock on these modules, remove the others):"]))
