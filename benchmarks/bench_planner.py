@@ -8,7 +8,7 @@ from __future__ import annotations
 import statistics
 import time
 
-from popviz.analysis.planner import LayerCost, PlanSettings, plan
+from popviz.analysis.planner import LayerCost, PlanSettings, explain_no_fit, plan
 
 
 def main() -> None:
@@ -26,6 +26,16 @@ def main() -> None:
     print(f"plan 100 layers x 16 IPUs (all N): median {statistics.median(times):.3f} s "
           f"over 5 runs; best N={len(res.best.stages)}, "
           f"bottleneck {res.best.bottleneck_cycles} cycles")
+    # No split fits (IPUs of 100 MiB): the explanation searches the least-memory split and tries
+    # every lever (more IPUs up to 64 included).
+    tight = PlanSettings(capacity_bytes=100 * 2**20)
+    times = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        why = explain_no_fit(layers, 16, tight)
+        times.append(time.perf_counter() - t0)
+    print(f"explain_no_fit 100 layers x 16 IPUs: median {statistics.median(times):.3f} s over 3 runs; "
+          f"over by {why.overflow_bytes} bytes")
 
 
 if __name__ == "__main__":

@@ -7,6 +7,11 @@ The embeddings sit on IPU 0 with the first encoder layers; each IPU then takes a
 IPU for 12 layers), which makes IPU 0 both the fullest and the slowest: it also holds the
 embeddings. The data are random token ids, so nothing is downloaded.
 
+`--mlm` trains a masked-language-model head instead of the classifier, as BERT pre-training does:
+its output projection shares the word embeddings' weights (a tied projection), so it runs on
+IPU 0 with them, after the last layer; the first `--masked` positions of each sequence are
+predicted. A BERT-Large-sized run: `--layers 24 --hidden 1024 --heads 16 --mlm`.
+
     python examples/bert_pipeline.py                              # with PopTorch, on 4 IPUs
     popviz capture -o runs/even --emulate -- python examples/bert_pipeline.py
     popviz capture -o runs/planned --emulate -- python examples/bert_pipeline.py --layers-per-ipu 2,3,3,4
@@ -34,6 +39,22 @@ class Embeddings(nn.Module):
         return self.norm(self.word(input_ids) + self.position(positions))
 
 
+class MaskedLMHead(nn.Module):
+    """Transform, then project onto the vocabulary with the word embeddings' own weights."""
+
+    def __init__(self, embeddings: Embeddings, hidden: int, masked: int) -> None:
+        super().__init__()
+        self.masked = masked
+        self.transform = nn.Linear(hidden, hidden)
+        self.norm = nn.LayerNorm(hidden)
+        self.decoder = nn.Linear(hidden, embeddings.word.num_embeddings)
+        self.decoder.weight = embeddings.word.weight  # tied
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.norm(torch.nn.functional.gelu(self.transform(x[:, :self.masked])))
+        return self.decoder(x)
+
+
 class Encoder(nn.Module):
     def __init__(self, args: argparse.Namespace) -> None:
         super().__init__()
@@ -41,13 +62,21 @@ class Encoder(nn.Module):
         self.layers = nn.ModuleList(
             nn.TransformerEncoderLayer(args.hidden, args.heads, 4 * args.hidden, dropout=0.0, batch_first=True)
             for _ in range(args.layers))
-        self.classifier = nn.Linear(args.hidden, args.classes)
+        if args.mlm:
+            self.mlm = MaskedLMHead(self.embeddings, args.hidden, args.masked)
+        else:
+            self.classifier = nn.Linear(args.hidden, args.classes)
         self.loss = nn.CrossEntropyLoss()
 
     def forward(self, input_ids: torch.Tensor, labels: torch.Tensor | None = None):
         x = self.embeddings(input_ids)
         for layer in self.layers:
             x = layer(x)
+        if hasattr(self, "mlm"):
+            logits = self.mlm(x)
+            if labels is None:
+                return logits
+            return logits, self.loss(logits.flatten(0, 1), labels.flatten())
         logits = self.classifier(x[:, 0])
         if labels is None:
             return logits
@@ -66,6 +95,9 @@ def split(model: Encoder, layers_per_ipu: list[int]) -> None:
         if count:
             model.layers[first] = poptorch.BeginBlock(model.layers[first], f"layers{first}", ipu_id=ipu)
         first += count
+    if hasattr(model, "mlm"):  # the tied projection must sit with the word embeddings
+        model.mlm = poptorch.BeginBlock(model.mlm, "mlm", ipu_id=0)
+        return
     last = max(i for i, c in enumerate(layers_per_ipu) if c)
     model.classifier = poptorch.BeginBlock(model.classifier, "classifier", ipu_id=last)
 
@@ -78,6 +110,14 @@ def main() -> None:
     parser.add_argument("--seq", type=int, default=128)
     parser.add_argument("--vocab", type=int, default=30522)
     parser.add_argument("--classes", type=int, default=2)
+    parser.add_argument("--mlm", action="store_true",
+                        help="masked-LM head with a projection tied to the word embeddings, on IPU 0")
+    parser.add_argument("--masked", type=int, default=20, help="positions predicted per sequence with --mlm")
+    parser.add_argument("--half", action="store_true",
+                        help="float16 weights and activations, float16 gradient accumulators and first "
+                             "moments (as Graphcore trains BERT)")
+    parser.add_argument("--offload-optimizer", action="store_true",
+                        help="keep the optimizer state in streaming memory (off chip)")
     parser.add_argument("--layers-per-ipu", default=None,
                         help="comma-separated layers per IPU (default: the even split over 4 IPUs)")
     parser.add_argument("--batch-size", type=int, default=4, help="micro-batch size (default 4)")
@@ -92,17 +132,29 @@ def main() -> None:
     else:
         layers_per_ipu = [args.layers // 4 + (1 if i < args.layers % 4 else 0) for i in range(4)]
     model = Encoder(args)
+    if args.half:
+        model.half()
     split(model, layers_per_ipu)
 
     opts = poptorch.Options().deviceIterations(args.device_iterations)
     opts.Training.gradientAccumulation(args.gradient_accumulation)
     opts.setExecutionStrategy(poptorch.PipelinedExecution(poptorch.AutoStage.SameAsIpu))
-    optimizer = poptorch.optim.AdamW(model.parameters(), lr=1e-4)
+    if args.offload_optimizer:
+        opts.TensorLocations.setOptimizerLocation(poptorch.TensorLocationSettings().useOnChipStorage(False))
+    if args.half:
+        optimizer = poptorch.optim.AdamW(model.parameters(), lr=1e-4, accum_type=torch.float16,
+                                         first_order_momentum_accum_type=torch.float16,
+                                         second_order_momentum_accum_type=torch.float32)
+    else:
+        optimizer = poptorch.optim.AdamW(model.parameters(), lr=1e-4)
     training = poptorch.trainingModel(model, opts, optimizer=optimizer)
     per_call = args.batch_size * args.gradient_accumulation * args.device_iterations
     for step in range(1, args.steps + 1):
         input_ids = torch.randint(0, args.vocab, (per_call, args.seq))
-        labels = torch.randint(0, args.classes, (per_call,))
+        if args.mlm:
+            labels = torch.randint(0, args.vocab, (per_call, args.masked))
+        else:
+            labels = torch.randint(0, args.classes, (per_call,))
         _, loss = training(input_ids, labels)
         print(f"step {step}/{args.steps}: loss {loss.mean().item():.4f}", flush=True)
     training.detachFromDevice()

@@ -93,9 +93,9 @@ def analysis_metrics(report: Report, analysis: str) -> dict[str, Any]:
 
 def call_run(report: Report) -> int:
     """The first run of the execution profile that is an executor call."""
-    from popviz.analysis._common import call_runs, run_cycles
+    from popviz.analysis.aggregate import cycle_totals
 
-    runs = call_runs(run_cycles(need_execution(report)))
+    runs = cycle_totals(need_execution(report)).calls()
     if not runs:
         raise MissingDataError(f"engine '{report.label}' has no run with on-tile compute")
     return runs[0]
@@ -216,13 +216,13 @@ def time_shares(report: Report) -> pd.DataFrame:
     ``other_pct``: they add up to 100)."""
     import pandas as pd
 
-    from popviz.analysis._common import call_runs, run_cycles
+    from popviz.analysis.aggregate import cycle_totals
 
-    agg = run_cycles(need_execution(report))
-    runs = call_runs(agg)
+    totals = cycle_totals(need_execution(report))
+    runs = totals.calls()
     if not runs:
         raise MissingDataError(f"engine '{report.label}' has no run with on-tile compute")
-    agg = agg[agg["run"].isin(runs)]
+    agg = totals.by_ipu_type(runs)
     compute = ("compute", "forward", "backward", "weight update")
     parts = {t: ("compute" if category("", t) in compute else category("", t))
              for t in agg["program_type"].unique()}

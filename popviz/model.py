@@ -110,6 +110,11 @@ def _coerce(df: pd.DataFrame, columns: Mapping[str, str], what: str, optional: S
     for name, dtype in columns.items():
         if name in df.columns:
             col = df[name]
+        elif dtype == "Int64":  # all missing, built without n Python objects
+            import numpy as np
+
+            col = pd.Series(pd.arrays.IntegerArray(np.zeros(n, dtype="int64"), np.ones(n, dtype=bool)),
+                            copy=False)
         else:
             col = pd.Series([None] * n, dtype="object")
         try:
@@ -117,6 +122,8 @@ def _coerce(df: pd.DataFrame, columns: Mapping[str, str], what: str, optional: S
                 col = col.astype("str").astype("category") if col.dtype != "category" else col
                 if col.cat.categories.dtype != "str":
                     col = col.cat.rename_categories([str(c) for c in col.cat.categories])
+            elif col.dtype == dtype:
+                pass  # already right (and an int64/int32 numpy column holds no missing values)
             elif dtype.startswith("int") and col.isna().any():
                 raise ModelError(f"{what} column {name} has missing values")
             else:
@@ -136,7 +143,9 @@ def _coerce(df: pd.DataFrame, columns: Mapping[str, str], what: str, optional: S
             out[name] = col.astype(extra_dtype).reset_index(drop=True)
         except (TypeError, ValueError) as exc:
             raise ModelError(f"{what} column {name} cannot be read as {extra_dtype}: {exc}") from None
-    return pd.DataFrame(out)
+    # copy=False: no consolidation into 2-D blocks, which would copy every column (copy-on-write
+    # keeps the caller's frame and this one independent).
+    return pd.DataFrame(out, copy=False)
 
 
 def _check_integral(col: pd.Series, dtype: str, what: str, name: str) -> None:
@@ -159,6 +168,17 @@ def _check_integral(col: pd.Series, dtype: str, what: str, name: str) -> None:
         row = int(np.flatnonzero(bad)[0])
         raise ModelError(f"{what} column {name} row {row}: {values[row]!r} is not a whole number "
                          f"that fits {dtype.lower()}")
+
+
+def _distinct(values):
+    """The distinct values of a 1-D integer array: in one linear pass when sorted (execution
+    steps come in run order), else by hashing."""
+    import numpy as np
+    import pandas as pd
+
+    if len(values) > 1 and bool((values[1:] >= values[:-1]).all()):
+        return values[np.concatenate(([True], values[1:] != values[:-1]))]
+    return pd.unique(values)
 
 
 def _frames_equal(a: pd.DataFrame | None, b: pd.DataFrame | None) -> bool:
@@ -276,13 +296,14 @@ class ExecutionTable:
 
         self.steps = _coerce(steps, EXECUTION_COLUMNS, "execution steps table",
                              optional=("start_cycle",))
+        present = _distinct(self.steps["run"].to_numpy())
         if runs is None:
-            ids = sorted(int(r) for r in self.steps["run"].unique())
+            ids = sorted(int(r) for r in present)
             runs = pd.DataFrame({"run": ids, "name": [f"run{r}" for r in ids],
                                  "duration_seconds": [float("nan")] * len(ids)})
         self.runs = _coerce(runs, RUN_COLUMNS, "execution runs table",
                             optional=("duration_seconds",))
-        unknown = set(self.steps["run"].unique()) - set(self.runs["run"])
+        unknown = set(present.tolist()) - set(self.runs["run"].tolist())
         if unknown:
             raise ModelError(f"execution steps refer to run(s) {sorted(unknown)} missing from runs")
 
@@ -529,8 +550,8 @@ LAYER_SOURCES = ("emulator", "debug_context", "calibrated")
 """How the per-layer figures were obtained: the emulator's cost model on the measured forward
 pass, PopTorch's debug contexts in a real profile, or a real profile's per-stage figures
 distributed over its layers in the proportions of an emulator estimate."""
-_LAYER_INTS = ("fwd_cycles", "bwd_cycles", "weight_bytes", "optimizer_bytes", "activation_bytes",
-               "temporary_bytes")
+_LAYER_INTS = ("fwd_cycles", "bwd_cycles", "weight_bytes", "optimizer_bytes", "accumulator_bytes",
+               "activation_bytes", "temporary_bytes")
 
 
 @dataclass(frozen=True)
@@ -554,6 +575,8 @@ class Layer:
     weight_bytes: int = 0
     optimizer_bytes: int = 0
     """Optimizer state (e.g. Adam's two moments) kept with the weights unless offloaded."""
+    accumulator_bytes: int = 0
+    """Gradient accumulators (gradient accumulation > 1, in training), unless offloaded."""
     activation_bytes: int = 0
     """Bytes stashed per micro-batch in flight for the backward pass."""
     temporary_bytes: int = 0

@@ -24,6 +24,17 @@ def is_safe_component(name: object) -> bool:
             and name.isprintable())
 
 
+def as_component(name: str) -> str:
+    """``name`` itself when it is a plain path component, else a plain component made from it
+    (separators and other unsafe characters become ``_``, leading dots are dropped), so a
+    ``modelName`` such as ``../x`` or ``/abs`` names a directory under the report root."""
+    if is_safe_component(name):
+        return name
+    cleaned = "".join(c if c.isprintable() and c not in "/\\\0:" else "_" for c in str(name))
+    cleaned = cleaned.lstrip(".")[:MAX_COMPONENT_CHARS]
+    return cleaned if is_safe_component(cleaned) else "engine"
+
+
 def safe_join(base: Path, parts: list[str], what: str, source: Path | str) -> Path:
     """``base / parts...`` after checking each part is a plain component and the result stays
     under ``base``; a CorruptReportError naming ``source`` (the file the names came from) if not."""

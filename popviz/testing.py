@@ -27,6 +27,8 @@ from popviz.model import (
     ExecutionTable,
     HostIO,
     HostTensor,
+    Layer,
+    LayerTable,
     MemoryTable,
     ModelConfig,
     Provenance,
@@ -277,5 +279,180 @@ def single_ipu_report(forward_cycles: int = 5000, **kwargs: Any) -> Report:
     return pipeline_report([forward_cycles], **kwargs)
 
 
-__all__ = ["CATEGORY_SPLIT", "HARDWARE", "ipu_memory", "make_target", "pipeline_report",
-           "single_ipu_report", "tensor_bytes", "tile_memory"]
+def _per_layer(value: int | Sequence[int], n: int, what: str) -> list[int]:
+    values = [int(value)] * n if isinstance(value, int) else [int(v) for v in value]
+    if len(values) != n:
+        raise ValueError(f"{what}: {len(values)} values for {n} layers")
+    return values
+
+
+def layer_table(
+    fwd_cycles: Sequence[int],
+    *,
+    names: Sequence[str] | None = None,
+    roles: Sequence[str] | None = None,
+    pins: Sequence[str | None] | None = None,
+    layers_per_ipu: Sequence[int] | None = None,
+    backward_factor: float = 2.0,
+    weight_bytes: int | Sequence[int] = 0,
+    optimizer_bytes: int | Sequence[int] = 0,
+    activation_bytes: int | Sequence[int] = 0,
+    temporary_bytes: int | Sequence[int] = 0,
+    source: str = "emulator",
+    micro_batch_size: int | None = None,
+) -> LayerTable:
+    """A LayerTable of ``len(fwd_cycles)`` layers in order (names ``layer.0``... by default),
+    backward ``round(backward_factor × forward)`` cycles.
+
+    ``layers_per_ipu`` places them: entry ``i`` counts the layers of role ``layer`` on IPU ``i``
+    (optimum-graphcore's meaning); the other roles go with the next ``layer`` (with the previous
+    one at the end of the model). Without it, no placement is recorded.
+    """
+    n = len(fwd_cycles)
+    names = list(names) if names is not None else [f"layer.{i}" for i in range(n)]
+    roles = list(roles) if roles is not None else ["layer"] * n
+    pins = list(pins) if pins is not None else [None] * n
+    ipus: list[int | None] = [None] * n
+    if layers_per_ipu is not None:
+        units = [i for i, r in enumerate(roles) if r == "layer"]
+        if sum(layers_per_ipu) != len(units):
+            raise ValueError(f"layers_per_ipu {list(layers_per_ipu)} must add up to {len(units)}")
+        owner = [ipu for ipu, k in enumerate(layers_per_ipu) for _ in range(k)]
+        for unit, ipu in zip(units, owner, strict=True):
+            ipus[unit] = ipu
+        nxt = None
+        for i in range(n - 1, -1, -1):  # other roles: with the next layer, else the previous one
+            if ipus[i] is None:
+                ipus[i] = nxt
+            nxt = ipus[i]
+        prev = 0
+        for i in range(n):
+            if ipus[i] is None:
+                ipus[i] = prev
+            prev = ipus[i]
+    cols = {k: _per_layer(v, n, k) for k, v in (
+        ("weight_bytes", weight_bytes), ("optimizer_bytes", optimizer_bytes),
+        ("activation_bytes", activation_bytes), ("temporary_bytes", temporary_bytes))}
+    layers = tuple(
+        Layer(name=names[i], role=roles[i], block=None if ipus[i] is None else f"ipu{ipus[i]}",
+              stage=ipus[i], ipu=ipus[i], fwd_cycles=int(fwd_cycles[i]),
+              bwd_cycles=int(round(fwd_cycles[i] * backward_factor)), pin=pins[i],
+              **{k: v[i] for k, v in cols.items()})
+        for i in range(n))
+    return LayerTable(layers=layers, source=source, micro_batch_size=micro_batch_size,
+                      notes=("built by popviz.testing",))
+
+
+def bert_layers(num_layers: int = 24, *, hidden: int = 1024, seq: int = 128, micro_batch_size: int = 1,
+                vocab: int = 30522, layers_per_ipu: Sequence[int] | None = None,
+                training: bool = True, optimizer_bytes_per_param: int = 8,
+                source: str = "emulator") -> LayerTable:
+    """A BERT-like encoder in float16: embeddings (pinned to the first IPU), ``num_layers``
+    identical encoder layers, the tied MLM head and the loss (pinned to the last IPU).
+
+    Per encoder layer: ``12·h² + 13·h`` parameters (2 bytes each, plus
+    ``optimizer_bytes_per_param`` each of optimizer state in training); forward cycles
+    ``24·b·s·h² / 1024`` (a matmul rate of 1,024 FLOP/cycle... an illustrative figure);
+    activations ``b·s·(34·h + 5·a·s)`` bytes with ``a = h/64`` heads; temporaries ``4·b·s·h·4``
+    bytes. The embeddings hold ``(vocab + 512 + 2)·h`` parameters; the head ``vocab`` (its bias:
+    the projection is tied to the embeddings)."""
+    b, s, h = micro_batch_size, seq, hidden
+    heads = max(1, h // 64)
+    layer_params = 12 * h * h + 13 * h
+    emb_params = (vocab + 512 + 2) * h
+    opt = optimizer_bytes_per_param if training else 0
+    names = ["embeddings", *(f"encoder.layer.{i}" for i in range(num_layers)), "cls", "loss"]
+    roles = ["embeddings", *(["layer"] * num_layers), "head", "loss"]
+    pins = ["first", *([None] * num_layers), "last", "last"]
+    fwd = [b * s * h // 64, *([24 * b * s * h * h // 1024] * num_layers), 2 * b * s * h * vocab // 1024,
+           b * s * vocab // 64]
+    params = [emb_params, *([layer_params] * num_layers), vocab, 0]
+    act = [b * s * h * 2, *([b * s * (34 * h + 5 * heads * s)] * num_layers), b * s * vocab * 2, 0]
+    temp = [b * s * h * 4, *([16 * b * s * h] * num_layers), b * s * vocab * 4, b * s * vocab * 4]
+    return layer_table(fwd, names=names, roles=roles, pins=pins, layers_per_ipu=layers_per_ipu,
+                       backward_factor=2.0 if training else 0.0,
+                       weight_bytes=[2 * p for p in params], optimizer_bytes=[opt * p for p in params],
+                       activation_bytes=act, temporary_bytes=temp, source=source,
+                       micro_batch_size=micro_batch_size)
+
+
+def cnn_layers(*, channels: Sequence[int] = (64, 128, 256, 512), blocks_per_stage: int = 2,
+               image: int = 224, micro_batch_size: int = 8, layers_per_ipu: Sequence[int] | None = None,
+               training: bool = True, optimizer_bytes_per_param: int = 8) -> LayerTable:
+    """A ResNet-like CNN in float16: a stem (pinned first), ``blocks_per_stage`` 3×3 conv blocks
+    per entry of ``channels`` (the resolution halving at each), and a classifier head (pinned
+    last). Early blocks have large activations and few weights, late blocks the reverse."""
+    b = micro_batch_size
+    names, roles, pins, fwd, params, act, temp = ["stem"], ["embeddings"], ["first"], [], [], [], []
+    res = image // 4
+    fwd.append(b * res * res * 64 * 147 * 2 // 1024)
+    params.append(147 * 64)
+    act.append(b * res * res * 64 * 2 * 2)
+    temp.append(b * res * res * 64 * 2)
+    c_in = 64
+    for k, c in enumerate(channels):
+        if k:
+            res //= 2
+        for j in range(blocks_per_stage):
+            names.append(f"layer{k + 1}.{j}")
+            roles.append("layer")
+            pins.append(None)
+            p = 9 * c_in * c + 9 * c * c
+            params.append(p)
+            fwd.append(b * res * res * p * 2 // 1024)
+            act.append(b * res * res * c * 2 * 4)
+            temp.append(b * res * res * c * 2 * 2)
+            c_in = c
+    names.append("fc")
+    roles.append("head")
+    pins.append("last")
+    params.append(c_in * 1000 + 1000)
+    fwd.append(b * c_in * 1000 * 2 // 1024)
+    act.append(b * c_in * 2)
+    temp.append(b * 1000 * 4)
+    opt = optimizer_bytes_per_param if training else 0
+    return layer_table(fwd, names=names, roles=roles, pins=pins, layers_per_ipu=layers_per_ipu,
+                       backward_factor=2.0 if training else 0.0,
+                       weight_bytes=[2 * p for p in params], optimizer_bytes=[opt * p for p in params],
+                       activation_bytes=act, temporary_bytes=temp, micro_batch_size=b)
+
+
+def layered_report(layers: LayerTable, *, code_bytes: int = 0, mode: str | None = None,
+                   optimizer_state_on_chip: bool | None = True, **kwargs: Any) -> Report:
+    """A Report whose execution and per-IPU memory follow ``layers`` and its placement: stage
+    ``i`` runs the layers on IPU ``i`` (their forward cycles summed, backward in the table's
+    overall backward/forward ratio); IPU ``i`` holds what :mod:`popviz.analysis.planner` says
+    its layers need at their stash depth, plus ``code_bytes``. Other arguments go to
+    :func:`pipeline_report` (``memory_level`` defaults to ``"ipu"``)."""
+    from popviz.analysis.planner import PlanSettings, evaluate, layer_costs
+
+    if any(x.ipu is None for x in layers):
+        raise ValueError("every layer needs an IPU (build the table with layers_per_ipu)")
+    costs = layer_costs(layers)
+    by_name = {x.name: x for x in layers}
+    ipus = [by_name[c.name].ipu for c in costs]
+    n_ipus = max(ipus) + 1
+    counts = [ipus.count(i) for i in range(n_ipus)]
+    fwd = sum(x.fwd_cycles for x in layers)
+    bwd = sum(x.bwd_cycles for x in layers)
+    if mode is None:
+        mode = "training" if bwd else "inference"
+    training = mode == "training"
+    kwargs.setdefault("memory_level", "ipu")
+    arch = kwargs.get("architecture", "Mk2")
+    hw = HARDWARE[arch]
+    capacity = (kwargs.get("tiles_per_ipu") or hw["tiles_per_ipu"]) * hw["bytes_per_tile"]
+    settings = PlanSettings(capacity_bytes=capacity, training=training,
+                            offload_optimizer=optimizer_state_on_chip is False, code_bytes=code_bytes)
+    split = evaluate(costs, counts, settings)
+    kwargs.setdefault("memory_frac", [st.memory_bytes / capacity for st in split.stages])
+    stage_cycles = [sum(x.fwd_cycles for x in layers if x.ipu == i) for i in range(n_ipus)]
+    kwargs.setdefault("blocks", [[f"ipu{i}"] for i in range(n_ipus)])
+    report = pipeline_report(stage_cycles, mode=mode, backward_factor=bwd / fwd if fwd else 0.0,
+                             optimizer_state_on_chip=optimizer_state_on_chip, **kwargs)
+    return report.replace(layers=layers)
+
+
+__all__ = ["CATEGORY_SPLIT", "HARDWARE", "bert_layers", "cnn_layers", "ipu_memory", "layer_table",
+           "layered_report", "make_target", "pipeline_report", "single_ipu_report", "tensor_bytes",
+           "tile_memory"]

@@ -9,7 +9,9 @@ Each sample is the directory `popviz capture -o` made for one example script run
 small arguments, so it is deterministic: the estimates come from the emulator's cost model, not
 from the clock. Only the run record (times, paths, process ids) and the capture timestamps differ
 between two regenerations; tests/test_samples.py compares everything else of `popviz analyse
---json`. A sample is replaced only once its new capture succeeded (nothing is lost on failure).
+--json`. A sample is replaced only once its new capture succeeded (nothing is lost on failure);
+a script that fails by design (`oom_model`: its compile runs out of memory) must exit with the
+code it is expected to, and `popviz capture` keeps its report and records the failed run.
 The synthetic samples made with popviz.testing are written by generate.py instead.
 """
 
@@ -39,18 +41,29 @@ class Sample:
     """Python modules the script needs beyond popviz and torch (a sample whose module is missing is
     skipped with a line saying so)."""
     about: str = ""
+    findings: tuple[str, ...] = ()
+    """The finding codes `popviz analyse` gives on the sample, over all its engines: what its line in
+    the README's and docs/getting-started.md's sample tables promises (tests check it)."""
 
 
 SAMPLES: tuple[Sample, ...] = (
     Sample("mnist_pipeline", "examples/mnist_pipeline.py", ("--steps", "3"),
-           about="Graphcore's pipelined MNIST tutorial: four blocks on four IPUs"),
+           about="Graphcore's pipelined MNIST tutorial: four blocks on four IPUs",
+           findings=("HIO001", "HIO002", "HIO003", "PIPE001")),
     Sample("cnn_replicated", "examples/cnn_replicated.py", ("--steps", "2"),
-           about="a CNN data-parallel over 4 replicas; inference returns every micro-batch (OutputMode.All)"),
+           about="a CNN data-parallel over 4 replicas; inference returns every micro-batch (OutputMode.All)",
+           findings=("HIO001", "HIO003")),
     Sample("bert_even_split", "examples/bert_pipeline.py", ("--steps", "1"),
-           about="a BERT-style encoder over 4 IPUs, 3 layers each: IPU 0 also holds the embeddings"),
+           about="a BERT-style encoder over 4 IPUs, 3 layers each: IPU 0 also holds the embeddings",
+           findings=("PIPE003",)),
+    Sample("oom_model", "examples/oom_model.py", ("--steps", "1"), expect_exit=1,
+           about="a BERT-base-wide encoder on 2 IPUs whose split overfills IPU 0: the compile fails "
+                 "(poptorch.Error) and leaves a memory-only report",
+           findings=("MEM001", "MEM004", "PIPE003")),
     Sample("lightning_pipeline", "examples/lightning/block_pipeline_predict.py", ("--samples", "640"),
            requires=("lightning_graphcore",),
-           about="a PyTorch Lightning IPUStrategy module pipelined with poptorch.Block: fit, validate, predict"),
+           about="a PyTorch Lightning IPUStrategy module pipelined with poptorch.Block: fit, validate, predict",
+           findings=("HIO001", "HIO002", "HIO003", "PIPE001")),
 )
 
 

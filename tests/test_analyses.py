@@ -16,7 +16,7 @@ import pytest
 
 from popviz import testing
 from popviz.analysis import host_io, memory, pipeline, thresholds
-from popviz.analysis._common import call_runs, run_cycles
+from popviz.analysis.aggregate import RunCycles, cycle_totals
 from popviz.model import ExecutionTable, ModelConfig, Provenance, Report, Stage
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -205,8 +205,7 @@ def test_weight_copy_runs_are_not_counted_as_calls():
                          "program_type": ["StreamCopyMid"] * 4 + ["OnTileExecute"] * 4,
                          "ipu": [0, 1, 2, 3] * 2, "cycles": [90_000] * 4 + [500] * 4})
     r2 = r.replace(execution=ExecutionTable(pd.concat([r.execution.steps, copy], ignore_index=True)))
-    agg = run_cycles(r2.execution)
-    assert call_runs(agg) == [0]
+    assert cycle_totals(r2.execution).calls() == [0]
     a, b = pipeline.analyse(r).metrics, pipeline.analyse(r2).metrics
     assert b["calls_counted"] == 1 and b["stages"] == a["stages"]
     assert host_io.analyse(r2).metrics["ipus"] == host_io.analyse(r).metrics["ipus"]
@@ -222,16 +221,32 @@ def test_two_identical_calls_give_the_same_per_micro_batch_cycles():
     assert [s["total_cycles"] for s in b["stages"]] == [2 * s["total_cycles"] for s in a["stages"]]
 
 
-def test_run_cycles_dense_and_groupby_paths_agree():
+def test_run_cycles_agree_with_pandas_in_any_block_size_and_row_order():
     r = testing.pipeline_report([1000, 3000, 1000], output_mode="All", gradient_accumulation=8,
                                 device_iterations=2)
-    dense = run_cycles(r.execution)
-    grouped = run_cycles(r.execution, max_dense_bins=0)
-    assert dense.equals(grouped)
-    by_type = r.execution.cycles_by_type()
-    assert dense.groupby(["ipu", "program_type"])["cycles"].sum().unstack(fill_value=0) \
-        .astype("int64").equals(by_type.astype("int64").rename_axis(columns="program_type")
-                                .reindex(columns=sorted(by_type.columns)))
+    steps = r.execution.steps
+    second = steps.assign(run=3, cycles=steps["cycles"] * 2)  # a second call, twice as long
+    copy = steps[steps["program_type"] == "StreamCopyMid"].assign(run=1)  # a copy-only run
+    steps = pd.concat([steps, second, copy], ignore_index=True)
+    shuffled = steps.sample(frac=1.0, random_state=0)
+    per_run_ipu = steps.groupby(["run", "ipu"])["cycles"].sum()
+    longest = per_run_ipu.groupby("run").max()
+    compute = steps[steps["program_type"] == "OnTileExecute"].groupby("run")["cycles"].sum()
+    expected = (steps.groupby(["ipu", "program_type"], observed=True)["cycles"].sum()
+                .reset_index().astype({"program_type": "str"}))
+    for frame, bins in ((steps, 2**21), (steps, 1), (shuffled, 2**21), (shuffled, 5)):
+        rc = RunCycles(ExecutionTable(frame).steps, max_dense_bins=bins)
+        assert rc.runs.tolist() == [0, 1, 3]
+        assert rc.longest.tolist() == longest.tolist()
+        assert rc.compute.tolist() == [compute[0], 0, compute[3]]
+        assert rc.calls() == [0, 3]
+        assert rc.elapsed([0, 3]) == longest[0] + longest[3]
+        got = rc.by_ipu_type([0, 1, 3])
+        assert got["program_type"].dtype == "str" and got["ipu"].is_monotonic_increasing
+        merged = got.merge(expected, on=["ipu", "program_type"], how="outer")
+        assert len(merged) == len(expected) == len(got)
+        assert (merged["cycles_x"] == merged["cycles_y"]).all()
+        assert rc.by_ipu_type([1])["program_type"].unique().tolist() == ["StreamCopyMid"]
 
 
 def test_empty_report_is_not_checked_everywhere():
@@ -650,3 +665,30 @@ def test_anchored_tensors_are_counted_with_their_return_mode():
         {"name": "grad_w", "output_mode": "All", "return_period": None, "copies_per_call": 8,
          "bytes_per_call": None}]
     assert "anchored tensor bytes" in [n.check for n in out.not_checked]
+
+
+def test_a_profile_without_on_tile_compute_has_no_calls():
+    r = testing.pipeline_report([1000, 3000])
+    steps = r.execution.steps
+    no_compute = steps[steps["program_type"] != "OnTileExecute"].copy()
+    no_compute["program_type"] = no_compute["program_type"].astype("str")  # no OnTileExecute category
+    r2 = r.replace(execution=ExecutionTable(no_compute))
+    rc = cycle_totals(r2.execution)
+    assert rc.calls() == [] and rc.compute.tolist() == [0]
+    assert rc.longest.tolist() == [no_compute.groupby("ipu")["cycles"].sum().max()]
+    out = pipeline.analyse(r2)
+    assert any("executes on-tile compute" in n.reason for n in out.not_checked)
+
+
+def test_run_cycles_renumber_ipu_indices_far_apart():
+    steps = pd.DataFrame({"run": [0, 0, 0, 1, 1, 1], "step": [0, 1, 2, 0, 1, 2],
+                          "program": ["a", "b", "c"] * 2,
+                          "program_type": ["OnTileExecute", "Sync", "OnTileExecute"] * 2,
+                          "ipu": [0, 10**8, 5, 0, 10**8, 2**30], "cycles": [10, 20, 30, 40, 50, 60]})
+    rc = RunCycles(ExecutionTable(steps).steps)
+    assert rc.runs.tolist() == [0, 1] and rc.longest.tolist() == [30, 60]
+    assert rc.compute.tolist() == [40, 100] and rc.calls() == [1]  # 40 < half of 100
+    assert rc.elapsed([1]) == 60 and rc.elapsed([0, 1]) == 90
+    got = rc.by_ipu_type([0, 1])
+    assert got.values.tolist() == [[0, "OnTileExecute", 50], [5, "OnTileExecute", 30],
+                                   [10**8, "Sync", 70], [2**30, "OnTileExecute", 60]]

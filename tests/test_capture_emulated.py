@@ -174,3 +174,27 @@ def test_no_engine_under_emulate_does_not_suggest_emulate(tmp_path):
     proc = run_cli("capture", "-o", "out", "--emulate", "--", PY, "-c", "pass", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "Poplar wrote no profile\n" in proc.stderr and "add --emulate" not in proc.stderr
+
+
+ESCAPING_NAME_SCRIPT = '''
+import torch
+import poptorch
+
+opts = poptorch.Options().modelName("../../escaped")
+model = poptorch.inferenceModel(torch.nn.Linear(16, 4), opts)
+model(torch.randn(1, 16))
+'''
+
+
+def test_a_model_name_with_separators_stays_under_the_report_root(tmp_path):
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "script.py").write_text(ESCAPING_NAME_SCRIPT)
+    proc = run_cli("capture", "-o", "out", "--emulate", "--", PY, "script.py", cwd=work, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["work"]
+    assert sorted(p.name for p in work.iterdir()) == ["out", "script.py"]
+    engine = work / "out" / "_.._escaped"
+    assert (engine / "popviz-model.json").is_file() and (engine / "popviz-report.json").is_file()
+    report = popviz.load(work / "out")
+    assert [r.name for r in report] == ["../../escaped"]

@@ -23,3 +23,16 @@ def test_readme_excerpts_match_what_popviz_prints():
     assert "<!-- excerpt: popviz " in readme, "the README shows real popviz output"
     proc = _tool("readme_excerpt.py")
     assert proc.returncode == 0, proc.stderr
+
+
+def test_findings_page_covers_every_finding_code():
+    """docs/findings.md has a row for every code an analysis can emit (codes are string literals
+    such as "MEM001" in popviz/analysis)."""
+    import re
+
+    source = "\n".join(p.read_text(encoding="utf-8") for p in (ROOT / "popviz" / "analysis").rglob("*.py"))
+    codes = set(re.findall(r'"([A-Z]{3,5}\d{3})"', source))
+    assert {"PIPE001", "MEM005", "HIO003", "INST005"} <= codes
+    page = (ROOT / "docs" / "findings.md").read_text(encoding="utf-8")
+    rows = set(re.findall(r"^\| `([A-Z]{3,5}\d{3})` \|", page, flags=re.MULTILINE))
+    assert sorted(codes - rows) == []

@@ -110,3 +110,22 @@ def test_report_set_lookup():
     with pytest.raises(KeyError, match="no engine named"):
         rs["nope"]
     assert rs.summary()["has_execution"].tolist() == [True, True, True]
+
+
+def test_columns_already_of_the_declared_dtype_are_not_copied():
+    import numpy as np
+
+    steps = testing.pipeline_report([1000, 3000]).execution.steps.drop(columns="start_cycle")
+    table = ExecutionTable(steps)
+    for col in ("run", "ipu", "cycles"):
+        assert np.shares_memory(table.steps[col].to_numpy(), steps[col].to_numpy())
+    assert table.steps["start_cycle"].dtype == "Int64" and table.steps["start_cycle"].isna().all()
+    assert table.steps.equals(ExecutionTable(steps.assign(start_cycle=None)).steps)
+
+
+def test_runs_are_listed_from_steps_in_any_order():
+    steps = pd.DataFrame({"run": [7, 2, 7, 0], "step": 0, "program": "p", "program_type": "Sync",
+                          "ipu": 0, "cycles": 1})
+    assert ExecutionTable(steps).runs["run"].tolist() == [0, 2, 7]
+    with pytest.raises(ModelError, match=r"run\(s\) \[2, 7\] missing from runs"):
+        ExecutionTable(steps, runs=pd.DataFrame({"run": [0], "name": ["r0"]}))

@@ -89,10 +89,57 @@ def test_no_fit_explanation() -> None:
     why = explain_no_fit(layers, 2, s)
     # best: [2, 2]; IPU 0 holds 160 weights+optimizer + 10 x 3 stash + 8 temp = 198 bytes
     assert why.overflow_bytes == 198 - 90
-    assert why.levers_bytes == {"offload_optimizer": 80, "recompute": 20, "halve_micro_batch": 19}
+    assert why.overflow_bytes_per_ipu == [108, 88]  # IPU 1: 160 + 5 x 2 x 1 + 8 = 178
+    # more IPUs: 4 x 1 layer, IPU 0 still 80 + 5 x 7 + 8 = 123 bytes; 16 replicas: 80 - 5 saved
+    assert why.levers_bytes == {"offload_optimizer": 80, "recompute": 20, "halve_micro_batch": 19,
+                                "more_ipus": 75, "replicas": 75}
+    assert not any(lv.closes_gap for lv in why.levers)
+
+
+def test_no_fit_levers_that_close_the_gap() -> None:
+    layers = [LayerCost(f"l{i}", 10, 10, weight_bytes=20, optimizer_bytes=40, activation_bytes=5)
+              for i in range(4)]
+    s = PlanSettings(capacity_bytes=100, headroom_frac=0.9)
+    assert plan(layers, 2, s).best is None
+    why = explain_no_fit(layers, 2, s)
+    # [2, 2]: IPU 0 = 120 + 5 x 2 x 3 = 150 bytes, 60 over 90
+    assert why.split.layers_per_ipu == [2, 2] and why.overflow_bytes == 60
+    levers = {lv.name: lv for lv in why.levers}
+    assert levers["offload_optimizer"].closes_gap and levers["offload_optimizer"].saved_bytes == 80
+    assert not levers["recompute"].closes_gap and levers["recompute"].saved_bytes == 20
+    # 4 IPUs: IPU 0 = 60 + 5 x 7 = 95 > 90: no; 3 IPUs cannot beat that either
+    assert levers["more_ipus"].closes_gap is False
+    # optimizer state sharded over 4 replicas: 40 // 4 = 10 per layer -> [2, 2] IPU 0 = 90
+    assert levers["replicas"].closes_gap and levers["replicas"].value == 4
+    assert levers["replicas"].saved_bytes == 60
+
+
+def test_recomputation_holds_one_micro_batch_and_costs_a_forward() -> None:
+    layers = [LayerCost(f"l{i}", 10, 20, activation_bytes=10) for i in range(4)]
+    s = PlanSettings(capacity_bytes=10**6, recompute=True)
+    split = evaluate(layers, [1, 1, 1, 1], s)
+    assert [st.stash_depth for st in split.stages] == [1, 1, 1, 1]
+    assert [st.cycles for st in split.stages] == [40, 40, 40, 40]
 
 
 def test_hundred_layers_sixteen_ipus_is_exact_and_quick() -> None:
     layers = [LayerCost(f"l{i}", 100 + i % 7, 200, weight_bytes=10) for i in range(100)]
     res = plan(layers, 16, PlanSettings(capacity_bytes=10**9))
     assert res.best is not None and len(res.by_ipus) == 16
+
+
+def test_least_memory_split_against_brute_force() -> None:
+    from popviz.analysis.planner import least_memory_split
+
+    rng = random.Random(11)
+    for _ in range(30):
+        n = rng.randint(2, 7)
+        layers = [LayerCost(f"l{i}", rng.randint(1, 50), rng.randint(0, 50),
+                            weight_bytes=rng.randint(0, 30), optimizer_bytes=rng.randint(0, 20),
+                            activation_bytes=rng.randint(0, 10), temporary_bytes=rng.randint(0, 15))
+                  for i in range(n)]
+        s = PlanSettings(capacity_bytes=10, headroom_frac=0.9)
+        k = rng.randint(1, min(4, n))
+        got = least_memory_split(layers, k, s)
+        peaks = [max(st.memory_bytes for st in evaluate(layers, c, s).stages) for c in _compositions(n, k)]
+        assert max(st.memory_bytes for st in got.stages) == min(peaks)

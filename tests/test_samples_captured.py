@@ -75,6 +75,32 @@ def test_sample_is_committed_and_small(sample):
 
 
 @pytest.mark.parametrize("sample", [s.name for s in REGEN.SAMPLES])
+def test_sample_gives_the_findings_its_readme_line_promises(sample):
+    chosen = next(s for s in REGEN.SAMPLES if s.name == sample)
+    result = popviz.analyse(popviz.load(SAMPLES / sample))
+    assert sorted({f.code for f in result.findings}) == sorted(chosen.findings)
+
+
+def test_oom_model_compile_fails_and_its_memory_only_report_is_kept():
+    """The script exits 1 with PopTorch's error; capture records the failed run and keeps the report."""
+    run = json.loads((SAMPLES / "oom_model" / "popviz-run.json").read_text(encoding="utf-8"))
+    assert (run["status"], run["exit_code"], run["popviz_exit_code"]) == ("failed", 1, 1)
+    [engine] = run["engines"]
+    assert engine["path"] == "training" and engine["model"]["calls"] == 0
+    assert engine["model"]["compile_error"] == (
+        "Error: 'popart_exception': Out of memory: Cannot fit all variable data onto one or more tiles.")
+    log = (SAMPLES / "oom_model" / "capture.log").read_text(encoding="utf-8")
+    assert "Out of memory on IPU 0: 1,250,827,264 bytes used but IPUs only have 940,572,672 bytes" in log
+    report = popviz.load(SAMPLES / "oom_model")["training"]
+    assert report.execution is None and report.provenance.estimated
+    per_ipu = report.memory.frame.set_index("ipu")
+    assert per_ipu["total_bytes_including_gaps"].to_dict() == {0: 1_250_827_264, 1: 273_832_004}
+    assert per_ipu["overflow_bytes"].to_dict() == {0: 310_254_592, 1: 0}
+    [mem001] = [f for f in popviz.analyse(popviz.load(SAMPLES / "oom_model")).findings if f.code == "MEM001"]
+    assert mem001.title == "IPU0 is out of memory" and mem001.severity == "error"
+
+
+@pytest.mark.parametrize("sample", [s.name for s in REGEN.SAMPLES])
 def test_regenerating_a_sample_gives_the_same_analysis(sample, tmp_path):
     chosen = next(s for s in REGEN.SAMPLES if s.name == sample)
     reason = REGEN.available(chosen)

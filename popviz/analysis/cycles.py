@@ -29,6 +29,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
+from popviz.analysis.aggregate import cycle_totals
 from popviz.model import STREAM_COPY_TYPES
 
 if TYPE_CHECKING:
@@ -48,35 +49,31 @@ LABELS = {"useful": "useful work", "weight_update": "weight update", "imbalance"
 def weight_update_cycles(execution: ExecutionTable, runs: list[int]) -> dict[int, int]:
     """Per IPU, the work cycles of programs named like a weight update in the given runs (the
     program names are matched once per distinct name, not per step)."""
-    steps = execution.steps
-    programs = steps["program"]
-    names = [c for c in programs.cat.categories if WEIGHT_UPDATE_PROGRAM.search(str(c))]
-    if not names:
+    codes = [k for k, c in enumerate(execution.steps["program"].cat.categories)
+             if WEIGHT_UPDATE_PROGRAM.search(str(c))]
+    if not codes:
         return {}
-    mask = programs.isin(names) & steps["program_type"].isin(WORK_TYPES) & steps["run"].isin(runs)
-    return {int(k): int(v) for k, v in steps[mask].groupby("ipu")["cycles"].sum().items()}
+    totals = cycle_totals(execution)
+    return {ipu: total for ipu, (_, total, _) in
+            totals.per_ipu(totals.rows(WORK_TYPES, runs, program_codes=codes)).items()}
 
 
 def sync_floor_cycles(execution: ExecutionTable, runs: list[int]) -> dict[int, int]:
     """Per IPU, the fixed cost of its syncs: the number of Sync steps times the shortest one (a
     sync in which the IPU was the last to arrive costs only the sync itself)."""
-    steps = execution.steps
-    mask = (steps["program_type"] == "Sync") & steps["run"].isin(runs)
-    sync = steps.loc[mask, ["ipu", "cycles"]]
-    if sync.empty:
-        return {}
-    g = sync.groupby("ipu")["cycles"].agg(["count", "min"])
-    return {int(i): int(r["count"] * r["min"]) for i, r in g.iterrows()}
+    totals = cycle_totals(execution)
+    return {ipu: count * least for ipu, (count, _, least) in
+            totals.per_ipu(totals.rows(("Sync",), runs)).items()}
 
 
-def decompose(agg: pd.DataFrame, runs: list[int], ipus: list[int], elapsed: int,
+def decompose(by_type: pd.DataFrame, ipus: list[int], elapsed: int,
               weight_update: dict[int, int], sync_floor: dict[int, int] | None = None
               ) -> dict[str, Any] | None:
-    """The shares of ``len(ipus) × elapsed`` IPU-cycles (``agg`` from ``run_cycles``, limited to
-    ``runs``). None when nothing elapsed."""
+    """The shares of ``len(ipus) × elapsed`` IPU-cycles (``by_type``: cycles per IPU and program
+    type over the calls, from ``RunCycles.by_ipu_type``). None when nothing elapsed."""
     if elapsed <= 0 or not ipus:
         return None
-    part = agg[agg["run"].isin(runs) & agg["ipu"].isin(ipus)]
+    part = by_type[by_type["ipu"].isin(ipus)]
     by = part.groupby(["ipu", "program_type"])["cycles"].sum()
     per: dict[int, dict[str, int]] = {i: {} for i in ipus}
     for (ipu, ptype), cycles in by.items():

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from popviz.analysis._common import call_runs, ceil_exact, elapsed_cycles, nbytes, pct, run_cycles
+from popviz.analysis._common import ceil_exact, nbytes, pct
+from popviz.analysis.aggregate import cycle_totals
 from popviz.analysis.findings import AnalysisOutput, Collector
 from popviz.analysis.thresholds import (
     CALL_DEVICE_SECONDS_MIN,
@@ -239,9 +240,9 @@ def _stream_copies(report: Report, o: Collector) -> str | None:
         o.skip("stream-copy share, device time per call", "no execution profile in this report (the "
                "compile ran out of memory or the engine never ran)")
         return None
-    agg = run_cycles(report.execution)
-    runs = call_runs(agg) or sorted(int(r) for r in agg["run"].unique())
-    part = agg[agg["run"].isin(runs)]
+    totals = cycle_totals(report.execution)
+    runs = totals.calls() or [int(r) for r in totals.runs]
+    part = totals.by_ipu_type(runs)
     types = part["program_type"].astype(str)
     per_ipu = part.groupby("ipu")["cycles"].sum()
     copy = part[types.str.startswith(STREAM_COPY_PREFIX)].groupby("ipu")["cycles"].sum()
@@ -269,7 +270,7 @@ def _stream_copies(report: Report, o: Collector) -> str | None:
             })
         if worst["stream_copy_frac"] and worst["stream_copy_frac"] >= STREAM_COPY_WARN_FRAC:
             _copy_finding(report, o, worst, m["output_mode"])
-    seconds = _call_seconds(report, agg, runs)
+    seconds = _call_seconds(report, totals, runs)
     m["call_device_seconds"] = seconds
     if seconds is None:
         o.skip("device iterations", "no clock frequency (target) or run duration to turn cycles into time")
@@ -287,14 +288,14 @@ def _ms(seconds: float) -> str:
     return f"{seconds * 1e3:,.1f} ms" if seconds < 1 else f"{seconds:,.2f} s"
 
 
-def _call_seconds(report: Report, agg, runs: list[int]) -> float | None:
+def _call_seconds(report: Report, totals, runs: list[int]) -> float | None:
     """Mean device time of one call: the profile's run durations where known, else cycles / clock."""
     durations = report.execution.runs.set_index("run")["duration_seconds"].reindex(runs)
     if len(durations) and durations.notna().all():
         return float(durations.mean())
     if report.target is None:
         return None
-    return report.target.cycles_to_seconds(elapsed_cycles(agg, runs)) / len(runs)
+    return report.target.cycles_to_seconds(totals.elapsed(runs)) / len(runs)
 
 
 def _copy_finding(report: Report, o: Collector, worst: dict[str, Any], mode: str | None) -> None:

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from popviz.analysis._common import call_runs, ceil_exact, elapsed_cycles, num, pct, run_cycles
+from popviz.analysis._common import ceil_exact, num, pct
+from popviz.analysis.aggregate import cycle_totals
 from popviz.analysis.cycles import decompose, shares_line, sync_floor_cycles, weight_update_cycles
 from popviz.analysis.findings import AnalysisOutput, Collector
 from popviz.analysis.thresholds import (
@@ -227,12 +228,13 @@ def _stage_cycles(report: Report, o: Collector, pipelined: bool) -> None:
         o.skip(check, "no execution profile in this report (the compile ran out of memory or the "
                "engine never ran): cycles per stage are unknown")
         return
-    agg = run_cycles(report.execution)
-    runs = call_runs(agg)
+    totals_of = cycle_totals(report.execution)
+    runs = totals_of.calls()
     if not runs:
         o.skip(check, "no run in the execution profile executes on-tile compute")
         return
-    part = agg[agg["run"].isin(runs) & agg["program_type"].isin(COUNTED_TYPES)]
+    by_type = totals_of.by_ipu_type(runs)
+    part = by_type[by_type["program_type"].isin(COUNTED_TYPES)]
     per_ipu = part.groupby("ipu")["cycles"].sum()
     missing = [s for s in stages if int(per_ipu.get(s.ipu, 0)) <= 0]
     if missing:
@@ -256,14 +258,14 @@ def _stage_cycles(report: Report, o: Collector, pipelined: bool) -> None:
     for row, t, c, i in zip(m["stages"], totals, per_mb, idle, strict=True):
         row.update(cycles=c, total_cycles=t, idle_frac=i)
     others = [i for k, i in enumerate(idle) if k != b]
-    elapsed = elapsed_cycles(agg, runs)
+    elapsed = totals_of.elapsed(runs)
     ipus = cfg.stage_ipus
     m.update(imbalance_ratio=biggest / mean, bottleneck_stage=stages[b].index,
              idle_frac_other_ipus=sum(others) / len(others), balanced_gain_frac=biggest / mean - 1,
              utilisation_frac=sum(totals) / (len(ipus) * elapsed) if elapsed else None)
     if sharded:
         m["pipelining_speedup_ratio"] = sum(totals) / biggest
-    m["cycle_shares"] = decompose(agg, runs, list(ipus), elapsed,
+    m["cycle_shares"] = decompose(by_type, list(ipus), elapsed,
                                   weight_update_cycles(report.execution, runs),
                                   sync_floor_cycles(report.execution, runs))
     ratio = biggest / mean

@@ -56,6 +56,11 @@ class Action:
 
     @property
     def gain_text(self) -> str:
+        if self.hint is not None:
+            return f"{self._gain_text()}; {self.hint['text']}"
+        return self._gain_text()
+
+    def _gain_text(self) -> str:
         if self.throughput_gain_frac is not None:
             return f"up to +{100 * self.throughput_gain_frac:.0f}% throughput"
         if self.bytes_saved_per_call is not None:
@@ -157,9 +162,28 @@ def reconcile(engine: EngineResult) -> Plan:
             if now is not None and final is not None:
                 a.bytes_saved_per_call = now - final
         plan.actions.append(a)
+    _plan_hints(engine, plan)
     plan.actions.sort(key=lambda a: (-(a.severity == "error"), -(a.throughput_gain_frac or 0),
                                      -(a.bytes_saved_per_call or 0), -severity_rank(a.severity)))
     return plan
+
+
+def _plan_hints(engine: EngineResult, plan: Plan) -> None:
+    """Issue 14: the pipeline and memory findings name the gain of ``popviz plan``'s split."""
+    from popviz.analysis.layer_plan import HINT_CODES, plan_hint
+
+    if engine.report.layers is None or not any(a.code in HINT_CODES for a in plan.actions):
+        return
+    hint = plan_hint(engine.report)
+    if hint is None:
+        return
+    for a in plan.actions:
+        if a.code in HINT_CODES:
+            a.hint = hint
+    note = f" {hint['text']}."
+    for out in engine.outputs.values():
+        out.findings[:] = [replace(f, recommendation=f.recommendation + note) if f.code in HINT_CODES
+                           else f for f in out.findings]
 
 
 def _boundaries(engine: EngineResult) -> None:

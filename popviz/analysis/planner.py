@@ -7,8 +7,9 @@ to each IPU's memory under a headroom. Exact dynamic programming, not greedy.
 Memory on the IPU holding stage ``s`` of ``N`` (0-based):
 weights + optimizer state (unless offloaded) + activation stash × in-flight micro-batches
 + the largest temporary of its layers + code overhead. In training, stage ``s`` holds
-``2 * (N - s) - 1`` micro-batches' activations in flight (earlier stages hold more); in
-inference, one.
+``2 * (N - s) - 1`` micro-batches' activations in flight (earlier stages hold more; N counts
+``PlanSettings.extra_stages`` too, e.g. a tied projection back on the first IPU); in inference,
+one.
 
 The DP is indexed by the number of stages *remaining*, on which the stash depth depends, so one
 table answers every N in 1..max at once: O(max_N × L²) segment checks.
@@ -17,7 +18,7 @@ table answers every N in 1..max at once: O(max_N × L²) segment checks.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 DEFAULT_HEADROOM_FRAC = 0.9
 """Default fraction of each IPU's memory a plan may fill."""
@@ -51,6 +52,12 @@ class PlanSettings:
     offload_optimizer: bool = False
     code_bytes: int = 0
     """Fixed code/overhead bytes on every IPU."""
+    extra_stages: int = 0
+    """Forward stages beyond one per IPU: 1 when a tied projection runs on the first IPU again
+    after the last (:func:`extra_stages`). Each deepens every IPU's stash by two micro-batches."""
+    recompute: bool = False
+    """Recompute activations in the backward pass: one micro-batch's activations live per stage
+    (a lower bound: the stage inputs still stashed are not counted), one more forward pass."""
 
     @property
     def budget_bytes(self) -> int:
@@ -87,11 +94,16 @@ class PlanResult:
     """The best fitting split for each N (None when N stages cannot fit)."""
 
 
-def stash_depth(stage: int, n_stages: int, training: bool) -> int:
+def stash_depth(stage: int, n_stages: int, training: bool, recompute: bool = False) -> int:
     """Micro-batches whose activations stage ``stage`` of ``n_stages`` holds at once."""
-    if not training:
+    if not training or recompute:
         return 1
     return 2 * (n_stages - stage) - 1
+
+
+def _depth(stages_left: int, settings: PlanSettings) -> int:
+    """Stash depth of the first of ``stages_left`` remaining stages."""
+    return stash_depth(0, stages_left + settings.extra_stages, settings.training, settings.recompute)
 
 
 class _Prefix:
@@ -101,6 +113,8 @@ class _Prefix:
         self.act = [0]
         for layer in layers:
             c = layer.fwd_cycles + (layer.bwd_cycles if settings.training else 0)
+            if settings.training and settings.recompute:
+                c += layer.fwd_cycles
             f = layer.weight_bytes
             if settings.training and not settings.offload_optimizer:
                 f += layer.optimizer_bytes
@@ -158,7 +172,7 @@ def plan(
         return lo <= b <= hi
 
     for r in range(1, max_n + 1):
-        depth = 2 * r - 1 if settings.training else 1
+        depth = _depth(r, settings)
         prev, cur, nx = g[r - 1], g[r], nxt[r]
         for i in range(n - 1, -1, -1):
             if i > 0 and not allowed(i):
@@ -195,7 +209,7 @@ def plan(
         i = 0
         for left in range(r, 0, -1):
             j = nxt[left][i]
-            depth = 2 * left - 1 if settings.training else 1
+            depth = _depth(left, settings)
             stages.append(
                 StagePlan(
                     first=i,
@@ -228,7 +242,7 @@ def evaluate(
     i = 0
     for s, k in enumerate(layers_per_ipu):
         j = i + k
-        depth = stash_depth(s, n_stages, settings.training)
+        depth = stash_depth(s, n_stages + settings.extra_stages, settings.training, settings.recompute)
         mem = (p.fixed[j] - p.fixed[i] + (p.act[j] - p.act[i]) * depth
                + max(p.temp[i:j]) + p.code)
         stages.append(StagePlan(i, j, p.cyc[j] - p.cyc[i], mem, depth))
@@ -239,50 +253,185 @@ def evaluate(
     return Split(tuple(stages), max(st.cycles for st in stages), fits)
 
 
+MAX_IPUS_SEARCHED = 64
+"""The most IPUs the no-fit explanation tries when asking whether more IPUs would fit (a POD64)."""
+REPLICAS_SEARCHED = (2, 4, 8, 16)
+"""Replication factors the no-fit explanation tries for sharding the optimizer state."""
+LEVERS = ("offload_optimizer", "recompute", "halve_micro_batch", "more_ipus", "replicas")
+
+
+@dataclass(frozen=True)
+class Lever:
+    """One way to close a memory gap: the bytes it saves on the fullest IPU, and whether a split
+    fits with it alone."""
+
+    name: str
+    """One of :data:`LEVERS`."""
+    saved_bytes: int
+    closes_gap: bool
+    value: int | None = None
+    """IPUs (``more_ipus``) or replicas (``replicas``) the lever needs; None otherwise."""
+
+
 @dataclass(frozen=True)
 class Shortfall:
-    """Why no split fits: the least peak overflow, and what each lever would save."""
+    """Why no split fits: the split that needs the least memory, by how much it misses, and what
+    each lever would save."""
 
-    overflow_bytes: int
-    """Bytes the least-overfull split's fullest IPU is over its budget."""
-    levers_bytes: dict[str, int]
-    """Bytes each lever saves on that IPU (``offload_optimizer``, ``recompute``,
-    ``halve_micro_batch``)."""
+    split: Split
+    """The split of the layers over the IPUs with the smallest peak memory."""
+    budget_bytes: int
+    levers: tuple[Lever, ...]
+
+    @property
+    def overflow_bytes(self) -> int:
+        """Bytes the fullest IPU of :attr:`split` is over its budget."""
+        return max(0, max(st.memory_bytes for st in self.split.stages) - self.budget_bytes)
+
+    @property
+    def overflow_bytes_per_ipu(self) -> list[int]:
+        return [max(0, st.memory_bytes - self.budget_bytes) for st in self.split.stages]
+
+    @property
+    def levers_bytes(self) -> dict[str, int]:
+        return {lv.name: lv.saved_bytes for lv in self.levers}
+
+
+def most_ipus(layers: Sequence[LayerCost], n_ipus: int, settings: PlanSettings) -> int:
+    """The most IPUs (up to ``n_ipus``) the pins allow a split over, memory aside."""
+    free = replace(settings, capacity_bytes=1 << 62, headroom_frac=1.0)
+    by = plan(layers, n_ipus, free).by_ipus
+    return max(k for k, v in by.items() if v is not None)
+
+
+def least_memory_split(layers: Sequence[LayerCost], n_ipus: int, settings: PlanSettings) -> Split:
+    """The split over ``n_ipus`` IPUs (fewer when the pins allow no more) with the smallest peak
+    memory, the fastest among those; evaluated under ``settings`` (so ``fits`` may be False).
+
+    Exact: the same dynamic programme as :func:`plan` with (peak memory, bottleneck) minimised."""
+    n = most_ipus(layers, min(n_ipus, len(layers)), settings)
+    lo, hi = _check(layers, settings)
+    p = _Prefix(layers, settings)
+    count = len(layers)
+    inf = float("inf")
+    g = [[(inf, inf)] * (count + 1) for _ in range(n + 1)]
+    nxt = [[-1] * (count + 1) for _ in range(n + 1)]
+    g[0][count] = (0, 0)
+    for r in range(1, n + 1):
+        depth = _depth(r, settings)
+        for i in range(count - 1, -1, -1):
+            if i > 0 and not lo <= i <= hi:
+                continue
+            best, best_j, temp = (inf, inf), -1, 0
+            for j in range(i + 1, count + 1):
+                temp = max(temp, p.temp[j - 1])
+                rest = g[r - 1][j]
+                if rest[0] == inf or (j < count and not lo <= j <= hi):
+                    continue
+                mem = p.fixed[j] - p.fixed[i] + (p.act[j] - p.act[i]) * depth + temp + p.code
+                cand = (max(mem, rest[0]), max(p.cyc[j] - p.cyc[i], rest[1]))
+                if cand < best:
+                    best, best_j = cand, j
+            g[r][i], nxt[r][i] = best, best_j
+    counts, i = [], 0
+    for left in range(n, 0, -1):
+        j = nxt[left][i]
+        counts.append(j - i)
+        i = j
+    return evaluate(layers, counts, settings)
+
+
+def _scaled(layers: Sequence[LayerCost], *, optimizer_div: int = 1, activation_div: int = 1
+            ) -> list[LayerCost]:
+    return [replace(x, optimizer_bytes=x.optimizer_bytes // optimizer_div,
+                    activation_bytes=x.activation_bytes // activation_div,
+                    temporary_bytes=x.temporary_bytes // activation_div) for x in layers]
+
+
+def _fits(layers: Sequence[LayerCost], n: int, settings: PlanSettings) -> bool:
+    return plan(layers, n, settings, exact_n=True).best is not None
 
 
 def explain_no_fit(
     layers: Sequence[LayerCost], n_ipus: int, settings: PlanSettings
 ) -> Shortfall:
-    """For a layer sequence with no fitting split on ``n_ipus``: by how much the best one misses.
-
-    The split minimising peak memory is found exactly by binary search on the budget.
-    """
-    n = min(n_ipus, len(layers))
-    total = sum(stage_memory_bytes(layers, 0, len(layers), stash_depth(0, n, settings.training),
-                                   settings) for _ in (0,))
-    lo_b, hi_b = 0, max(total, 1)
-    # smallest budget at which some split of n stages fits
-    while lo_b < hi_b:
-        mid = (lo_b + hi_b) // 2
-        cap = PlanSettings(capacity_bytes=max(mid, 1), headroom_frac=1.0,
-                           training=settings.training,
-                           offload_optimizer=settings.offload_optimizer,
-                           code_bytes=settings.code_bytes)
-        if plan(layers, n, cap, exact_n=True).best is not None:
-            hi_b = mid
-        else:
-            lo_b = mid + 1
-    cap = PlanSettings(capacity_bytes=max(lo_b, 1), headroom_frac=1.0, training=settings.training,
-                       offload_optimizer=settings.offload_optimizer, code_bytes=settings.code_bytes)
-    split = plan(layers, n, cap, exact_n=True).best
-    assert split is not None
+    """For a layer sequence with no fitting split on ``n_ipus``: by how much the split needing
+    the least memory misses, and what each lever (offloading the optimizer state, recomputation,
+    half the micro-batch, more IPUs, replicas sharding the optimizer state) saves on its fullest
+    IPU and whether a split fits with that lever alone."""
+    split = least_memory_split(layers, n_ipus, settings)
+    n = len(split.stages)
     worst = max(split.stages, key=lambda st: st.memory_bytes)
     seg = layers[worst.first:worst.stop]
-    levers = {
-        "offload_optimizer": 0 if (settings.offload_optimizer or not settings.training)
-        else sum(x.optimizer_bytes for x in seg),
-        "recompute": sum(x.activation_bytes for x in seg) * (worst.stash_depth - 1),
-        "halve_micro_batch": (sum(x.activation_bytes for x in seg) * worst.stash_depth
-                              + max(x.temporary_bytes for x in seg)) // 2,
-    }
-    return Shortfall(overflow_bytes=max(0, lo_b - settings.budget_bytes), levers_bytes=levers)
+    opt = sum(x.optimizer_bytes for x in seg)
+    act = sum(x.activation_bytes for x in seg)
+    optimizer_used = settings.training and not settings.offload_optimizer
+    levers = [
+        Lever("offload_optimizer", opt if optimizer_used else 0,
+              optimizer_used and _fits(layers, n, replace(settings, offload_optimizer=True))),
+        Lever("recompute", act * (worst.stash_depth - 1),
+              settings.training and not settings.recompute
+              and _fits(layers, n, replace(settings, recompute=True))),
+        Lever("halve_micro_batch", (act * worst.stash_depth + max(x.temporary_bytes for x in seg)) // 2,
+              _fits(_scaled(layers, activation_div=2), n, settings)),
+    ]
+    peak = worst.memory_bytes
+    top = min(len(layers), MAX_IPUS_SEARCHED)
+    more = plan(layers, top, settings).by_ipus if top > n else {}
+    need = next((k for k in sorted(more) if k > n and more[k] is not None), None)
+    if need is not None:
+        levers.append(Lever("more_ipus", peak - max(st.memory_bytes for st in more[need].stages),
+                            True, need))
+    elif top > n:
+        most = least_memory_split(layers, top, settings)
+        levers.append(Lever("more_ipus", max(0, peak - max(st.memory_bytes for st in most.stages)),
+                            False, None))
+    if optimizer_used and opt:
+        reps = next((r for r in REPLICAS_SEARCHED
+                     if _fits(_scaled(layers, optimizer_div=r), n, settings)), None)
+        r = reps or REPLICAS_SEARCHED[-1]
+        levers.append(Lever("replicas", opt - opt // r, reps is not None, reps))
+    return Shortfall(split=split, budget_bytes=settings.budget_bytes, levers=tuple(levers))
+
+
+def layer_costs(layers: Sequence) -> list[LayerCost]:
+    """:class:`LayerCost`s from a report's layers (:class:`popviz.model.Layer`, in order).
+
+    A layer ``tied_to`` another (a projection sharing the embeddings' weights) must run on that
+    layer's IPU, wherever it comes in the sequence: its cycles, stash and temporaries are added to
+    that layer's (its shared weights are already counted there). Gradient accumulators
+    (``accumulator_bytes``) stay on the IPU like the weights, so they count in ``weight_bytes``."""
+    names = {x.name for x in layers}
+    folded = {x.name: x for x in layers if x.tied_to is not None and x.tied_to in names}
+    out = []
+    for x in layers:
+        if x.name in folded:
+            continue
+        extra = [t for t in folded.values() if t.tied_to == x.name]
+        out.append(LayerCost(
+            name=x.name,
+            fwd_cycles=x.fwd_cycles + sum(t.fwd_cycles for t in extra),
+            bwd_cycles=x.bwd_cycles + sum(t.bwd_cycles for t in extra),
+            weight_bytes=sum(t.weight_bytes + getattr(t, "accumulator_bytes", 0) for t in (x, *extra)),
+            optimizer_bytes=x.optimizer_bytes + sum(t.optimizer_bytes for t in extra),
+            activation_bytes=x.activation_bytes + sum(t.activation_bytes for t in extra),
+            temporary_bytes=max([x.temporary_bytes] + [t.temporary_bytes for t in extra]),
+            pin=x.pin,
+        ))
+    return out
+
+
+def extra_stages(layers: Sequence) -> int:
+    """1 when a layer ``tied_to`` one before the first movable layer (role ``layer``) comes after
+    the last one (a tied projection that takes the pipeline back to the first IPU, as BERT's
+    masked-LM head does): the pipeline then has one forward stage more than it has IPUs."""
+    roles = [getattr(x, "role", "layer") for x in layers]
+    movable = [i for i, r in enumerate(roles) if r == "layer"]
+    if not movable:
+        return 0
+    index = {x.name: i for i, x in enumerate(layers)}
+    for i, x in enumerate(layers):
+        partner = index.get(x.tied_to) if x.tied_to is not None else None
+        if partner is not None and partner < movable[0] and i > movable[-1]:
+            return 1
+    return 0

@@ -709,12 +709,15 @@ class Recorder:
     # -- identity and paths ------------------------------------------------------------
 
     def engine_dir(self) -> str | None:
+        from popviz.paths import as_component
+
+        engine = as_component(self.engine)  # a modelName is data: it never leaves the report root
         if self.explicit_root is not None:
             root = self.explicit_root
-            return os.path.join(root, self.instance, self.engine) if self.instance else \
-                os.path.join(root, self.engine)
+            return os.path.join(root, as_component(self.instance), engine) if self.instance else \
+                os.path.join(root, engine)
         base = base_dir()
-        return None if base is None else os.path.join(base, self.engine)
+        return None if base is None else os.path.join(base, engine)
 
     @staticmethod
     def _input_names(model: Any) -> list[str] | None:

@@ -478,7 +478,7 @@ def summary_lines(run: Mapping[str, Any], root: Path) -> list[str]:
 
 def run_capture(command: Sequence[str], *, output: str | None = None, new_run: bool = False,
                 emulate: bool = False, pvti: bool = False, run_count: int | None = None,
-                calls: int | None = None,
+                calls: int | None = None, emulator_env: Mapping[str, str] | None = None,
                 stdout: IO[bytes] | None = None, stderr: IO[bytes] | None = None) -> int:
     """Run ``command`` under capture; return the exit code popviz should exit with."""
     command = list(command)
@@ -499,6 +499,8 @@ def run_capture(command: Sequence[str], *, output: str | None = None, new_run: b
         from popviz.emulator.calls import ENV as CALLS_ENV
 
         child_env[CALLS_ENV] = str(calls)
+    if emulate and emulator_env:
+        child_env.update(emulator_env)
     if emulate:
         from popviz.emulator.launch import check_command
 

@@ -5,9 +5,12 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import TYPE_CHECKING
 
-from popviz.ci.compare import Comparison
 from popviz.errors import UsageError
+
+if TYPE_CHECKING:  # the comparison machinery is not needed to build the command line parser
+    from popviz.ci.compare import Comparison
 
 
 def add_output_arguments(p: argparse.ArgumentParser) -> None:
@@ -59,7 +62,3 @@ def emit(c: Comparison, args: argparse.Namespace) -> int:
         write_new_text(args.junit, render.junit(c))
     return 1 if c.failed else 0
 
-
-def ignored_codes(args: argparse.Namespace, config_ignore: list[str]) -> list[str]:
-    codes = [c.strip().upper() for c in (getattr(args, "ignore", None) or "").split(",") if c.strip()]
-    return sorted(set(codes) | set(config_ignore))

@@ -195,3 +195,11 @@ def load_budgets(path: str) -> list[Budget]:
     if not isinstance(table, dict) or not table:
         raise UsageError(f"{shown(p)} holds no budgets; write lines such as \"memory.*.used_pct\" = \"<= 85\"")
     return [parse_budget(k, v, shown(p)) for k, v in table.items()]
+
+
+def ignored_codes(args: Any, config_ignore: list[str]) -> list[str]:
+    """Finding codes to ignore: ``--ignore A,B`` (``args.ignore``) and ``[tool.popviz] ignore``.
+    (Here rather than in ``popviz.ci.cli`` so ``popviz analyse`` need not import the comparison
+    machinery.)"""
+    codes = [c.strip().upper() for c in (getattr(args, "ignore", None) or "").split(",") if c.strip()]
+    return sorted(set(codes) | set(config_ignore))

@@ -66,8 +66,7 @@ def run(args: argparse.Namespace) -> int:
         with status(f"writing {args.html}"):
             write_new_text(args.html, render_html(result))
         print(f"popviz: wrote {args.html}", file=sys.stderr)
-    from popviz.ci.cli import ignored_codes
-    from popviz.ci.thresholds import load_config
+    from popviz.ci.thresholds import ignored_codes, load_config
 
     ignore = ignored_codes(args, load_config().ignore)
     accepted = [f"{e.report.label} {f.code}" for e in result.engines for f in e.findings if f.code in ignore]

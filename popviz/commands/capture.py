@@ -46,6 +46,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--calls", metavar="N", type=_positive,
                    help="with --emulate: estimate only, stopping the command at the N-th call of an "
                         "executor (that call is estimated, not run); 1 = stop right after compiling")
+    from popviz.commands.emulate import add_layer_arguments
+
+    add_layer_arguments(p, prefix="with --emulate: ")
     p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD ARGS",
                    help="the command to run, after --")
 
@@ -57,5 +60,12 @@ def run(args: argparse.Namespace) -> int:
     if args.calls is not None and not args.emulate:
         raise UsageError(f"--calls {args.calls} stops an emulated run: add --emulate (a real IPU run "
                          "is not stopped by popviz)")
+    from popviz.commands.emulate import layer_env
+
+    for flag, value in (("--layer-depth", args.layer_depth), ("--split", args.split)):
+        if value is not None and not args.emulate:
+            raise UsageError(f"{flag} {value} applies to an emulated run: add --emulate (on an IPU, edit the "
+                             "script's BeginBlock placements instead)")
     return run_capture(args.command, output=args.output, new_run=args.new_run, emulate=args.emulate,
-                       pvti=args.pvti, run_count=args.run_count, calls=args.calls)
+                       pvti=args.pvti, run_count=args.run_count, calls=args.calls,
+                       emulator_env=layer_env(args))

@@ -30,9 +30,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from popviz.analysis.findings import severity_rank
     from popviz.ci.baseline import load_side
-    from popviz.ci.cli import check_outputs, emit, ignored_codes
+    from popviz.ci.cli import check_outputs, emit
     from popviz.ci.compare import Comparison, check_budgets
-    from popviz.ci.thresholds import load_budgets, load_config
+    from popviz.ci.thresholds import ignored_codes, load_budgets, load_config
     from popviz.errors import UsageError
     from popviz.ui import status
 

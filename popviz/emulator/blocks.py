@@ -28,8 +28,13 @@ from popviz.emulator.strategy import BlockPlacement, StageResolver
 class BlockTrace:
     """Block bookkeeping for one run of the model's forward inside an executor."""
 
-    def __init__(self, resolver: StageResolver) -> None:
+    def __init__(self, resolver: StageResolver, split: dict[str, int] | None = None) -> None:
         self.resolver = resolver
+        self.split = split
+        """Layer-level module path -> IPU when ``--split`` re-places the blocks
+        (:mod:`popviz.emulator.split`): the script's own blocks are then ignored, and a block
+        starts, on the layer's IPU, at each layer whose IPU differs from the current one."""
+        self._split_stages = 0
         self.current: BlockPlacement | None = None
         self._stack: list[BlockPlacement] = []
         """Placements of the ``with Block`` statements currently open, innermost last."""
@@ -40,7 +45,21 @@ class BlockTrace:
         """True after a ``with Block`` ended with no enclosing one and before the next block
         starts: PopTorch then has no active block, and an operation there is an error."""
 
+    def place(self, layer: str) -> None:
+        """A layer-level module starts (only with ``split``): move to its IPU if it differs."""
+        ipu = self.split.get(layer) if self.split is not None else None
+        if ipu is None or (self.current is not None and self.current.ipu == ipu):
+            return
+        placement = BlockPlacement(layer, self._split_stages, ipu)
+        self._split_stages += 1
+        self.placements.setdefault(placement.block, placement)
+        self.current = placement
+        for listener in self.listeners:
+            listener(placement)
+
     def begin(self, user_id: str | None, ipu_id: int | None) -> None:
+        if self.split is not None:
+            return
         placement = self.resolver.begin(user_id, ipu_id)
         self.placements.setdefault(placement.block, placement)
         self.current = placement
@@ -49,11 +68,15 @@ class BlockTrace:
             listener(placement)
 
     def enter(self, user_id: str | None, ipu_id: int | None) -> None:
+        if self.split is not None:
+            return
         self.begin(user_id, ipu_id)
         self._stack.append(self.current)
 
     def exit(self) -> None:
         """Leave a ``with Block``: the enclosing ``with`` block (if any) is current again."""
+        if self.split is not None:
+            return
         if self._stack:
             self._stack.pop()
         self.cleared = not self._stack

@@ -26,6 +26,7 @@ from popviz.model import (
     ExecutionTable,
     HostIO,
     HostTensor,
+    LayerTable,
     MemoryTable,
     ModelConfig,
     Provenance,
@@ -53,6 +54,8 @@ class OpCost:
     weight_bytes: int = 0
     """The part of ``in_bytes`` that are parameters (already laid out on the tiles: no exchange,
     no temporary copy)."""
+    module: str | None = None
+    """The layer-level module (:mod:`popviz.emulator.layers`) running it, None outside every one."""
 
     @property
     def activation_bytes(self) -> int:
@@ -94,6 +97,14 @@ class Measurement:
     boundary_bytes: list[int]
     """Bytes crossing each boundary between consecutive segments, per micro-batch."""
     saved_bytes_by_block: dict[str, int] = field(default_factory=dict)
+    param_ops: dict[str, int] = field(default_factory=dict)
+    """Parameter name -> index in ``ops`` of the first operation reading it."""
+    saved_slots: list[tuple[int, int, int]] = field(default_factory=list)
+    """Each saved-for-backward tensor counted in ``saved_bytes``: (segment, index in ``ops`` of the
+    operation saving it, bytes)."""
+    structure: Any = None
+    """The model's layer structure (:class:`popviz.emulator.layers.Structure`) when it was
+    tracked; the report's per-layer table is built from it."""
 
 
 # ------------------------------------------------------------------------------ engine setup
@@ -133,6 +144,8 @@ class EngineSetup:
     spec: hw.IpuSpec = field(default_factory=hw.spec)
     host: hw.HostLink = field(default_factory=hw.host_link)
     calls: int | None = None
+    extra_notes: Sequence[str] = ()
+    """More provenance notes (e.g. the ``--split`` applied)."""
 
     @property
     def training(self) -> bool:
@@ -417,6 +430,7 @@ class Estimate:
     call_cycles: int
     target: Target
     config: ModelConfig
+    layers: LayerTable | None = None
 
     def timeline(self) -> dict[str, list[tuple[float, float]]]:
         """(start, end) seconds of each input and output transfer in one call (one replica)."""
@@ -457,8 +471,14 @@ def estimate(m: Measurement, setup: EngineSetup) -> Estimate:
         options={**setup.options, "emulator": {**dict(setup.options.get("emulator", {})),
                                                "blocks": block_estimates(m, setup)}},
     )
-    return Estimate(stages=stages, memory=memory_table(stages, m, setup), steps=steps,
-                    call_cycles=call_cycles, target=target, config=config)
+    memory = memory_table(stages, m, setup)
+    layers = None
+    if m.structure is not None:
+        from popviz.emulator.layers import layer_table
+
+        layers = layer_table(m, setup, stages)
+    return Estimate(stages=stages, memory=memory, steps=steps, call_cycles=call_cycles, target=target,
+                    config=config, layers=layers)
 
 
 def build_report(est: Estimate, setup: EngineSetup, *, versions: Mapping[str, str] | None = None,
@@ -473,12 +493,13 @@ def build_report(est: Estimate, setup: EngineSetup, *, versions: Mapping[str, st
         name=setup.name,
         provenance=Provenance(source="emulator", estimated=True, tool=f"popviz {__version__} emulator",
                               versions={"popviz": __version__, **(versions or {})}, captured_at=when,
-                              notes=notes(setup)),
+                              notes=notes(setup) + tuple(setup.extra_notes)),
         target=est.target,
         memory=est.memory,
         execution=ExecutionTable(est.steps, runs),
         config=est.config,
         host_io=HostIO(tensors=tuple(setup.inputs) + tuple(setup.outputs), calls=setup.calls),
+        layers=est.layers,
     )
 
 

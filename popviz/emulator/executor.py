@@ -35,7 +35,7 @@ import torch
 from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
 from popviz.emulator import calls as _calls
-from popviz.emulator import costmodel, hardware, profiling
+from popviz.emulator import costmodel, hardware, layers, oom, profiling
 from popviz.emulator import optim as _optim
 from popviz.emulator.blocks import BlockTrace, tracing
 from popviz.emulator.enums import ConnectionType, MeanReductionStrategy, OutputMode, ReductionType
@@ -45,6 +45,7 @@ from popviz.emulator.measure import measuring
 from popviz.emulator.options import Options
 from popviz.emulator.precision import upcasting
 from popviz.model import HostTensor
+from popviz.paths import as_component
 
 MAX_IPUS_PER_INSTANCE = 64
 """PopTorch's limit on the IPUs one process uses (replicas × IPUs per replica); more need
@@ -362,7 +363,9 @@ class PoplarExecutor:
 
     # ------------------------------------------------------------------ compilation
     def _trace(self) -> BlockTrace:
-        return BlockTrace(self._options._execution_strategy.resolver())
+        structure = self.__dict__.get("_structure")
+        split = structure.split if structure is not None else None
+        return BlockTrace(self._options._execution_strategy.resolver(), split)
 
     def compile(self, *args: Any, **kwargs: Any) -> None:
         """Trace and estimate the model for these (combined-batch) inputs without running it."""
@@ -395,6 +398,7 @@ class PoplarExecutor:
         if ipus > MAX_IPUS_PER_INSTANCE:
             raise Error(f"Too many IPUs requested ({ipus}). Experiments that need more than "
                         f"{MAX_IPUS_PER_INSTANCE} IPUs require distributed execution.", type=CPP_ERROR)
+        self._check_fits()
         self._remember_inputs(args, kwargs)
         if not self._training:  # the device's own copy: host changes reach it only when copied
             self._snapshot_buffers()
@@ -403,17 +407,36 @@ class PoplarExecutor:
         self._compile_time = _dt.timedelta(seconds=time.perf_counter() - started)
         directory = profiling.profile_dir(self._options._Popart.options.get("engineOptions", {}))
         if directory is not None:
-            self._engine_report = profiling.claim(directory / self.engine_name, self.engine_name,
+            self._engine_report = profiling.claim(directory / as_component(self.engine_name), self.engine_name,
                                                   self._report_builder(), self._token)
+
+    def _check_fits(self) -> None:
+        """Raise PopTorch's out-of-memory error when the estimate does not fit its IPUs, after
+        writing the memory-only report as Poplar does (see :mod:`popviz.emulator.oom`)."""
+        over = oom.overflowing(self._estimate)
+        if not over or oom.ignored():
+            return
+        engine = self._options._Popart.options.get("engineOptions", {})
+        directory = profiling.profile_dir(engine)
+        written = None
+        if directory is not None and oom.report_allowed(profiling.engine_options(engine)):
+            claimed = profiling.claim(directory / as_component(self.engine_name), self.engine_name,
+                                      self._report_builder(oom.build_report), self._token)
+            written = claimed.directory if claimed is not None and claimed.written else None
+        raise oom.error(self._estimate, over, written)
 
     def _measure(self, args: tuple, kwargs: dict) -> tuple[costmodel.Measurement, list[tuple[str, Any]]]:
         """One micro-batch forward under measurement; model state (buffers, RNG) is restored."""
+        structure = layers.prepare(self._model) if isinstance(self._model, torch.nn.Module) else None
+        self._structure = structure
         buffers = [(b, b.detach().clone()) for b in self._model.buffers()]
         rng = torch.get_rng_state()
         trace = self._trace()
+        units = layers.UnitTracker(self._model, structure, trace) if structure is not None else None
         try:
             with torch.set_grad_enabled(self._training), tracing(trace), \
-                    measuring(self._model, trace, self._training) as recorder:
+                    units if units is not None else contextlib.nullcontext(), \
+                    measuring(self._model, trace, self._training, units) as recorder:
                 if self._training:
                     with LossCollector() as losses, upcasting():
                         out = self._model(*args, **kwargs)
@@ -465,6 +488,7 @@ class PoplarExecutor:
                       segments: int) -> costmodel.EngineSetup:
         o = self._options
         strategy = o._execution_strategy
+        structure = self.__dict__.get("_structure")
         inputs = [HostTensor(name, "input", tuple(v.shape), _dtype_name(v.dtype), _nbytes(v))
                   for name, v in self._names(args, kwargs) if isinstance(v, torch.Tensor)]
         outs = [HostTensor(name, "output", tuple(t.shape), _dtype_name(t.dtype), _nbytes(t)) for name, t in outputs]
@@ -499,11 +523,12 @@ class PoplarExecutor:
             available_memory_proportion=dict(o.available_memory_proportion),
             synthetic_data=o.synthetic_data, auto_round_num_ipus=o.auto_round_num_ipus,
             inputs=inputs, outputs=outs, options=recorded, spec=spec, host=host, calls=0,
+            extra_notes=(structure.split_note,) if structure is not None and structure.split_note else (),
         )
 
-    def _report_builder(self) -> Callable[[], Any]:
+    def _report_builder(self, build: Callable[..., Any] = costmodel.build_report) -> Callable[[], Any]:
         """Builds the current report without keeping the executor (or its model) alive."""
-        return functools.partial(costmodel.build_report, self._estimate, self._setup,
+        return functools.partial(build, self._estimate, self._setup,
                                  versions={"torch": torch.__version__, "poptorch": "emulated"})
 
     # ------------------------------------------------------------------ running

@@ -53,7 +53,12 @@ def _nbytes(t: torch.Tensor) -> int:
 class Recorder:
     """Collects a :class:`Measurement` while one forward pass runs."""
 
-    def __init__(self, model: torch.nn.Module, trace: BlockTrace) -> None:
+    def __init__(self, model: torch.nn.Module, trace: BlockTrace, units: Any = None) -> None:
+        self.units = units
+        """A :class:`popviz.emulator.layers.UnitTracker` (its ``current`` layer-level module is
+        recorded with each operation), or None."""
+        self.param_ops: dict[str, int] = {}
+        self.saved_ops: dict[tuple[int, str | None, int], int] = {}
         self.segments: list[Segment] = []
         self.ops: list[OpCost] = []
         self.param_keys: dict[int, str] = {}
@@ -127,6 +132,7 @@ class Recorder:
             if name is not None:
                 weight_bytes += nbytes
                 if name not in self.params:
+                    self.param_ops[name] = len(self.ops)
                     size, numel, elem, trainable = self._all_params[name]
                     self.params[name] = ParamInfo(name, current, size, numel, elem, trainable,
                                                   block=self._block())
@@ -149,7 +155,8 @@ class Recorder:
         elem = ref.element_size() if ref is not None and ref.is_floating_point() else 4
         self.ops.append(OpCost(segment=current, name=str(packet).replace("aten.", ""),
                                flops=flops, element_bytes=elem, in_bytes=in_bytes, out_bytes=out_bytes,
-                               matmul=formula is not None, weight_bytes=weight_bytes, block=self._block()))
+                               matmul=formula is not None, weight_bytes=weight_bytes, block=self._block(),
+                               module=self.units.current if self.units is not None else None))
         for t in outputs:
             key = _key(t)
             if key is not None and key not in self.producers and key not in self.param_keys:
@@ -162,6 +169,7 @@ class Recorder:
         if key is not None and key not in self.param_keys:
             slot = (max(self.segment, 0), self._block(), key)
             self.saved[slot] = max(self.saved.get(slot, 0), _nbytes(t))
+            self.saved_ops.setdefault(slot, len(self.ops))
         return t
 
     def result(self) -> Measurement:
@@ -187,9 +195,13 @@ class Recorder:
             saved[segment] += nbytes
             if block is not None:
                 saved_by_block[block] = saved_by_block.get(block, 0) + nbytes
+        slots = [(segment, self.saved_ops[(segment, block, key)], nbytes)
+                 for (segment, block, key), nbytes in self.saved.items()]
         return Measurement(segments=list(self.segments), ops=ops, params=list(params.values()),
                            saved_bytes=saved, boundary_bytes=list(self.boundary_bytes),
-                           saved_bytes_by_block=saved_by_block)
+                           saved_bytes_by_block=saved_by_block, param_ops=dict(self.param_ops),
+                           saved_slots=slots,
+                           structure=self.units.structure if self.units is not None else None)
 
 
 class _CostMode(TorchDispatchMode):
@@ -207,8 +219,8 @@ class _CostMode(TorchDispatchMode):
 class measuring:
     """Record the costs of the forward pass run inside it."""
 
-    def __init__(self, model: torch.nn.Module, trace: BlockTrace, training: bool) -> None:
-        self.recorder = Recorder(model, trace)
+    def __init__(self, model: torch.nn.Module, trace: BlockTrace, training: bool, units: Any = None) -> None:
+        self.recorder = Recorder(model, trace, units)
         self.training = training
         self._mode = _CostMode(self.recorder)
         self._hooks = torch.autograd.graph.saved_tensors_hooks(self.recorder.pack, lambda t: t)

@@ -1,0 +1,463 @@
+"""``popviz plan``'s result: a Report's per-layer costs turned into the pipeline split to use.
+
+Pure functions over a Report (no files): the planner's settings from the report (memory of one
+IPU from the target, training from the mode, optimizer state offloaded or not, code overhead from
+the measured memory), the current split beside the proposed one, the throughput change with the
+ramp efficiency, the change as code, and, when nothing fits, why (:func:`planner.explain_no_fit`).
+Calibration (:func:`calibrate`) spreads a real report's measured per-stage figures over the
+layers in the proportions of an emulator estimate of the same model.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+from popviz.analysis import planner
+from popviz.analysis.planner import DEFAULT_HEADROOM_FRAC, PlanSettings, Shortfall, Split
+from popviz.errors import UsageError
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from popviz.model import Layer, Report
+    from popviz.plan_file import PlanFile
+
+DEFAULT_AMP_FRAC = 0.6
+"""PopTorch's default available memory proportion (temporaries of matmuls/convolutions)."""
+AMP_STEP_FRAC = 0.05
+"""Proposed available memory proportions are rounded down to this step."""
+CALIBRATED_NOTE = "calibrated: measured per-stage figures spread by the emulator's per-layer proportions"
+NO_LAYERS = ("has no per-layer costs; record them by running the model under the emulator: "
+             "popviz capture --emulate -o DIR -- python train.py (then popviz plan DIR)")
+
+
+@dataclass
+class StageView:
+    ipu: int
+    first_layer: str
+    last_layer: str
+    entries: int
+    """Entries of the layer table on this IPU (embeddings, heads and the loss included)."""
+    layers: int
+    """Repeated layers (role ``layer``) on this IPU: optimum-graphcore's ``layers_per_ipu``."""
+    cycles: int
+    memory_bytes: int
+    capacity_bytes: int
+    stash_depth: int
+
+    @property
+    def memory_pct(self) -> float:
+        return 100 * self.memory_bytes / self.capacity_bytes
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ipu": self.ipu, "first_layer": self.first_layer, "last_layer": self.last_layer,
+                "entries": self.entries, "layers": self.layers, "cycles": self.cycles,
+                "memory_bytes": self.memory_bytes, "memory_pct": round(self.memory_pct, 2),
+                "stash_depth": self.stash_depth}
+
+
+@dataclass
+class SplitView:
+    stages: list[StageView]
+    bottleneck_cycles: int
+    fits: bool
+    pipeline_stages: int
+    """S: 2N - 1 in training, N in inference."""
+    ramp_efficiency_frac: float | None
+    """G / (G + S - 1) with the report's G (D in inference); None when G is not recorded."""
+    micro_batches_per_second: float
+    """clock / bottleneck × ramp efficiency (1 when unknown); weight updates and copies aside."""
+    fills_pipeline: bool = True
+    """False when G (D) is below S: PopART refuses to compile such a pipeline."""
+
+    @property
+    def layers_per_ipu(self) -> list[int]:
+        return [s.layers for s in self.stages]
+
+    @property
+    def entries_per_ipu(self) -> list[int]:
+        return [s.entries for s in self.stages]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ipus": len(self.stages), "layers_per_ipu": self.layers_per_ipu,
+                "entries_per_ipu": self.entries_per_ipu, "bottleneck_cycles": self.bottleneck_cycles,
+                "fits": self.fits, "pipeline_stages": self.pipeline_stages,
+                "ramp_efficiency_frac": self.ramp_efficiency_frac,
+                "micro_batches_per_second": self.micro_batches_per_second,
+                "fills_pipeline": self.fills_pipeline,
+                "stages": [s.to_dict() for s in self.stages]}
+
+
+@dataclass
+class LayerPlan:
+    engine: str
+    estimated: bool
+    layer_source: str
+    settings: PlanSettings
+    micro_batches: int | None
+    """G (training) or D (inference): the micro-batches per ramp."""
+    ipus: int
+    exact_ipus: bool
+    layer_names: list[str]
+    layer_roles: list[str]
+    notes: list[str] = field(default_factory=list)
+    current: SplitView | None = None
+    proposed: SplitView | None = None
+    by_ipus: dict[int, SplitView | None] = field(default_factory=dict)
+    shortfall: Shortfall | None = None
+    available_memory_proportion: list[float] | None = None
+    """Per IPU of the proposed split, when its memory needs a lower proportion than now."""
+    table: tuple[Layer, ...] = ()
+    """Every layer of the report's table (``layer_names`` leaves out tied layers folded into
+    their partner)."""
+
+    @property
+    def throughput_change_frac(self) -> float | None:
+        if self.current is None or self.proposed is None:
+            return None
+        return self.proposed.micro_batches_per_second / self.current.micro_batches_per_second - 1
+
+    @property
+    def improves(self) -> bool:
+        """The proposed split differs from the current one and is faster."""
+        change = self.throughput_change_frac
+        return (change is not None and change > 1e-9 and self.current is not None
+                and self.proposed is not None
+                and self.proposed.entries_per_ipu != self.current.entries_per_ipu)
+
+    def placements(self) -> list[tuple[str, int]]:
+        """Every layer of the table and its IPU under the proposed split (a tied layer with
+        its partner), in execution order."""
+        assert self.proposed is not None
+        owner = [s.ipu for s in self.proposed.stages for _ in range(s.entries)]
+        ipu = dict(zip(self.layer_names, owner, strict=True))
+        rows = []
+        for x in self.table or ():
+            where = ipu.get(x.name, ipu.get(x.tied_to or ""))
+            if where is not None:
+                rows.append((x.name, where))
+        return rows
+
+    def plan_file(self) -> PlanFile:
+        """The proposed split as a plan file (``--split FILE``)."""
+        from popviz.plan_file import PlanFile
+
+        assert self.proposed is not None
+        roles = {x.name: x.role for x in self.table}
+        moved = tuple((name, ipu) for name, ipu in self.placements() if roles[name] == "layer")
+        return PlanFile(ipus=len(self.proposed.stages), layers_per_ipu=tuple(self.proposed.layers_per_ipu),
+                        placements=moved, engine=self.engine, source="popviz plan")
+
+    def to_dict(self) -> dict[str, Any]:
+        s = self.settings
+        return {
+            "engine": self.engine, "estimated": self.estimated, "layer_source": self.layer_source,
+            "settings": {"capacity_bytes": s.capacity_bytes, "headroom_frac": s.headroom_frac,
+                         "budget_bytes": s.budget_bytes, "training": s.training,
+                         "offload_optimizer": s.offload_optimizer, "code_bytes": s.code_bytes,
+                         "micro_batches": self.micro_batches},
+            "ipus": self.ipus, "exact_ipus": self.exact_ipus, "notes": list(self.notes),
+            "current": self.current.to_dict() if self.current else None,
+            "proposed": self.proposed.to_dict() if self.proposed else None,
+            "throughput_change_frac": self.throughput_change_frac,
+            "by_ipus": {str(k): (v.to_dict() if v else None) for k, v in self.by_ipus.items()},
+            "available_memory_proportion": self.available_memory_proportion,
+            "placements": ([{"layer": n, "ipu": i} for n, i in self.placements()]
+                           if self.proposed else None),
+            "code": code_dict(self) if self.proposed else None,
+            "no_fit": _shortfall_dict(self.shortfall) if self.shortfall else None,
+        }
+
+
+def _shortfall_dict(sf: Shortfall) -> dict[str, Any]:
+    return {"entries_per_ipu": sf.split.layers_per_ipu, "budget_bytes": sf.budget_bytes,
+            "overflow_bytes": sf.overflow_bytes,
+            "memory_bytes_per_ipu": [st.memory_bytes for st in sf.split.stages],
+            "overflow_bytes_per_ipu": sf.overflow_bytes_per_ipu,
+            "levers": [{"lever": lv.name, "saved_bytes": lv.saved_bytes, "closes_gap": lv.closes_gap,
+                        "value": lv.value} for lv in sf.levers]}
+
+
+# ------------------------------------------------------------------------------------ settings
+
+def micro_batches(report: Report, training: bool) -> int | None:
+    cfg = report.cfg
+    return cfg.gradient_accumulation if training else cfg.device_iterations
+
+
+def planned_layers(table: Sequence[Layer], costs: Sequence[planner.LayerCost]) -> list[Layer]:
+    """The table's layers the planner's costs stand for, in order (a layer tied to another is
+    folded into it by :func:`planner.layer_costs`)."""
+    by_name = {x.name: x for x in table}
+    return [by_name[c.name] for c in costs]
+
+
+def current_counts(layers: Sequence[Layer]) -> list[int] | None:
+    """Entries per IPU of the current placement, when it is contiguous on IPUs 0, 1, ...
+    (None otherwise, e.g. a head placed back on IPU 0)."""
+    where = [x.stage if x.stage is not None else x.ipu for x in layers]
+    if any(w is None for w in where):
+        return None
+    counts: list[int] = []
+    for w in where:
+        if w == len(counts) - 1:
+            counts[-1] += 1
+        elif w == len(counts):
+            counts.append(1)
+        else:
+            return None
+    return counts
+
+
+def _measured_bytes(report: Report) -> list[int] | None:
+    if report.memory is None:
+        return None
+    per = report.memory.per_ipu()
+    return [int(v) for v in per.sort_values("ipu")["total_bytes_including_gaps"]]
+
+
+def settings_for(report: Report, costs: list[planner.LayerCost],
+                 headroom_frac: float = DEFAULT_HEADROOM_FRAC) -> tuple[PlanSettings, list[str]]:
+    """The planner's settings for ``report`` and what they assume, in words."""
+    assert report.layers is not None and report.target is not None
+    cfg = report.cfg
+    training = cfg.mode == "training" if cfg.mode else any(x.bwd_cycles for x in costs)
+    notes = []
+    if cfg.mode is None:
+        notes.append(f"mode not recorded: planned for {'training' if training else 'inference'}")
+    base = PlanSettings(capacity_bytes=report.target.bytes_per_ipu, headroom_frac=headroom_frac,
+                        training=training, offload_optimizer=cfg.optimizer_state_on_chip is False,
+                        extra_stages=planner.extra_stages(report.layers.layers) if training else 0)
+    counts = current_counts(planned_layers(report.layers, costs))
+    measured = _measured_bytes(report)
+    code = 0
+    if counts is not None and measured is not None and len(measured) >= len(counts):
+        split = planner.evaluate(costs, counts, base)
+        code = max(0, min(m - st.memory_bytes for m, st in zip(measured, split.stages, strict=False)))
+        if code:
+            from popviz.analysis._common import nbytes
+
+            notes.append(f"code and other fixed memory: {nbytes(code)} per IPU (the smallest gap "
+                         "between an IPU's measured memory and its layers' figures)")
+    return replace(base, code_bytes=code), notes
+
+
+# ----------------------------------------------------------------------------------- the plan
+
+def _view(split: Split, report: Report, layers: Sequence[Layer], settings: PlanSettings,
+          g: int | None) -> SplitView:
+    from popviz.analysis.pipeline import ramp_efficiency
+
+    n = len(split.stages)
+    s = 2 * n - 1 if settings.training else n
+    eff = ramp_efficiency(g, s) if g else None
+    assert report.target is not None
+    rate = report.target.clock_hz / split.bottleneck_cycles * (eff or 1.0) if split.bottleneck_cycles else 0.0
+    stages = [StageView(ipu=i, first_layer=layers[st.first].name, last_layer=layers[st.stop - 1].name,
+                        entries=st.stop - st.first,
+                        layers=sum(x.role == "layer" for x in layers[st.first:st.stop]),
+                        cycles=st.cycles, memory_bytes=st.memory_bytes,
+                        capacity_bytes=settings.capacity_bytes, stash_depth=st.stash_depth)
+              for i, st in enumerate(split.stages)]
+    return SplitView(stages, split.bottleneck_cycles, split.fits, s, eff, rate,
+                     fills_pipeline=g is None or g >= s or n == 1)
+
+
+def make_plan(report: Report, *, ipus: int | None = None, max_ipus: int | None = None,
+              headroom_frac: float = DEFAULT_HEADROOM_FRAC, explain: bool = True) -> LayerPlan:
+    """The plan for ``report`` on exactly ``ipus`` IPUs, or on the best N in 1..``max_ipus``
+    (default: exactly the IPUs of the current split, else of the target). When nothing fits,
+    ``shortfall`` says why (unless ``explain`` is False)."""
+    if report.layers is None:
+        raise UsageError(f"{report.label} {NO_LAYERS}")
+    if report.target is None:
+        raise UsageError(f"{report.label} records no target (IPU memory unknown): "
+                         "a report from popviz capture or the emulator has it")
+    if not 0 < headroom_frac <= 1:
+        raise UsageError(f"--headroom {headroom_frac} must be in (0, 1], e.g. 0.9")
+    table = report.layers
+    costs = planner.layer_costs(table)
+    settings, notes = settings_for(report, costs, headroom_frac)
+    notes = [*table.notes, *notes]
+    g = micro_batches(report, settings.training)
+    if g is None:
+        notes.append(f"{'gradient accumulation' if settings.training else 'device iterations'} not "
+                     "recorded: throughput compares the slowest stages only (no ramp)")
+    kept = planned_layers(table, costs)
+    counts = current_counts(kept)
+    exact = max_ipus is None
+    n = max_ipus or ipus or (len(counts) if counts else report.target.ipus_per_replica)
+    out = LayerPlan(engine=report.label, estimated=report.provenance.estimated or table.source != "debug_context",
+                    layer_source=table.source, settings=settings, micro_batches=g, ipus=n,
+                    exact_ipus=exact, layer_names=[x.name for x in kept],
+                    layer_roles=[x.role for x in kept], notes=notes, table=tuple(table))
+    if counts is not None:
+        out.current = _view(planner.evaluate(costs, counts, settings), report, kept, settings, g)
+    elif any(x.ipu is not None for x in table):
+        out.notes.append("the current placement is not one contiguous run of layers per IPU: it is "
+                         "not compared")
+    if n > len(costs):
+        raise UsageError(f"{n} IPUs for {len(costs)} layers: at most {len(costs)} (one layer per IPU)")
+    if exact:
+        most = planner.most_ipus(costs, n, settings)
+        if most < n:
+            pins = ", ".join(f"{x.name} ({x.pin})" for x in table if x.pin)
+            raise UsageError(f"{n} IPUs: the pinned layers ({pins}) leave room for at most {most} "
+                             f"stages; pass --ipus {most} or --max-ipus {n}")
+    if report.cfg.execution_strategy == "ShardedExecution":
+        notes.append("the model runs sharded (one IPU busy at a time): balance only pays off "
+                     "pipelined (PipelinedExecution), which this plan assumes")
+    result = planner.plan(costs, n, settings, exact_n=exact)
+    for k, split in sorted(result.by_ipus.items()):
+        out.by_ipus[k] = _view(split, report, kept, settings, g) if split else None
+    fitting = [v for v in out.by_ipus.values() if v is not None]
+    if fitting:
+        # The fastest in micro-batches per second (ramp included); fewer IPUs on a tie; a
+        # pipeline deeper than G (D) only when no other fits (PopART rejects it: G must grow).
+        out.proposed = max(fitting, key=lambda v: (v.fills_pipeline, round(v.micro_batches_per_second, 6),
+                                                   -len(v.stages)))
+        if not out.proposed.fills_pipeline:
+            letter = "G" if settings.training else "D"
+            out.notes.append(f"{letter} = {g} is below the proposed pipeline's S = "
+                             f"{out.proposed.pipeline_stages} stages: PopART rejects that; raise {letter} "
+                             f"to {out.proposed.pipeline_stages} or more")
+        out.available_memory_proportion = _amp(out, report, costs)
+    elif explain:
+        out.shortfall = planner.explain_no_fit(costs, n, settings)
+    return out
+
+
+def _amp(out: LayerPlan, report: Report, costs: list[planner.LayerCost]) -> list[float] | None:
+    """Per IPU: the available memory proportion that leaves room for its temporaries beside
+    everything else it holds, where the current one (PopTorch's 0.6 by default) would not."""
+    assert out.proposed is not None
+    s = out.settings
+    props = []
+    needed = False
+    for st in out.proposed.stages:
+        first = sum(x.entries for x in out.proposed.stages[:st.ipu])
+        temp = max(x.temporary_bytes for x in costs[first:first + st.entries])
+        free = (s.budget_bytes - (st.memory_bytes - temp)) / s.capacity_bytes
+        now = report.cfg.available_memory_proportion.get(st.ipu, DEFAULT_AMP_FRAC)
+        if free < now:
+            needed = True
+            props.append(max(AMP_STEP_FRAC, math.floor(round(free / AMP_STEP_FRAC, 6)) * AMP_STEP_FRAC))
+        else:
+            props.append(now)
+    return [round(p, 2) for p in props] if needed else None
+
+
+# --------------------------------------------------------------------------------------- code
+
+def module_expr(path: str, root: str = "model") -> str:
+    """``encoder.layer.3`` -> ``model.encoder.layer[3]``."""
+    out = root
+    for part in path.split("."):
+        if part.isdigit():
+            out += f"[{part}]"
+        elif part.isidentifier():
+            out += f".{part}"
+        else:
+            return f"{root}.get_submodule({json.dumps(path)})"
+    return out
+
+
+def code_dict(plan: LayerPlan) -> dict[str, Any]:
+    """The proposed split as PopTorch and optimum-graphcore code."""
+    assert plan.proposed is not None
+    names = plan.layer_names
+    lines = []
+    first = 0
+    for st in plan.proposed.stages:
+        expr = module_expr(names[first])
+        lines.append(f"{expr} = poptorch.BeginBlock({expr}, ipu_id={st.ipu})")
+        first += st.entries
+    amp = plan.available_memory_proportion
+    cfg = f"IPUConfig(layers_per_ipu={plan.proposed.layers_per_ipu}, ipus_per_replica={len(plan.proposed.stages)}"
+    cfg += f", matmul_proportion={amp})" if amp else ")"
+    popart_amp = ("opts.setAvailableMemoryProportion({"
+                  + ", ".join(f'"IPU{i}": {p}' for i, p in enumerate(amp)) + "})") if amp else None
+    return {"begin_block": lines, "ipu_config": cfg, "available_memory_proportion": popart_amp,
+            "split_argument": "layers_per_ipu=" + ",".join(map(str, plan.proposed.layers_per_ipu))}
+
+
+# -------------------------------------------------------------------------------- calibration
+
+def calibrate(real: Report, estimate: Report) -> Report:
+    """``real`` with layers from ``estimate`` (an emulated report of the same model, same split)
+    whose cycles and bytes are scaled, stage by stage, to ``real``'s measured per-stage cycles
+    and per-IPU memory."""
+    from popviz.analysis.pipeline import analyse as pipeline
+    from popviz.model import LayerTable
+
+    if estimate.layers is None:
+        raise UsageError(f"{estimate.label} (the estimate to calibrate with) {NO_LAYERS}")
+    stage_of = [x.stage if x.stage is not None else x.ipu for x in estimate.layers]
+    if any(k is None for k in stage_of):
+        raise UsageError(f"{estimate.label}: its layers record no stage, so they cannot be matched "
+                         "to the measured stages")
+    real_stages = pipeline(real).metrics["stages"]
+    est_stages = pipeline(estimate).metrics["stages"]
+    if not real_stages or any(s.get("cycles") is None for s in real_stages):
+        raise UsageError(f"{real.label} has no measured cycles per stage and micro-batch (it needs an "
+                         "execution profile and the recorded pipeline configuration)")
+    n = max(stage_of) + 1
+    if len(real_stages) != n or len(est_stages) != n or any(s.get("cycles") is None for s in est_stages):
+        raise UsageError(f"{real.label} has {len(real_stages)} stages and the estimate "
+                         f"{estimate.label} {n}: calibrate with an emulated run of the same model "
+                         "and split")
+    real_mem, est_mem = _measured_bytes(real), _measured_bytes(estimate)
+    cyc = [r["cycles"] / e["cycles"] if e["cycles"] else 1.0
+           for r, e in zip(real_stages, est_stages, strict=True)]
+    ipu_of = [s["ipu"] for s in real_stages]
+    mem = [real_mem[i] / est_mem[i] if real_mem and est_mem and i < min(len(real_mem), len(est_mem))
+           and est_mem[i] else 1.0 for i in ipu_of]
+    out = [replace(x, fwd_cycles=round(x.fwd_cycles * cyc[k]), bwd_cycles=round(x.bwd_cycles * cyc[k]),
+                   weight_bytes=round(x.weight_bytes * mem[k]),
+                   optimizer_bytes=round(x.optimizer_bytes * mem[k]),
+                   activation_bytes=round(x.activation_bytes * mem[k]),
+                   temporary_bytes=round(x.temporary_bytes * mem[k]),
+                   **({"accumulator_bytes": round(x.accumulator_bytes * mem[k])}
+                      if hasattr(x, "accumulator_bytes") else {}))
+           for x, k in zip(estimate.layers, stage_of, strict=True)]
+    table = LayerTable(layers=tuple(out), source="calibrated", depth=estimate.layers.depth,
+                       micro_batch_size=estimate.layers.micro_batch_size,
+                       notes=(f"{CALIBRATED_NOTE} (estimate: {estimate.label})",))
+    return real.replace(layers=table)
+
+
+# ------------------------------------------------------------------------- hint for findings
+
+HINT_CODES = ("PIPE001", "MEM001", "MEM003", "MEM004", "MEM005")
+"""Findings whose action names the plan's gain when ``popviz plan`` finds a better split."""
+
+
+def plan_hint(report: Report) -> dict[str, Any] | None:
+    """What ``popviz plan`` would propose for ``report``, when it has layers and the proposed
+    split is faster than the current one or fits where the current one does not; else None."""
+    from popviz.errors import PopvizError
+
+    if report.layers is None or report.target is None:
+        return None
+    try:
+        plan = make_plan(report, explain=False)
+    except (PopvizError, ValueError):
+        return None
+    if plan.proposed is None or plan.current is None:
+        return None
+    change = plan.throughput_change_frac or 0.0
+    rescue = not plan.current.fits
+    if not (plan.improves or rescue):
+        return None
+    if rescue:
+        text = (f"`popviz plan` finds a split within {plan.settings.headroom_frac:.0%} of each IPU's "
+                f"memory (the current one is not), at {100 * change:+.0f}% throughput")
+    else:
+        text = f"`popviz plan` finds a split with +{100 * change:.0f}% throughput that fits"
+    text += f": layers_per_ipu={plan.proposed.layers_per_ipu}"
+    return {"command": "popviz plan", "throughput_gain_frac": change, "fits": True,
+            "current_fits": plan.current.fits, "layers_per_ipu": plan.proposed.layers_per_ipu,
+            "estimated": plan.estimated, "text": text}

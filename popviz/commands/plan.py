@@ -1,0 +1,186 @@
+"""Propose the pipeline split that balances the stages and fits in memory, from per-layer costs.
+
+    popviz plan REPORT [--engine NAME] [--ipus N | --max-ipus N] [--headroom 0.9]
+
+REPORT is a report directory, engine directory or bundle whose engine has per-layer costs
+(`popviz capture --emulate` records them). Prints the current split beside the proposed one, the
+predicted throughput change, the change as PopTorch and optimum-graphcore code, and the command
+that checks it under the emulator; when no split fits, by how much and what would close the gap.
+
+For a real (profiled) report without per-layer costs, --calibrate EMULATED spreads its measured
+per-stage cycles and memory over the layers of an emulated report of the same model and split.
+Exit codes: 0 a plan; 1 no split fits; 2 bad input. See docs/plan.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from popviz.analysis.layer_plan import LayerPlan
+    from popviz.model import Report, ReportSet
+
+NAME = "plan"
+HELP = "propose the pipeline split that balances the stages and fits (from per-layer costs)"
+
+
+def _headroom(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a fraction such as 0.9, got {text!r}") from None
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"must be above 0 and at most 1 (a fraction of each IPU's "
+                                         f"memory), got {text}")
+    return value
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from popviz.commands.capture import _positive
+
+    p.add_argument("path", metavar="REPORT", help="report directory, engine directory or bundle")
+    p.add_argument("--engine", metavar="NAME", help="the engine to plan (when REPORT holds several)")
+    n = p.add_mutually_exclusive_group()
+    n.add_argument("--ipus", metavar="N", type=_positive,
+                   help="split over exactly N IPUs (default: as many as the current split)")
+    n.add_argument("--max-ipus", metavar="N", type=_positive,
+                   help="try every number of IPUs from 1 to N and propose the fastest (throughput "
+                        "of each shown)")
+    p.add_argument("--headroom", metavar="FRAC", type=_headroom, default=0.9,
+                   help="fraction of each IPU's memory a split may fill (default 0.9)")
+    p.add_argument("--calibrate", metavar="EMULATED",
+                   help="REPORT is a real profile without per-layer costs: spread its measured "
+                        "per-stage cycles and memory over the layers of EMULATED (an emulated report "
+                        "of the same model and split) in the proportions the emulator gives")
+    fmt = p.add_mutually_exclusive_group()
+    fmt.add_argument("--json", action="store_true", help="print the plan as JSON (docs/plan.md)")
+    fmt.add_argument("--markdown", action="store_true", help="print the plan as Markdown")
+    p.add_argument("--write", metavar="FILE",
+                   help="also write the proposed split as a plan file (for --split FILE); never "
+                        "over an existing file")
+
+
+def _pick(reports: ReportSet, engine: str | None, what: str, need_layers: bool) -> Report:
+    from popviz.analysis.layer_plan import NO_LAYERS
+    from popviz.errors import UsageError
+
+    if engine is not None:
+        found = [r for r in reports if engine in (r.name, r.label)]
+        if not found:
+            raise UsageError(f"{what} has no engine {engine!r}; it has "
+                             + ", ".join(r.label for r in reports))
+        if len(found) > 1:
+            raise UsageError(f"{what} has several engines named {engine!r} (instances "
+                             + ", ".join(r.label for r in found) + "): pass --engine INSTANCE/NAME")
+        return found[0]
+    if len(reports) == 1:
+        return reports[0]
+    candidates = [r for r in reports if r.layers is not None] if need_layers else list(reports)
+    if len(candidates) == 1:
+        return candidates[0]
+    if not candidates:
+        raise UsageError(f"{what}: no engine {NO_LAYERS}")
+    raise UsageError(f"{what} has several engines ({', '.join(r.label for r in candidates)}): "
+                     "choose one with --engine NAME")
+
+
+def _run_record(report: Report) -> dict | None:
+    """The popviz-run.json of the capture that wrote ``report`` (up to three levels up)."""
+    from popviz.sources.runrecord import RUN_FILE, _read
+
+    if report.path is None:
+        return None
+    here = Path(report.path)
+    for parent in [here, *list(here.parents)[:3]]:
+        doc = _read(parent / RUN_FILE)
+        if doc is not None:
+            doc["_root"] = str(parent)
+            return doc
+    return None
+
+
+def rerun_command(report: Report, split_arg: str, plan_path: str | None = None) -> str:
+    """The command that re-runs the model under the emulator with the proposed split (from the
+    capture's run record: the command, in its working directory)."""
+    from popviz.errors import shown
+
+    doc = _run_record(report)
+    cmd = doc.get("command") if doc else None
+    if not (isinstance(cmd, list) and cmd and all(isinstance(c, str) for c in cmd)):
+        return (f"popviz capture --emulate --split {shlex.quote(split_arg)} -o DIR -- "
+                "python YOUR_SCRIPT.py  # the command that made this report is not recorded")
+    if doc.get("started_by") == "popviz.capture()":  # sys.argv of a script
+        cmd = [Path(sys.executable).name if cmd[0].endswith(".py") else "python", *cmd]
+    root = Path(doc["_root"])
+    out = root.with_name(root.name + "-split")
+    k = 2
+    while out.exists():
+        out = root.with_name(f"{root.name}-split{k}")
+        k += 1
+    cwd = doc.get("cwd")
+    elsewhere = isinstance(cwd, str) and cwd and Path(cwd).resolve() != Path.cwd().resolve()
+    if plan_path is not None:  # a file: as the command's working directory finds it
+        split_arg = str(Path(plan_path).resolve()) if elsewhere else shown(plan_path)
+    out_text = str(out.resolve()) if elsewhere else shown(out)
+    line = (f"popviz capture --emulate --split {shlex.quote(split_arg)} -o {shlex.quote(out_text)} -- "
+            + shlex.join(cmd))
+    return f"cd {shlex.quote(cwd)} && {line}" if elsewhere else line
+
+
+def run(args: argparse.Namespace) -> int:
+    from popviz import plan_file
+    from popviz.analysis.layer_plan import calibrate, code_dict, make_plan
+    from popviz.errors import UsageError, shown
+    from popviz.render import plan as render
+    from popviz.sources.discover import load
+    from popviz.ui import status
+
+    if args.write:
+        from popviz.fileio import refuse_existing
+
+        refuse_existing(args.write)
+    with status(f"reading {args.path}"):
+        reports = load(args.path)
+    if args.calibrate:
+        report = _pick(reports, args.engine, shown(args.path), need_layers=False)
+        if report.layers is not None:
+            raise UsageError(f"{report.label} already has per-layer costs ({report.layers.source}); "
+                             "--calibrate is for a real profile without them")
+        with status(f"reading {args.calibrate}"):
+            estimates = load(args.calibrate)
+        same = [r for r in estimates if r.name == report.name and r.layers is not None]
+        estimate = same[0] if len(same) == 1 else _pick(estimates, None, shown(args.calibrate), True)
+        report = calibrate(report, estimate)
+    else:
+        report = _pick(reports, args.engine, shown(args.path), need_layers=True)
+    with status("planning"):
+        plan: LayerPlan = make_plan(report, ipus=args.ipus, max_ipus=args.max_ipus,
+                                    headroom_frac=args.headroom)
+    rerun = written = None
+    if plan.proposed is not None:
+        split_arg = code_dict(plan)["split_argument"]
+        if args.write:
+            plan_file.write_plan(plan.plan_file(), args.write)
+            written = shown(args.write)
+            split_arg = written
+        rerun = rerun_command(report, split_arg, args.write)
+    if args.json:
+        sys.stdout.write(render.to_json(plan, rerun, written) + "\n")
+    elif args.markdown:
+        sys.stdout.write(render.markdown(plan, rerun, written))
+    else:
+        import shutil
+
+        width = min(shutil.get_terminal_size().columns, 120)
+        sys.stdout.write("\n".join(render.text_lines(plan, rerun, written, width)) + "\n")
+    if plan.proposed is None:
+        if args.write:
+            print(f"popviz: no split fits: {shown(args.write)} not written", file=sys.stderr)
+        return 1
+    return 0
+
+

@@ -1,0 +1,242 @@
+"""``popviz plan``'s output: plain text (console), Markdown and JSON of one LayerPlan."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from popviz.analysis._common import num
+from popviz.analysis.layer_plan import LayerPlan, SplitView, code_dict
+from popviz.render.text import fmt_bytes
+
+JSON_FORMAT = "popviz-plan-result"
+JSON_VERSION = 1
+
+LEVER_TEXT = {
+    "offload_optimizer": ("offload the optimizer state",
+                          "opts.TensorLocations.setOptimizerLocation("
+                          "poptorch.TensorLocationSettings().useOnChipStorage(False)); "
+                          "optimum: optimizer_state_offchip=True"),
+    "recompute": ("recompute activations",
+                  "poptorch.recomputationCheckpoint(...) on each layer's output; "
+                  "optimum: recompute_checkpoint_every_layer=True"),
+    "halve_micro_batch": ("halve the micro-batch",
+                          "half the DataLoader batch size; double G to keep the global batch"),
+    "more_ipus": ("more IPUs", ""),
+    "replicas": ("replicas sharing the optimizer state",
+                 "opts.replicationFactor(R) with setOptimizerLocation("
+                 "poptorch.TensorLocationSettings().useReplicatedTensorSharding(True))"),
+}
+
+
+def _mem(n: int, cap: int) -> str:
+    return f"{fmt_bytes(n)} {100 * n / cap:.0f}%"
+
+
+def _label(plan: LayerPlan) -> str:
+    if plan.layer_source == "calibrated":
+        return "calibrated: measured per-stage figures spread by the emulator's per-layer proportions"
+    if plan.estimated:
+        return "estimated: per-layer costs from the emulator's cost model"
+    return "measured per-layer costs"
+
+
+def _side(view: SplitView | None, i: int) -> list[str]:
+    if view is None or i >= len(view.stages):
+        return ["", "", ""]
+    st = view.stages[i]
+    extra = st.entries - st.layers
+    return [f"{st.layers}{f'+{extra}' if extra else ''}", num(st.cycles),
+            _mem(st.memory_bytes, st.capacity_bytes)]
+
+
+def _grid(rows: list[list[str]], right: set[int]) -> list[str]:
+    widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
+    return ["  ".join(cell.rjust(w) if c in right else cell.ljust(w)
+                      for c, (cell, w) in enumerate(zip(r, widths, strict=True))).rstrip() for r in rows]
+
+
+def split_table(plan: LayerPlan) -> list[str]:
+    cur, new = plan.current, plan.proposed
+    n = max(len(cur.stages) if cur else 0, len(new.stages) if new else 0)
+    if cur is not None and new is not None:
+        rows = [["", "now:", "", "", "plan:", "", ""],
+                ["IPU", "layers", "cycles/µb", "memory", "layers", "cycles/µb", "memory"]]
+        for i in range(n):
+            slowest = i < len(cur.stages) and cur.stages[i].cycles == cur.bottleneck_cycles
+            rows.append([f"{'◀ ' if slowest else ''}{i}", *_side(cur, i), *_side(new, i)])
+        return _grid(rows, {0, 1, 2, 3, 4, 5, 6})
+    view = new or cur
+    assert view is not None
+    rows = [["IPU", "layers", "cycles/µb", "memory", "from", "to"]]
+    for i, st in enumerate(view.stages):
+        rows.append([str(i), *_side(view, i), st.first_layer, st.last_layer])
+    return _grid(rows, {0, 1, 2, 3})
+
+
+Section = tuple[str, list[str]]
+"""(``text``, ``table`` or ``code``, lines)."""
+
+
+def _printable(line: str) -> str:
+    """Names from report files are data: no control characters (terminal escapes) reach the screen."""
+    return "".join(c if c.isprintable() else "\ufffd" for c in line)
+
+
+def _sections(plan: LayerPlan, rerun: str | None, plan_path: str | None) -> list[Section]:
+    return [(kind, [_printable(line) for line in lines]) for kind, lines in sections(plan, rerun, plan_path)]
+
+
+def text_lines(plan: LayerPlan, rerun: str | None = None, plan_path: str | None = None,
+               width: int | None = None) -> list[str]:
+    """The console view, line by line; prose wrapped at ``width`` (tables and code never)."""
+    import textwrap
+
+    out = []
+    for kind, lines in _sections(plan, rerun, plan_path):
+        for line in lines:
+            if kind == "code":
+                out.append(f"  {line}")
+            elif kind == "text" and width and len(line) > width:
+                first = line[:len(line) - len(line.lstrip())]
+                lead = "  " if line.startswith(("- ", "note: ")) else first or " "
+                out += textwrap.wrap(line.lstrip(), width, initial_indent=first, subsequent_indent=lead,
+                                     break_on_hyphens=False, break_long_words=False)
+            else:
+                out.append(line)
+    return out
+
+
+def sections(plan: LayerPlan, rerun: str | None = None, plan_path: str | None = None) -> list[Section]:
+    s = plan.settings
+    out: list[Section] = []
+    lines = [f"plan for {plan.engine} ({_label(plan)})",
+             f"memory per IPU {fmt_bytes(s.capacity_bytes)}, budget {s.headroom_frac:.0%} = "
+             f"{fmt_bytes(s.budget_bytes)}; {'training' if s.training else 'inference'}"
+             + ("; optimizer state off chip" if s.training and s.offload_optimizer else "")
+             + (f"; G = {plan.micro_batches}" if s.training and plan.micro_batches else "")
+             + (f"; D = {plan.micro_batches}" if not s.training and plan.micro_batches else "")]
+    lines += [f"note: {n}" for n in plan.notes]
+    lines.append("")
+    out.append(("text", lines))
+    if plan.proposed is None:
+        return out + no_fit_sections(plan)
+    out.append(("table", split_table(plan)))
+    lines = []
+    out.append(("text", lines))
+    lines.append("layers: repeated layers, +k other parts (embeddings, heads, loss)")
+    lines.append("µb: micro-batch" + ("; ◀ the slowest stage now" if plan.current else ""))
+    if len(plan.by_ipus) > 1:
+        lines += ["", "by number of IPUs:"]
+        rows = [["IPUs", "slowest stage", "ramp", "µb/s", "per IPU", "vs now"]]
+        for k, v in plan.by_ipus.items():
+            if v is None:
+                rows.append([str(k), "does not fit", "", "", "", ""])
+                continue
+            vs = (f"{100 * (v.micro_batches_per_second / plan.current.micro_batches_per_second - 1):+.1f}%"
+                  if plan.current else "")
+            rows.append([str(k) + (" ◀" if v is plan.proposed else ""), num(v.bottleneck_cycles),
+                         ("G < S" if plan.settings.training else "D < S") if not v.fills_pipeline
+                         else f"{100 * v.ramp_efficiency_frac:.1f}%" if v.ramp_efficiency_frac else "–",
+                         f"{v.micro_batches_per_second:,.1f}",
+                         f"{v.micro_batches_per_second / k:,.2f}", vs])
+        out.append(("table", _grid(rows, {1, 2, 3, 4, 5})))
+        lines = [""]
+        out.append(("text", lines))
+    else:
+        lines.append("")
+    new, cur = plan.proposed, plan.current
+    ramp = (f"; ramp efficiency {_ramp(cur)} → {_ramp(new)}" if cur else f"; ramp efficiency {_ramp(new)}")
+    if cur is not None:
+        lines.append(f"slowest stage {num(cur.bottleneck_cycles)} → {num(new.bottleneck_cycles)} cycles "
+                     f"per micro-batch{ramp}")
+        change = plan.throughput_change_frac or 0.0
+        if plan.improves:
+            lines.append(f"predicted throughput {change:+.1%} "
+                         f"({cur.micro_batches_per_second:,.1f} → {new.micro_batches_per_second:,.1f} "
+                         "micro-batches/s)")
+        elif cur.fits or new.entries_per_ipu == cur.entries_per_ipu:
+            lines.append("the current split is already the best that fits: nothing to change")
+        else:  # slower or as fast, but it fits where the current split does not
+            lines.append(f"predicted throughput {change:+.1%} "
+                         f"({cur.micro_batches_per_second:,.1f} → {new.micro_batches_per_second:,.1f} "
+                         "micro-batches/s): the cost of fitting")
+        if not cur.fits:
+            over = [st.ipu for st in cur.stages if st.memory_bytes > s.budget_bytes]
+            if over:
+                lines.append("the current split does not fit its budget on "
+                             + ", ".join(f"IPU{i}" for i in over) + "; the plan does")
+    else:
+        lines.append(f"slowest stage {num(new.bottleneck_cycles)} cycles per micro-batch{ramp}; "
+                     f"{new.micro_batches_per_second:,.1f} micro-batches/s")
+    if cur is not None and not plan.improves and (cur.fits or new.entries_per_ipu == cur.entries_per_ipu):
+        return out
+    code = code_dict(plan)
+    out.append(("text", ["", "as code (PopTorch: put BeginBlock on these modules, remove the others):"]))
+    block = [*code["begin_block"]]
+    if code["available_memory_proportion"]:
+        block.append(code["available_memory_proportion"])
+    out += [("code", block), ("text", ["optimum-graphcore:"]), ("code", [code["ipu_config"]])]
+    if rerun:
+        out += [("text", ["check it under the emulator before editing the model:"]), ("code", [rerun])]
+    if plan_path:
+        out.append(("text", [f"plan written to {plan_path}"]))
+    return out
+
+
+def _ramp(v: SplitView) -> str:
+    return f"{100 * v.ramp_efficiency_frac:.1f}%" if v.ramp_efficiency_frac is not None else "n/a"
+
+
+def no_fit_sections(plan: LayerPlan) -> list[Section]:
+    sf = plan.shortfall
+    assert sf is not None
+    s = plan.settings
+    n = len(sf.split.stages)
+    worst = max(range(n), key=lambda i: sf.split.stages[i].memory_bytes)
+    units = [sum(r == "layer" for r in plan.layer_roles[st.first:st.stop]) for st in sf.split.stages]
+    parts = len(plan.layer_names)
+    lines = [f"no split of the model's {sum(units)} layers ({parts} parts with the others) over {n} "
+             f"IPU{'s' if n != 1 else ''} fits under {s.headroom_frac:.0%} of each IPU's memory "
+             f"({fmt_bytes(s.budget_bytes)}).",
+             f"the split needing the least memory (layers_per_ipu {units}) misses by "
+             f"{fmt_bytes(sf.overflow_bytes)} ({num(sf.overflow_bytes)} bytes) on IPU{worst}:"]
+    rows = [["IPU", "needs", "over by"]]
+    for i, (st, over) in enumerate(zip(sf.split.stages, sf.overflow_bytes_per_ipu, strict=True)):
+        rows.append([str(i), _mem(st.memory_bytes, s.capacity_bytes), fmt_bytes(over) if over else "fits"])
+    out: list[Section] = [("text", lines), ("table", _grid(rows, {0, 1, 2}))]
+    lines = []
+    out.append(("text", lines))
+    lines.append(f"what closes the gap (bytes saved on IPU{worst}; each lever alone):")
+    for lv in sf.levers:
+        if not lv.saved_bytes and not lv.closes_gap:
+            continue  # e.g. no optimizer state to offload, nothing stashed twice
+        name, how = LEVER_TEXT[lv.name]
+        if lv.name == "more_ipus":
+            how = (f"popviz plan --ipus {lv.value} REPORT" if lv.value else
+                   "no number of IPUs is enough")
+            name = f"{lv.value} IPUs" if lv.value else name
+        if lv.name == "replicas" and lv.value:
+            name = f"{lv.value} replicas sharing the optimizer state ({lv.value} × {n} IPUs)"
+            how = how.replace("(R)", f"({lv.value})")
+        verdict = "fits" if lv.closes_gap else "not enough"
+        lines.append(f"- {name}: saves {fmt_bytes(lv.saved_bytes)} ({num(lv.saved_bytes)} bytes): {verdict}")
+        if how:
+            lines.append(f"  {how}")
+    return out
+
+
+def markdown(plan: LayerPlan, rerun: str | None = None, plan_path: str | None = None) -> str:
+    out = [f"## popviz plan: {plan.engine}", ""]
+    for kind, lines in _sections(plan, rerun, plan_path):
+        if kind == "text":  # a hard line break keeps the lines apart
+            out += [f"{line}  " if line and not line.startswith(("- ", "  ")) else line for line in lines]
+        else:
+            out += ["```", *lines, "```"]
+    return "\n".join(out) + "\n"
+
+
+def to_json(plan: LayerPlan, rerun: str | None = None, plan_path: str | None = None) -> str:
+    doc: dict[str, Any] = {"format": JSON_FORMAT, "format_version": JSON_VERSION, **plan.to_dict(),
+                           "rerun_command": rerun, "plan_file": plan_path}
+    return json.dumps(doc, indent=2, allow_nan=False)

@@ -1,0 +1,381 @@
+"""`popviz plan` end to end: the real CLI in a subprocess on bundles built by popviz.testing.
+
+The small model (numbers checked by hand): embeddings (pinned first, 100 forward cycles,
+100,000 B of weights), four encoder layers (1,000 cycles, 60,000 B weights, 20,000 B stashed
+per micro-batch, 5,000 B temporaries) and a head (pinned last, 1,500 cycles, 10,000 B). Backward
+costs twice the forward; training, G = 16, two IPUs of 638,976 B (Mk2, one tile each).
+Now: layers_per_ipu [2, 2]: IPU0 = 300 + 3,000 + 3,000 = 6,300 cycles, IPU1 = 3,000 + 3,000 +
+4,500 = 10,500. Best: [3, 1]: IPU0 9,300, IPU1 7,500: throughput 10,500 / 9,300 = +12.9%.
+IPU0 then holds 100,000 + 3 × 60,000 + 3 × 20,000 × 3 (stash depth 2·2 − 1) + 5,000 = 465,000 B.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+
+import pytest
+
+from popviz import testing
+from popviz.sources.bundle import write_bundle
+
+from conftest import assert_one_line_error, run_cli
+
+NAMES = ["embeddings", "encoder.layer.0", "encoder.layer.1", "encoder.layer.2", "encoder.layer.3", "head"]
+
+
+def flat(text: str) -> str:
+    """Text with its line wrapping undone (prose wraps at the terminal width)."""
+    return " ".join(text.split())
+
+
+def small_layers(**kw):
+    return testing.layer_table(
+        [100, 1000, 1000, 1000, 1000, 1500], names=NAMES,
+        roles=["embeddings", "layer", "layer", "layer", "layer", "head"],
+        pins=["first", None, None, None, None, "last"], layers_per_ipu=[2, 2],
+        weight_bytes=[100_000, 60_000, 60_000, 60_000, 60_000, 10_000],
+        activation_bytes=[0, 20_000, 20_000, 20_000, 20_000, 0],
+        temporary_bytes=[0, 5_000, 5_000, 5_000, 5_000, 0], **kw)
+
+
+@pytest.fixture
+def small(tmp_path):
+    path = tmp_path / "small"
+    write_bundle(testing.layered_report(small_layers(), name="train", tiles_per_ipu=1,
+                                        gradient_accumulation=16), path)
+    return path
+
+
+def test_console_current_beside_proposed_with_code(small):
+    proc = run_cli("plan", str(small), env={"COLUMNS": "80"})
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "plan for train (estimated: per-layer costs from the emulator's cost model)" in out
+    assert "memory per IPU 624.0 KiB, budget 90% = 561.6 KiB; training; G = 16" in out
+    rows = [line.split() for line in out.splitlines() if re.match(r"^\s*(◀ )?\d+\s", line)]
+    assert rows[0] == ["0", "2+1", "6,300", "336.9", "KiB", "54%", "3+1", "9,300", "454.1", "KiB", "73%"]
+    assert rows[1] == ["◀", "1", "2+1", "10,500", "170.9", "KiB", "27%", "1+1", "7,500", "92.8", "KiB", "15%"]
+    assert "slowest stage 10,500 → 9,300 cycles per micro-batch; ramp efficiency 88.9% → 88.9%" in flat(out)
+    assert "predicted throughput +12.9% (112,592.6 → 127,120.7 micro-batches/s)" in flat(out)
+    assert "  model.embeddings = poptorch.BeginBlock(model.embeddings, ipu_id=0)" in out
+    assert "  model.encoder.layer[3] = poptorch.BeginBlock(model.encoder.layer[3], ipu_id=1)" in out
+    # IPU0 keeps 465,000 - 5,000 B beside its temporaries: (575,078 - 460,000) / 638,976 = 0.18
+    # of its memory is free, below PopTorch's default 0.6: 0.15; IPU1 keeps 0.6
+    assert '  opts.setAvailableMemoryProportion({"IPU0": 0.15, "IPU1": 0.6})' in out
+    assert "  IPUConfig(layers_per_ipu=[3, 1], ipus_per_replica=2, matmul_proportion=[0.15, 0.6])" in out
+    assert "popviz capture --emulate --split layers_per_ipu=3,1 -o DIR -- python YOUR_SCRIPT.py" in out
+    assert max(len(line) for line in out.splitlines() if not line.startswith("  ")) <= 80
+
+
+def test_json_has_the_exact_figures(small):
+    proc = run_cli("plan", str(small), "--json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["format"] == "popviz-plan-result" and doc["estimated"] is True
+    assert doc["settings"]["budget_bytes"] == 575_078 and doc["settings"]["code_bytes"] == 0
+    assert doc["current"]["layers_per_ipu"] == [2, 2] and doc["current"]["bottleneck_cycles"] == 10_500
+    p = doc["proposed"]
+    assert p["layers_per_ipu"] == [3, 1] and p["entries_per_ipu"] == [4, 2]
+    assert [s["cycles"] for s in p["stages"]] == [9_300, 7_500]
+    assert [s["memory_bytes"] for s in p["stages"]] == [465_000, 95_000]
+    assert [s["stash_depth"] for s in p["stages"]] == [3, 1]
+    assert doc["throughput_change_frac"] == pytest.approx(10_500 / 9_300 - 1)
+    assert doc["placements"][:4] == [{"layer": n, "ipu": 0} for n in NAMES[:4]]
+    assert doc["code"]["split_argument"] == "layers_per_ipu=3,1"
+    assert doc["no_fit"] is None
+
+
+def test_markdown_fences_tables_and_code(small):
+    proc = run_cli("plan", str(small), "--markdown")
+    assert proc.returncode == 0, proc.stderr
+    md = proc.stdout
+    assert md.startswith("## popviz plan: train\n")
+    assert "```\nmodel.embeddings = poptorch.BeginBlock(model.embeddings, ipu_id=0)\n" in md
+    assert "predicted throughput +12.9%" in md
+
+
+def test_a_faster_split_that_overflows_the_headroom_is_not_proposed(small):
+    # headroom 0.7 = 447,283 B: [3, 1] needs 465,000 B on IPU0, so [2, 2] stays
+    proc = run_cli("plan", str(small), "--headroom", "0.7")
+    assert proc.returncode == 0, proc.stderr
+    assert "the current split is already the best that fits: nothing to change" in proc.stdout
+    assert "BeginBlock" not in proc.stdout
+
+
+def test_a_current_split_over_the_headroom_gets_the_split_that_fits_even_if_slower(tmp_path):
+    # now [3, 1] (9,300 cycles) needs 465,000 B on IPU0 > 447,283 B (headroom 0.7): [2, 2] fits
+    path = tmp_path / "over"
+    table = small_layers()
+    moved = tuple(dataclasses.replace(x, ipu=int(i >= 4), stage=int(i >= 4)) for i, x in enumerate(table))
+    write_bundle(testing.layered_report(dataclasses.replace(table, layers=moved), name="train",
+                                        tiles_per_ipu=1, gradient_accumulation=16), path)
+    proc = run_cli("plan", str(path), "--headroom", "0.7", env={"COLUMNS": "200"})
+    assert proc.returncode == 0, proc.stderr
+    out = flat(proc.stdout)
+    assert "already the best" not in out
+    assert "predicted throughput -11.4% (127,120.7 → 112,592.6 micro-batches/s): the cost of fitting" in out
+    assert "the current split does not fit its budget on IPU0; the plan does" in out
+    assert "IPUConfig(layers_per_ipu=[2, 2]" in out
+
+
+def test_max_ipus_reports_each_n(small):
+    proc = run_cli("plan", str(small), "--max-ipus", "3", "--json")
+    doc = json.loads(proc.stdout)
+    assert doc["exact_ipus"] is False
+    # 1 IPU: 300 + 4 x 3,000 + 4,500; 3 IPUs: [emb l0 l1 | l2 l3 | head] = 6,300 / 6,000 / 4,500
+    assert {k: v["bottleneck_cycles"] for k, v in doc["by_ipus"].items()} == {
+        "1": 16_800, "2": 9_300, "3": 6_300}
+    # ramp: G = 16 over S = 1, 3, 5: 16/16, 16/18, 16/20; 3 IPUs still fastest
+    assert doc["by_ipus"]["3"]["ramp_efficiency_frac"] == pytest.approx(0.8)
+    assert doc["proposed"]["layers_per_ipu"] == [2, 2, 0]
+    assert doc["proposed"]["entries_per_ipu"] == [3, 2, 1]
+
+
+def test_no_fit_says_by_how_much_and_what_closes_it(small):
+    # headroom 0.3 = 191,692 B; the split needing least memory is [1, 3]: IPU0 100,000 + 60,000
+    # + 20,000 x 3 + 5,000 = 225,000, IPU1 180,000 + 10,000 + 60,000 + 5,000 = 255,000 B
+    proc = run_cli("plan", str(small), "--headroom", "0.3")
+    assert proc.returncode == 1, proc.stderr
+    out = flat(proc.stdout)
+    assert ("the split needing the least memory (layers_per_ipu [1, 3]) misses by 61.8 KiB "
+            "(63,308 bytes) on IPU1") in out
+    assert "- halve the micro-batch: saves 31.7 KiB (32,500 bytes): not enough" in out
+    # 4 IPUs, [emb | l0 | l1 | l2 l3 head]: the fullest is IPU3 with 175,000 B
+    assert "- 4 IPUs: saves 78.1 KiB (80,000 bytes): fits" in out
+    assert "offload" not in out  # no optimizer state: nothing to offload
+    doc = json.loads(run_cli("plan", str(small), "--headroom", "0.3", "--json").stdout)
+    assert doc["proposed"] is None
+    assert doc["no_fit"]["overflow_bytes_per_ipu"] == [33_308, 63_308]
+    assert doc["no_fit"]["memory_bytes_per_ipu"] == [225_000, 255_000]
+
+
+def test_no_fit_with_optimizer_state_names_offloading_and_replicas(tmp_path):
+    layers = small_layers(optimizer_bytes=[0, 200_000, 200_000, 200_000, 200_000, 0])
+    path = tmp_path / "adam"
+    write_bundle(testing.layered_report(layers, tiles_per_ipu=1, gradient_accumulation=16), path)
+    proc = run_cli("plan", str(path))
+    assert proc.returncode == 1
+    out = flat(proc.stdout)
+    # least memory: [2, 2]: IPU0 100,000 + 2 x 260,000 + 40,000 x 3 + 5,000 = 745,000 B
+    assert "misses by 165.9 KiB (169,922 bytes) on IPU0" in out
+    assert "- offload the optimizer state: saves 390.6 KiB (400,000 bytes): fits" in out
+    assert "- 2 replicas sharing the optimizer state (2 × 2 IPUs): saves 195.3 KiB (200,000 bytes): fits" in out
+
+
+def test_write_plan_file_and_never_overwrite(small, tmp_path):
+    dest = tmp_path / "plan.json"
+    proc = run_cli("plan", str(small), "--write", str(dest))
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(dest.read_text())
+    assert doc == {"format": "popviz-plan", "format_version": 1, "engine": "train", "ipus": 2,
+                   "layers_per_ipu": [3, 1],
+                   "placements": [{"layer": f"encoder.layer.{i}", "ipu": int(i == 3)} for i in range(4)]}
+    assert f"--split {dest}" in proc.stdout
+    before = dest.read_text()
+    again = run_cli("plan", str(small), "--write", str(dest))
+    assert_one_line_error(again, "plan.json exists", "never writes over")
+    from popviz.plan_file import read_plan
+
+    assert read_plan(dest).layers_per_ipu == (3, 1)
+    assert dest.read_text() == before
+
+
+def test_rerun_command_from_the_capture_record(small, tmp_path):
+    record = {"format": "popviz-run", "format_version": 1, "command": ["python", "bert.py", "--x", "a b"],
+              "cwd": str(tmp_path), "status": "succeeded"}
+    (small / "popviz-run.json").write_text(json.dumps(record))
+    proc = run_cli("plan", str(small), cwd=tmp_path)
+    assert ("  popviz capture --emulate --split layers_per_ipu=3,1 -o small-split -- python bert.py "
+            "--x 'a b'") in proc.stdout
+    # run from elsewhere: the command runs in its own directory, with absolute paths
+    dest = tmp_path / "p.json"
+    away = run_cli("plan", str(small), "--write", str(dest), cwd=small)
+    assert (f"  cd {tmp_path} && popviz capture --emulate --split {dest} -o {tmp_path / 'small-split'} "
+            "-- python bert.py --x 'a b'") in away.stdout
+
+
+def test_no_layers_is_one_line_saying_how_to_get_them(tmp_path):
+    write_bundle(testing.pipeline_report([1000, 2000]), tmp_path / "r")
+    assert_one_line_error(run_cli("plan", str(tmp_path / "r")), "no per-layer costs",
+                          "popviz capture --emulate")
+
+
+@pytest.mark.parametrize("args, needles", [
+    (["--headroom", "1.5"], ["--headroom", "at most 1"]),
+    (["--headroom", "x"], ["--headroom", "0.9"]),
+    (["--ipus", "0"], ["--ipus", "at least 1"]),
+    (["--ipus", "9"], ["9 IPUs for 6 layers"]),
+    (["--engine", "nope"], ["no engine 'nope'", "train"]),
+    (["--ipus", "2", "--max-ipus", "3"], ["not allowed with"]),
+])
+def test_bad_inputs_are_one_line(small, args, needles):
+    assert_one_line_error(run_cli("plan", str(small), *args), *needles)
+
+
+def test_missing_report_is_one_line(tmp_path):
+    assert_one_line_error(run_cli("plan", str(tmp_path / "nothing")), "nothing")
+
+
+def test_calibrated_plan_scales_layers_to_the_measured_stages(tmp_path):
+    table = testing.bert_layers(4, hidden=256, seq=64, layers_per_ipu=[2, 2])
+    est = testing.layered_report(table, name="training", gradient_accumulation=16, estimated=True,
+                                 source="emulator")
+    stage_fwd = [sum(x.fwd_cycles for x in table if x.ipu == i) for i in (0, 1)]
+    # the real profile: every stage twice as slow as estimated, same memory
+    real = testing.pipeline_report([2 * c for c in stage_fwd], name="training", gradient_accumulation=16,
+                                   memory_level="ipu",
+                                   memory_frac=[m / est.target.bytes_per_ipu for m in
+                                                est.memory.per_ipu()["total_bytes_including_gaps"]])
+    write_bundle(est, tmp_path / "est")
+    write_bundle(real, tmp_path / "real")
+    plain = json.loads(run_cli("plan", str(tmp_path / "est"), "--json").stdout)
+    proc = run_cli("plan", str(tmp_path / "real"), "--calibrate", str(tmp_path / "est"), "--json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["layer_source"] == "calibrated"
+    assert any(n.startswith("calibrated: measured per-stage figures spread by the emulator's per-layer "
+                            "proportions") for n in doc["notes"])
+    assert doc["current"]["bottleneck_cycles"] == 2 * plain["current"]["bottleneck_cycles"]
+    assert doc["proposed"]["layers_per_ipu"] == plain["proposed"]["layers_per_ipu"]
+    assert [s["memory_bytes"] for s in doc["current"]["stages"]] == \
+        [s["memory_bytes"] for s in plain["current"]["stages"]]
+    text = run_cli("plan", str(tmp_path / "real"), "--calibrate", str(tmp_path / "est")).stdout
+    assert "(calibrated: measured per-stage figures spread by the emulator's per-layer proportions)" in flat(text)
+    # a report that already has layers is refused
+    assert_one_line_error(run_cli("plan", str(tmp_path / "est"), "--calibrate", str(tmp_path / "est")),
+                          "already has per-layer costs")
+
+
+def test_findings_name_the_plans_gain(small):
+    from popviz.analysis import analyse
+    from popviz.sources.discover import load
+
+    result = analyse(load(small))
+    engine = result.engines[0]
+    pipe = next(f for f in engine.findings if f.code == "PIPE001")
+    assert pipe.recommendation.endswith(
+        "`popviz plan` finds a split with +13% throughput that fits: layers_per_ipu=[3, 1].")
+    action = next(a for a in engine.plan.actions if a.code == "PIPE001")
+    assert action.hint["layers_per_ipu"] == [3, 1]
+    assert action.hint["throughput_gain_frac"] == pytest.approx(10_500 / 9_300 - 1)
+    assert "popviz plan` finds a split with +13% throughput" in action.gain_text
+
+
+def test_pins_that_leave_too_few_stages_are_a_usage_error():
+    from popviz.analysis.layer_plan import make_plan
+    from popviz.errors import UsageError
+
+    t = testing.layer_table([1, 2, 3, 4], pins=["first", "first", "last", "last"], layers_per_ipu=[2, 2])
+    r = testing.layered_report(t, tiles_per_ipu=1, gradient_accumulation=16)
+    with pytest.raises(UsageError, match=r"3 IPUs: the pinned layers .* at most 2 stages"):
+        make_plan(r, ipus=3)
+    assert list(make_plan(r, max_ipus=3).by_ipus) == [1, 2, 3]
+
+
+def test_cnn_plan_rebalances_a_front_heavy_split():
+    """ResNet-like (testing.cnn_layers): blocks of 8.1-10.8 M cycles (forward + backward)."""
+    from popviz.analysis.layer_plan import make_plan
+
+    table = testing.cnn_layers(layers_per_ipu=[4, 2, 1, 1])
+    plan = make_plan(testing.layered_report(table, gradient_accumulation=16))
+    assert plan.current is not None and plan.proposed is not None
+    # IPU0 now: stem 1,382,976 + 10,838,016 x 3 + 8,128,512
+    assert plan.current.bottleneck_cycles == 42_025_536
+    assert plan.proposed.layers_per_ipu == [2, 2, 2, 2]
+    assert [s.cycles for s in plan.proposed.stages] == [23_059_008, 18_966_528, 18_966_528, 18_990_528]
+    assert plan.throughput_change_frac == pytest.approx(42_025_536 / 23_059_008 - 1)
+
+
+def test_a_tied_projection_follows_the_embeddings():
+    from popviz.analysis.layer_plan import make_plan
+    from popviz.model import Layer, LayerTable
+
+    base = small_layers()
+    decoder = Layer("decoder", role="head", stage=0, ipu=0, fwd_cycles=400, bwd_cycles=800,
+                    activation_bytes=1_000, tied_to="embeddings")
+    table = LayerTable(layers=(*base.layers, decoder), source="emulator")
+    plan = make_plan(testing.layered_report(table, tiles_per_ipu=1, gradient_accumulation=16))
+    # the decoder's 1,200 cycles count on IPU0: 7,500 / 10,500 now; [3, 1] would give 10,500 /
+    # 7,500, no faster, and holds more on IPU0: the current split stays
+    assert plan.layer_names == NAMES
+    assert [s.cycles for s in plan.current.stages] == [7_500, 10_500]
+    assert plan.proposed.layers_per_ipu == [2, 2] and not plan.improves
+    assert plan.placements()[-1] == ("decoder", 0)
+    assert plan.plan_file().placements == (("encoder.layer.0", 0), ("encoder.layer.1", 0),
+                                           ("encoder.layer.2", 1), ("encoder.layer.3", 1))
+
+
+def test_hostile_layer_names_are_data(tmp_path):
+    names = ["emb\x1b[2J", "blocks.0", 'odd-name."x', "blocks.2"]
+    t = testing.layer_table([10, 100, 100, 100], names=names, layers_per_ipu=[3, 1])
+    path = tmp_path / "h"
+    write_bundle(testing.layered_report(t, tiles_per_ipu=1, gradient_accumulation=16), path)
+    proc = run_cli("plan", str(path))
+    assert proc.returncode == 0, proc.stderr
+    assert "\x1b" not in proc.stdout
+    assert "  model.get_submodule(\"odd-name.\\\"x\") = poptorch.BeginBlock(" in proc.stdout
+
+
+def test_calibrating_a_report_without_measured_stages_is_one_line(tmp_path):
+    est = testing.layered_report(small_layers(), tiles_per_ipu=1, gradient_accumulation=16)
+    write_bundle(est, tmp_path / "est")
+    write_bundle(testing.pipeline_report([100, 200], execution=False), tmp_path / "real")
+    assert_one_line_error(run_cli("plan", str(tmp_path / "real"), "--calibrate", str(tmp_path / "est")),
+                          "no measured cycles per stage")
+
+
+def test_several_engines_need_engine(tmp_path):
+    root = tmp_path / "run"
+    write_bundle(testing.layered_report(small_layers(), name="training", tiles_per_ipu=1,
+                                        gradient_accumulation=16), root / "training")
+    inference = small_layers(backward_factor=0.0)
+    write_bundle(testing.layered_report(inference, name="inference", mode="inference", tiles_per_ipu=1,
+                                        device_iterations=8), root / "inference")
+    assert_one_line_error(run_cli("plan", str(root)), "several engines", "--engine")
+    proc = run_cli("plan", str(root), "--engine", "inference", "--json")
+    doc = json.loads(proc.stdout)
+    # inference: forward only, one micro-batch in flight; D = 8 over S = N = 2: ramp 8/9
+    assert doc["engine"] == "inference" and doc["settings"]["training"] is False
+    assert doc["current"]["bottleneck_cycles"] == 3_500 and doc["proposed"]["bottleneck_cycles"] == 3_100
+    assert [s["stash_depth"] for s in doc["proposed"]["stages"]] == [1, 1]
+    assert doc["proposed"]["ramp_efficiency_frac"] == pytest.approx(8 / 9)
+
+
+def test_a_pipeline_deeper_than_g_is_not_proposed():
+    from popviz.analysis.layer_plan import make_plan
+
+    # G = 2: N = 2 means S = 3 pipeline stages, N = 3 S = 5; PopART rejects G < S, so 1 IPU wins
+    plan = make_plan(testing.layered_report(small_layers(), tiles_per_ipu=1, gradient_accumulation=2),
+                     max_ipus=3)
+    assert [v.fills_pipeline for v in plan.by_ipus.values()] == [True, False, False]
+    assert len(plan.proposed.stages) == 1 and plan.proposed.bottleneck_cycles == 16_800
+    # on exactly 2 IPUs it is still the answer, with a note saying G must grow
+    exact = make_plan(testing.layered_report(small_layers(), tiles_per_ipu=1, gradient_accumulation=2))
+    assert exact.proposed.layers_per_ipu == [3, 1]
+    assert "G = 2 is below the proposed pipeline's S = 3 stages: PopART rejects that; raise G to 3 " \
+           "or more" in exact.notes
+
+
+def test_memory_findings_name_a_split_that_fits():
+    from popviz.analysis import analyse
+    from popviz.model import ReportSet
+
+    # activations 60,000 B: now IPU0 = 100,000 + 120,000 + 120,000 x 3 + 5,000 = 585,000 B, 92% of
+    # 638,976 and over the 90% budget; [1, 3] fits (345,000 / 375,000) at 13,500 cycles instead
+    # of 10,500: -22%
+    t = testing.layer_table(
+        [100, 1000, 1000, 1000, 1000, 1500], names=NAMES,
+        roles=["embeddings", "layer", "layer", "layer", "layer", "head"],
+        pins=["first", None, None, None, None, "last"], layers_per_ipu=[2, 2],
+        weight_bytes=[100_000, 60_000, 60_000, 60_000, 60_000, 10_000],
+        activation_bytes=[0, 60_000, 60_000, 60_000, 60_000, 0],
+        temporary_bytes=[0, 5_000, 5_000, 5_000, 5_000, 0])
+    engine = analyse(ReportSet([testing.layered_report(t, tiles_per_ipu=1, gradient_accumulation=16)])).engines[0]
+    text = ("`popviz plan` finds a split within 90% of each IPU's memory (the current one is not), at "
+            "-22% throughput: layers_per_ipu=[1, 3].")
+    mem = next(f for f in engine.findings if f.code == "MEM003")
+    assert mem.recommendation.endswith(text)
+    action = next(a for a in engine.plan.actions if a.code == "MEM003")
+    assert action.hint["current_fits"] is False and action.hint["layers_per_ipu"] == [1, 3]
