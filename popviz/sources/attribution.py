@@ -44,12 +44,12 @@ def with_layers(report: Report, operations: list[Operation],
     micro-batch)."""
     if report.layers is not None or not operations or report.execution is None:
         return report
-    from popviz.analysis._common import call_runs, run_cycles
+    from popviz.analysis.aggregate import cycle_totals
 
     cfg = report.cfg
     d, g = cfg.device_iterations, cfg.gradient_accumulation
     per_call = (d * g if cfg.mode == "training" and d and g else d if cfg.mode == "inference" else None)
-    runs = call_runs(run_cycles(report.execution))
+    runs = cycle_totals(report.execution).calls()
     if not per_call or not runs:
         return report
     micro_batches = per_call * len(runs)

@@ -71,13 +71,14 @@ def _ipu_list(ipus: list[int]) -> str:
 
 
 def _from_execution(report: Report, fields: dict[str, Any], why: dict[str, str]) -> None:
-    from popviz.analysis._common import call_runs, run_cycles
+    from popviz.analysis.aggregate import cycle_totals
 
-    agg = run_cycles(report.execution)
-    runs = call_runs(agg)
+    totals = cycle_totals(report.execution)
+    runs = totals.calls()
     if not runs:
         return
-    compute = agg[agg["run"].isin(runs) & (agg["program_type"] == "OnTileExecute")]
+    agg = totals.by_ipu_type(runs)
+    compute = agg[agg["program_type"] == "OnTileExecute"]
     per_ipu = compute.groupby("ipu")["cycles"].sum()
     ipus = sorted(int(i) for i, c in per_ipu.items() if c > 0)
     if not ipus:
