@@ -37,6 +37,9 @@ EXECUTION_STRATEGIES = (
     "ParallelPhasedExecution",
 )
 MODES = ("training", "inference")
+INFERABLE_FIELDS = ("mode", "execution_strategy", "stages", "gradient_accumulation",
+                    "device_iterations", "replication_factor")
+"""ModelConfig fields popviz can infer from a profile alone (``popviz.sources.infer``)."""
 
 PROGRAM_TYPES = (
     "OnTileExecute",
@@ -360,6 +363,10 @@ class ModelConfig:
     """Per IPU, as given to ``setAvailableMemoryProportion``."""
     options: Mapping[str, Any] = field(default_factory=dict)
     """Every other recorded option, JSON-compatible."""
+    inferred: Mapping[str, str] = field(default_factory=dict)
+    """Fields not recorded but inferred from the profile alone (a raw autoReport directory read
+    without a capture manifest), each with the one-line assumption behind it, e.g.
+    ``{"stages": "stages inferred: one per computing IPU (IPU0-IPU3)"}``. Empty when recorded."""
 
     def __post_init__(self) -> None:
         if self.mode is not None and self.mode not in MODES:
@@ -383,6 +390,14 @@ class ModelConfig:
         except (TypeError, ValueError) as exc:
             raise ModelError(f"config.options must be JSON-compatible: {exc}") from None
         object.__setattr__(self, "options", options)
+        unknown = [k for k in self.inferred if k not in INFERABLE_FIELDS]
+        if unknown:
+            raise ModelError(f"config.inferred names unknown field(s) {', '.join(map(repr, unknown))}")
+        object.__setattr__(self, "inferred", {str(k): str(v) for k, v in dict(self.inferred).items()})
+
+    def is_inferred(self, name: str) -> bool:
+        """Whether field ``name`` was inferred from the profile rather than recorded."""
+        return name in self.inferred
 
     @property
     def effective_output_mode(self) -> str | None:

@@ -300,11 +300,13 @@ def test_overflowing_tile_is_an_error_naming_the_ipu():
     out = memory.analyse(r)
     ipu2 = out.metrics["ipus"][2]
     assert ipu2["tiles_overflowing"] == 3
+    assert ipu2["overflowing_tiles"] == [0, 490, 981]
     assert ipu2["overflow_bytes"] == 3 * (670_925 - TILE)
     assert ipu2["max_tile_pct"] == 100 * 670_925 / TILE
     f = only(out, "MEM001")
     assert f.severity == "error" and f.title == "IPU2 is out of memory: 3 tiles overflow"
-    assert f.evidence.startswith("3 of 1,472 tiles on IPU2 exceed their 624.0 KiB, by 95,847 B (93.6 KiB) "
+    assert f.evidence.startswith("3 of 1,472 tiles on IPU2 (tiles 0, 490, 981) exceed their 624.0 KiB, "
+                                 "by 95,847 B (93.6 KiB) "
                                  "in total; fullest tile 0 holds 670,925 B (655.2 KiB), 105.0% of its "
                                  "capacity; IPU2 is 60.1% full overall")
     assert codes(out, "error") == ["MEM001"]

@@ -38,8 +38,12 @@ def empty_metrics() -> dict[str, Any]:
         "input_bytes_per_call": None, "alternatives": None,
         "stream_copy_frac": None, "host_wait_frac": None, "transfer_frac": None, "stream_copy_ipu": None,
         "ipus": [], "call_device_seconds": None, "recommended_device_iterations": None,
-        "anchored_tensors": None,
+        "anchored_tensors": None, "inferred": [],
     }
+
+
+INFERRED_KEYS = ("mode", "device_iterations", "gradient_accumulation", "replication_factor")
+"""Configuration fields these metrics rest on that may have been inferred from the profile."""
 
 
 def outputs_per_call(mode: str, d: int, g: int, r: int, period: int | None = None) -> int:
@@ -89,6 +93,7 @@ def _outputs(report: Report, o: Collector) -> str | None:
                "by running under `popviz capture` or `popviz emulate`")
         return None
     cfg = report.cfg
+    m["inferred"] = [k for k in INFERRED_KEYS if cfg.is_inferred(k)]
     mode = cfg.effective_output_mode
     training = cfg.mode == "training"
     d = cfg.device_iterations
@@ -96,6 +101,10 @@ def _outputs(report: Report, o: Collector) -> str | None:
     r = cfg.replication_factor or (report.target.num_replicas if report.target else None)
     m.update(output_mode=mode, output_mode_set=cfg.output_mode, output_return_period=cfg.output_return_period,
              device_iterations=d, gradient_accumulation=g, replication_factor=r)
+    if mode is None and cfg.inferred:
+        o.skip("output mode", "no configuration recorded, and a profile does not show the output "
+               "mode (what each call returns); record it with `popviz capture -- python train.py`")
+        return None
     if mode is None:
         o.skip("output mode", "output mode not recorded" if cfg.output_mode is None else
                "output mode Default with unknown training/inference mode")
@@ -329,7 +338,8 @@ def _device_iterations(report: Report, o: Collector, seconds: float) -> None:
     measured = (f"; measured wall time per call {_ms(wall.mean)}"
                 if wall is not None and wall.count and not report.provenance.estimated else "")
     evidence = (f"one call keeps the IPUs busy for {_ms(seconds)}"
-                + (f" with D = {d}" if d else "")
+                + (f" with D = {d}" + (" (inferred)" if report.cfg.is_inferred("device_iterations") else "")
+                   if d else "")
                 + f", under {_ms(CALL_DEVICE_SECONDS_MIN)}: the fixed host cost of every call "
                 f"(Python, PopTorch, host sync) weighs heavily{measured}")
     if d is not None:

@@ -24,6 +24,8 @@ from popviz.analysis.thresholds import (
 from popviz.model import CATEGORY_PREFIX, CATEGORY_SUFFIX, Report
 
 NAME = "memory"
+OVERFLOWING_TILES_NAMED = 8
+"""Overflowing tiles named per IPU (in ``overflowing_tiles`` and MEM001); the rest are counted."""
 TILE_CHECK = "fullest tile, tiles above 90%, overflowing tiles"
 
 
@@ -84,7 +86,10 @@ def _per_ipu(report: Report) -> list[dict[str, Any]]:
         inc = f["total_bytes_including_gaps"]
         by_ipu = f["ipu"]
         over = (inc > TILE_FULL_FRAC * t.bytes_per_tile).groupby(by_ipu).sum()
-        oom = ((f["overflow_bytes"] > 0) | (inc > t.bytes_per_tile)).groupby(by_ipu).sum()
+        oom_mask = (f["overflow_bytes"] > 0) | (inc > t.bytes_per_tile)
+        oom = oom_mask.groupby(by_ipu).sum()
+        named = (f.loc[oom_mask, ["ipu", "tile"]].groupby("ipu")["tile"]
+                 .apply(lambda tiles: [int(x) for x in tiles.iloc[:OVERFLOWING_TILES_NAMED]]))
         counts = by_ipu.value_counts()
         top = f.loc[inc.groupby(by_ipu).idxmax(), ["ipu", "tile", "total_bytes_including_gaps"]]
         tile_stats = {int(r.ipu): (int(r.tile), int(r.total_bytes_including_gaps), int(over[r.ipu]),
@@ -100,6 +105,7 @@ def _per_ipu(report: Report) -> list[dict[str, Any]]:
             "used_pct": 100 * used / t.bytes_per_ipu if t else None,
             "max_tile": None, "max_tile_bytes": None, "max_tile_pct": None,
             "tiles": None, "tiles_over_90pct": None, "tiles_overflowing": None,
+            "overflowing_tiles": None,
             "overflow_bytes": int(r["overflow_bytes"]),
             "always_live_bytes": int(r["always_live_bytes"]),
             "not_always_live_bytes": int(r["not_always_live_bytes"]),
@@ -109,9 +115,18 @@ def _per_ipu(report: Report) -> list[dict[str, Any]]:
             tile, tile_bytes, n_over, n_oom, n_tiles = tile_stats[int(ipu)]
             row.update(max_tile=tile, max_tile_bytes=tile_bytes,
                        max_tile_pct=100 * tile_bytes / t.bytes_per_tile, tiles=n_tiles,
-                       tiles_over_90pct=n_over, tiles_overflowing=n_oom)
+                       tiles_over_90pct=n_over, tiles_overflowing=n_oom,
+                       overflowing_tiles=named.get(int(ipu), []))
         rows.append(row)
     return rows
+
+
+def _tile_names(row: dict[str, Any]) -> str:
+    """``tile 3`` / ``tiles 1, 3`` / ``tiles 1, 3, ... (+N more)``: the overflowing tiles."""
+    tiles = row["overflowing_tiles"] or []
+    more = row["tiles_overflowing"] - len(tiles)
+    return (f"tile{'s' if row['tiles_overflowing'] > 1 else ''} {', '.join(map(str, tiles))}"
+            + (f" and {more:,} more" if more > 0 else ""))
 
 
 def _shares(row: dict[str, Any]) -> tuple[float | None, float | None, str | None, float | None]:
@@ -232,7 +247,8 @@ def _ipu_findings(report: Report, o: Collector, row: dict[str, Any], rows: list[
     if mem_level == "tile" and t is not None:
         if row["tiles_overflowing"]:
             o.find("MEM001", "error", f"IPU{k} is out of memory: {row['tiles_overflowing']:,} tiles overflow",
-                   f"{row['tiles_overflowing']:,} of {row['tiles']:,} tiles on IPU{k} exceed their "
+                   f"{row['tiles_overflowing']:,} of {row['tiles']:,} tiles on IPU{k} "
+                   f"({_tile_names(row)}) exceed their "
                    f"{_kib(t.bytes_per_tile)}, by {nbytes(row['overflow_bytes'])} in total; "
                    f"fullest tile {row['max_tile']} holds {nbytes(row['max_tile_bytes'])}, "
                    f"{pct(row['max_tile_pct'] / 100)} of its capacity; {used}; {liveness}{cat}",

@@ -28,6 +28,9 @@ NAME = "pipeline"
 COUNTED_TYPES = ("OnTileExecute", "DoExchange")
 """Program types counted as a stage's work."""
 PHASED = ("SerialPhasedExecution", "ParallelPhasedExecution")
+INFERRED_KEYS = ("mode", "execution_strategy", "stages", "gradient_accumulation", "device_iterations")
+"""Configuration fields these metrics rest on that may have been inferred from the profile."""
+CAPTURE_HINT = "record it with `popviz capture -- python train.py`"
 
 
 def empty_metrics(cfg: ModelConfig) -> dict[str, Any]:
@@ -53,6 +56,7 @@ def empty_metrics(cfg: ModelConfig) -> dict[str, Any]:
         "pipelining_speedup_ratio": None,
         "cycle_shares": None,
         "rebalance_to_ipu": None,
+        "inferred": [k for k in INFERRED_KEYS if cfg.is_inferred(k)],
     }
 
 
@@ -102,6 +106,10 @@ def analyse(report: Report) -> AnalysisOutput:
                    "no configuration recorded (execution strategy, stages, batching); record it by "
                    "running under `popviz capture` or `popviz emulate`")
         return o.out
+    if cfg.inferred and not cfg.stages:
+        o.skip("stage balance, ramp efficiency", "no configuration recorded, and the profile has no "
+               f"execution to infer the stages from (out-of-memory compile?); {CAPTURE_HINT}")
+        return o.out
     strategy = cfg.execution_strategy
     if strategy in PHASED:
         o.skip("stage balance, ramp efficiency", f"{strategy} is not analysed by popviz yet "
@@ -145,7 +153,12 @@ def _ramp(report: Report, o: Collector) -> None:
     g = cfg.gradient_accumulation if training else cfg.device_iterations
     what = "gradient accumulation" if training else "device iterations"
     if g is None:
-        o.skip("ramp efficiency", f"{what} not recorded")
+        if cfg.is_inferred("mode") and training:
+            o.skip("D vs G split", "the micro-batches per call are not split into device iterations "
+                   "and gradient accumulation: the profile names no weight-update program, so "
+                   f"neither can be inferred; {CAPTURE_HINT}")
+        o.skip("ramp efficiency", f"{what} not recorded"
+               + (" nor inferable from the profile" if cfg.inferred else ""))
         return
     count_eff = ramp_efficiency(g, s)
     shares = m["cycle_shares"]
@@ -275,12 +288,14 @@ def _stage_cycles(report: Report, o: Collector, pipelined: bool) -> None:
         unit = "cycles per micro-batch" if mb else "cycles in the profile"
         values = per_mb if mb else totals
         shed = values[b] - sum(values) / len(values)
+        guess = (f"; {cfg.inferred['stages']}, as no capture manifest records them"
+                 if cfg.is_inferred("stages") else "")
         o.find("PIPE001", "warning",
                f"Unbalanced pipeline: stage {st.index} (IPU{st.ipu}) is the bottleneck",
-               f"stage {st.index} ({_blocks(st)}) takes {num(round(values[b]))} {unit}{tie_text}, "
+               f"stage {st.index}{f' ({_blocks(st)})' if st.blocks else ''} takes {num(round(values[b]))} {unit}{tie_text}, "
                f"{ratio:.2f}× the mean over {len(stages)} stages ({num(round(sum(values) / len(values)))});"
                f" the other IPUs idle {pct(sum(others) / len(others))} of each pipeline cycle "
-               f"(counted: {' + '.join(COUNTED_TYPES)})",
+               f"(counted: {' + '.join(COUNTED_TYPES)}){guess}",
                f"Move about {num(round(shed))} {unit} ({pct(shed / values[b], 0)} of its work) out of "
                f"stage {st.index} {where} (optimum-graphcore: layers_per_ipu). Balanced stages would raise "
                f"throughput by up to {pct(ratio - 1, 0)}.")

@@ -2,9 +2,17 @@
 
 Everything the emulator's estimates depend on lives here, so one file answers "where does this
 number come from?". ``docs/emulator.md`` explains how the cost model combines them. Hardware
-facts come from Graphcore's public specifications (the IPU-M2000 / Bow-2000 datasheets and the
-IPU Programmer's Guide); the modelling constants are engineering assumptions, marked as such, with
-the error we expect from them.
+facts come from Graphcore's public specifications; the modelling constants are engineering
+assumptions, marked as such, with the error we expect from them. Sources a reader can open:
+
+* IPU Programmer's Guide, IPU hardware overview (tiles, In-Processor Memory, exchange):
+  https://docs.graphcore.ai/projects/ipu-programmers-guide/en/latest/about_ipu.html
+* IPU-M2000 datasheet (Mk2 GC200: tiles, memory, FP16/FP32 TFLOPS):
+  https://docs.graphcore.ai/projects/graphcore-ipu-m2000-datasheet/en/1.0.0/
+* Bow-2000 datasheet (Bow IPU: clock, TFLOPS, memory bandwidth):
+  https://docs.graphcore.ai/projects/bow-2000-datasheet/en/latest/
+* PopTorch user guide (available memory proportion default, options):
+  https://docs.graphcore.ai/projects/poptorch-user-guide/en/latest/
 
 The architecture is Mk2 unless ``POPVIZ_EMULATOR_ARCH`` (``Mk1``, ``Mk2``, ``Bow``) or the
 script's ``Options.useOfflineIpuTarget(1 | 2 | 21)`` says otherwise. Host-link figures are

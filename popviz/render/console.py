@@ -57,6 +57,8 @@ def _engine(console, engine: EngineResult) -> None:
     for line in text.stage_lines(r):
         head.add_row("", Text(line))
     head.add_row("batching", Text(text.batching_line(r)))
+    for k, line in enumerate(text.inferred_lines(r)):
+        head.add_row("assumed" if k == 0 else "", Text(line))
     for part, desc in text.data_line(r):
         head.add_row(part, Text(desc) if desc != "missing" else "[dim]missing[/]")
     if r.path:

@@ -125,7 +125,9 @@ def _engine(engine: EngineResult, figures: bool | tuple[str, ...]) -> list[str]:
     out = [f'<section class="engine" id="engine-{_e(r.label)}"><h2>{_e(r.label)}{est}</h2>', '<dl class="config">']
     rows = [("figures", text.provenance_line(r)), ("target", text.target_line(r)),
             ("strategy", text.strategy_line(r)), *(("", line) for line in text.stage_lines(r)),
-            ("batching", text.batching_line(r)), *text.data_line(r)]
+            ("batching", text.batching_line(r)),
+            *(("assumed" if k == 0 else "", line) for k, line in enumerate(text.inferred_lines(r))),
+            *text.data_line(r)]
     out += [f"<dt>{_e(k)}</dt><dd>{_e(v)}</dd>" for k, v in rows]
     out.append("</dl>")
     for name, o in engine.outputs.items():

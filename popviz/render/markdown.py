@@ -34,6 +34,7 @@ def _engine(engine: EngineResult) -> list[str]:
             f"- **Strategy:** {text.strategy_line(r)}"]
     out += [f"  - {line}" for line in text.stage_lines(r)]
     out += [f"- **Batching:** {text.batching_line(r)}"]
+    out += [f"- **Assumed:** {line}" for line in text.inferred_lines(r)]
     out += ["- **Data:** " + "; ".join(f"{p}: {d}" for p, d in text.data_line(r)), ""]
     for name, o in engine.outputs.items():
         has_table = o.table is not None and len(o.table)

@@ -149,9 +149,21 @@ def strategy_line(report: Report) -> str:
     c = report.config
     if c is None or c.is_empty():
         return "unknown (no configuration recorded; capture with popviz capture to record it)"
+    if c.inferred and not c.stages:
+        return ("unknown (no configuration recorded, and no execution in the profile to infer it "
+                "from; capture with popviz capture to record it)")
     mode = f"{c.mode}, " if c.mode else ""
     strategy = c.execution_strategy or ("single IPU" if len(c.stage_ipus) <= 1 else "no strategy")
-    return f"{mode}{strategy}, {c.num_stages} stage{'s' if c.num_stages != 1 else ''}"
+    line = f"{mode}{strategy}, {c.num_stages} stage{'s' if c.num_stages != 1 else ''}"
+    guessed = [k for k in ("mode", "execution_strategy", "stages") if c.is_inferred(k)]
+    return line + (" (inferred from the profile)" if guessed else "")
+
+
+def inferred_lines(report: Report) -> list[str]:
+    """One line per assumption behind a configuration inferred from the profile alone (empty
+    when the configuration was recorded)."""
+    c = report.config
+    return list(c.inferred.values()) if c is not None else []
 
 
 def stage_lines(report: Report) -> list[str]:
@@ -167,17 +179,17 @@ def batching_line(report: Report) -> str:
     if c is None or c.is_empty():
         return "unknown"
 
-    def v(x: object) -> str:
-        return "?" if x is None else str(x)
+    def v(x: object, name: str = "") -> str:
+        return "?" if x is None else str(x) + (" (inferred)" if c.is_inferred(name) else "")
 
     mode = c.output_mode or "?"
     if c.output_mode == "Default" and c.effective_output_mode:
         mode = f"Default (= {c.effective_output_mode})"
     if c.output_mode == "EveryN":
         mode += f"({v(c.output_return_period)})"
-    parts = [f"device iterations {v(c.device_iterations)}",
-             f"gradient accumulation {v(c.gradient_accumulation)}",
-             f"replication {v(c.replication_factor)}", f"output mode {mode}"]
+    parts = [f"device iterations {v(c.device_iterations, 'device_iterations')}",
+             f"gradient accumulation {v(c.gradient_accumulation, 'gradient_accumulation')}",
+             f"replication {v(c.replication_factor, 'replication_factor')}", f"output mode {mode}"]
     if c.optimizer_state_on_chip is not None:
         parts.append("optimizer state " + ("on chip" if c.optimizer_state_on_chip else "off chip"))
     return " · ".join(parts)
@@ -219,7 +231,10 @@ def data_line(report: Report) -> list[tuple[str, str]]:
         out.append(("host I/O", desc))
     else:
         out.append(("host I/O", "missing"))
-    out.append(("config", "recorded" if report.has("config") else "missing"))
+    config = "recorded" if report.has("config") else "missing"
+    if report.has("config") and report.cfg.inferred:
+        config = "inferred from the profile (no popviz-model.json: run under popviz capture to record it)"
+    out.append(("config", config))
     return out
 
 

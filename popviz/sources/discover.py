@@ -24,7 +24,7 @@ from pathlib import Path
 
 from popviz.errors import ReportNotFoundError, shown
 from popviz.model import Report, ReportSet
-from popviz.sources import bundle, manifest, pva
+from popviz.sources import attribution, bundle, infer, manifest, pva
 from popviz.sources.runrecord import RUN_FILE, manifest_warning, run_warnings
 from popviz.sources.validate import check_report
 
@@ -108,7 +108,8 @@ def find_engines(root: str | Path) -> list[EngineDir]:
 
 def read_engine(engine: EngineDir) -> Report:
     """Read one engine directory with the source its files call for, merging in the capture
-    hooks' ``popviz-model.json`` when it is there."""
+    hooks' ``popviz-model.json`` when it is there; a profile without one gets the configuration
+    its execution shows, labelled inferred (:mod:`popviz.sources.infer`)."""
     if engine.kind == "manifest":
         report = manifest.manifest_report(manifest.read_manifest(engine.path))
         if engine.name:
@@ -121,6 +122,9 @@ def read_engine(engine: EngineDir) -> Report:
         if (engine.path / manifest.MODEL_FILE).is_file():
             report = manifest.merge_into(report, manifest.read_manifest(engine.path))
     check_report(report, engine.path, _files(engine))
+    report = infer.infer_config(report)  # a profile without popviz-model.json: labelled inferred
+    if engine.kind == "pva":  # per-layer costs where PopTorch's debug contexts name the layers
+        report = attribution.with_layers(report, *pva.read_operations(engine.path / pva.PROFILE_FILE))
     return report.replace(instance=engine.instance, path=str(engine.path))
 
 

@@ -1,8 +1,10 @@
 """Read a real Poplar ``profile.pop`` through libpva (the ``pva`` module of the Poplar SDK).
 
 This is the only module that imports ``pva``. It uses only the libpva names that public code
-calls (see ``docs/sources.md``). What libpva cannot tell (PopTorch options, stages, host
-tensors) comes from the capture manifest, merged by :mod:`popviz.sources.discover`.
+calls (``docs/sources.md`` lists them and what happens without each; libpva's own reference is
+the PopVision Analysis Python API, https://docs.graphcore.ai/projects/libpva/en/latest/api-python.html). What libpva cannot tell (PopTorch options, stages, host
+tensors) comes from the capture manifest, merged by :mod:`popviz.sources.discover`; without one,
+:mod:`popviz.sources.infer` infers what the execution shows, labelled as inferred.
 """
 
 from __future__ import annotations
@@ -59,64 +61,97 @@ def _target(pva_report: Any) -> Target:
     )
 
 
-def _categories(memory: Any) -> dict[str, int]:
-    """Every memory category libpva exposes on this tile (the set varies by SDK)."""
+def _category_names(memory: Any) -> list[str]:
+    """The memory categories libpva exposes (the set varies by SDK; read from one tile)."""
     cats = memory.category
-    out = {}
+    names = []
     for name in dir(cats):
         if name.startswith("_"):
             continue
-        value = getattr(cats, name, None)
-        total = getattr(value, "total", None)
+        total = getattr(getattr(cats, name, None), "total", None)
         if isinstance(total, (int, float)):
-            out[name] = int(total)
-    return out
+            names.append(name)
+    return sorted(names)
 
 
-def _tiles(pva_report: Any):
-    """(ipu, tile-on-ipu, tile) from ``compilation.ipus[k].tiles`` or, on SDKs without it, from
-    ``compilation.tiles`` split by ``target.tilesPerIpu``."""
+def _tile_lists(pva_report: Any) -> list[tuple[int, Any]]:
+    """(first tile's IPU, tiles) from ``compilation.ipus[k].tiles`` or, on SDKs without it,
+    ``compilation.tiles`` (split into IPUs by ``target.tilesPerIpu`` afterwards)."""
     compilation = pva_report.compilation
     ipus = getattr(compilation, "ipus", None)
     if ipus is not None:
-        for ipu_index, ipu in enumerate(ipus):
-            for tile_index, tile in enumerate(ipu.tiles):
-                yield ipu_index, tile_index, tile
-        return
-    per_ipu = int(compilation.target.tilesPerIpu)
-    for i, tile in enumerate(compilation.tiles):
-        yield i // per_ipu, i % per_ipu, tile
+        return [(k, ipu.tiles) for k, ipu in enumerate(ipus)]
+    return [(0, compilation.tiles)]
+
+
+TILE_FIELDS = ("total.includingGaps", "total.excludingGaps", "alwaysLiveBytes",
+               "notAlwaysLiveBytes", "overflowed.includingGaps")
+MEMORY_FIELDS = ("total_bytes_including_gaps", "total_bytes_excluding_gaps", "always_live_bytes",
+                 "not_always_live_bytes", "overflow_bytes")
+PROGRESS_EVERY = 8192
+"""Tiles or steps read between two progress updates (``popviz.ui.progress``)."""
 
 
 def _memory(pva_report: Any) -> MemoryTable:
+    """One row per tile. libpva gives no per-IPU memory arrays, so each tile is read once: its
+    five totals with one ``attrgetter`` and its categories by the names found on the first
+    tile, into compact int64 buffers (no per-tile dicts)."""
+    from array import array
+    from operator import attrgetter
+
+    import numpy as np
     import pandas as pd
 
-    rows: dict[str, list[int]] = {k: [] for k in (
-        "ipu", "tile", "total_bytes_including_gaps", "total_bytes_excluding_gaps",
-        "always_live_bytes", "not_always_live_bytes", "overflow_bytes")}
-    cat_rows: list[dict[str, int]] = []
-    for ipu_index, tile_index, tile in _tiles(pva_report):
-            m = tile.memory
-            rows["ipu"].append(ipu_index)
-            rows["tile"].append(tile_index)
-            rows["total_bytes_including_gaps"].append(int(m.total.includingGaps))
-            rows["total_bytes_excluding_gaps"].append(int(m.total.excludingGaps))
-            rows["always_live_bytes"].append(int(m.alwaysLiveBytes))
-            rows["not_always_live_bytes"].append(int(m.notAlwaysLiveBytes))
-            rows["overflow_bytes"].append(int(m.overflowed.includingGaps))
-            cat_rows.append(_categories(m))
-    frame = pd.DataFrame(rows)
-    names = sorted({n for r in cat_rows for n in r})
-    for name in names:
-        frame[f"cat_{name}_bytes"] = [r.get(name, 0) for r in cat_rows]
-    return MemoryTable(frame, level="tile")
+    from popviz.ui import progress
 
-
-def _start(ipu_step: Any) -> int | None:
+    per_ipu = int(pva_report.compilation.target.tilesPerIpu)
+    totals = array("q")
+    cats = array("q")
+    names: list[str] | None = None
+    ipu_of_first: list[tuple[int, int]] = []
+    get_totals = attrgetter(*TILE_FIELDS)
+    count = 0
+    lists = _tile_lists(pva_report)
     try:
-        return int(ipu_step.activeCycles.cyclesFrom.max)
-    except (AttributeError, TypeError, ValueError):
-        return None
+        of = f" of {sum(len(tiles) for _k, tiles in lists):,}"
+    except TypeError:  # tiles without a length: progress counts without a total
+        of = ""
+    for ipu_index, tiles in lists:
+        ipu_of_first.append((ipu_index, count))
+        for tile in tiles:
+            m = tile.memory
+            totals.extend(get_totals(m))
+            if names is None:
+                names = _category_names(m)
+                getters = [attrgetter(f"{n}.total") for n in names]
+            c = m.category
+            for get in getters:
+                try:
+                    cats.append(get(c))
+                except AttributeError:  # a category this tile lacks
+                    cats.append(0)
+            count += 1
+            if count % PROGRESS_EVERY == 0:
+                progress(f"tile {count:,}{of}")
+    names = names or []
+    t = np.frombuffer(totals, dtype="int64").reshape(count, len(TILE_FIELDS)) if count else \
+        np.zeros((0, len(TILE_FIELDS)), dtype="int64")
+    index = np.arange(count, dtype="int64")
+    if len(ipu_of_first) > 1:  # nested: IPU k's tiles start at its recorded offset
+        ipu = np.zeros(count, dtype="int32")
+        tile = np.zeros(count, dtype="int32")
+        bounds = [first for _k, first in ipu_of_first] + [count]
+        for (k, first), stop in zip(ipu_of_first, bounds[1:], strict=True):
+            ipu[first:stop] = k
+            tile[first:stop] = index[first:stop] - first
+    else:
+        ipu, tile = (index // per_ipu).astype("int32"), (index % per_ipu).astype("int32")
+    frame = pd.DataFrame({"ipu": ipu, "tile": tile,
+                          **{col: t[:, k] for k, col in enumerate(MEMORY_FIELDS)}})
+    c = np.frombuffer(cats, dtype="int64").reshape(count, len(names)) if count and names else None
+    for k, name in enumerate(names):
+        frame[f"cat_{name}_bytes"] = c[:, k]
+    return MemoryTable(frame, level="tile")
 
 
 class _AllSteps:
@@ -129,8 +164,30 @@ class _AllSteps:
         self.steps = steps
 
 
-def _execution(pva_report: Any) -> ExecutionTable | None:
+def _categorical(labels: list[str], codes):  # -> pandas.Categorical
+    """``labels[codes]`` as a categorical with sorted categories (labels may repeat)."""
+    import numpy as np
     import pandas as pd
+
+    categories = sorted(set(labels))
+    position = {c: i for i, c in enumerate(categories)}
+    lut = np.array([position[x] for x in labels], dtype="int32")
+    return pd.Categorical.from_codes(lut[codes], categories=categories)
+
+
+def _execution(pva_report: Any) -> ExecutionTable | None:
+    """One row per step per IPU with cycles. Each step's per-IPU cycles (``step.ipus[k].cycles``,
+    what libpva gives per step) are read once into compact buffers; the step-level columns (run,
+    step, program) are stored once per step and repeated with NumPy, never per tile (a step's
+    ``cyclesByTile`` would be ~1,500 values per IPU)."""
+    from array import array
+    from itertools import compress
+    from operator import attrgetter
+
+    import numpy as np
+    import pandas as pd
+
+    from popviz.ui import progress
 
     execution = getattr(pva_report, "execution", None)
     runs = getattr(execution, "runs", None) if execution is not None else None
@@ -139,21 +196,61 @@ def _execution(pva_report: Any) -> ExecutionTable | None:
     runs = list(runs or [])
     if not runs:
         return None
-    steps: list[tuple[int, int, str, str, int, int, int | None]] = []
+    total = None
+    try:
+        total = sum(len(run.steps) for run in runs)
+    except TypeError:  # steps without a length: progress counts without a total
+        pass
+    per_step = array("i")  # rows each step contributes
+    step_run, step_index, step_program = array("i"), array("i"), array("i")
+    ipu_col, cycles_col, start_col = array("i"), array("q"), array("q")
+    programs: dict[tuple[str, str], int] = {}
     run_rows = []
+    done = 0
+    get_cycles = attrgetter("cycles")
+    get_start = attrgetter("activeCycles.cyclesFrom.max")
+    starts = True  # start cycles are optional: the first step without them turns them off
     for r, run in enumerate(runs):
         micro = getattr(run, "microseconds", None)
         run_rows.append((r, str(run.name), float(micro) / 1e6 if micro is not None else float("nan")))
         for s, step in enumerate(run.steps):
             program = step.program
-            pname, ptype = str(program.name), _enum_name(program.type)
-            for ipu_index, ipu in enumerate(step.ipus):
-                cycles = int(ipu.cycles)
-                if cycles:
-                    steps.append((r, s, pname, ptype, ipu_index, cycles, _start(ipu)))
-    frame = pd.DataFrame(steps, columns=["run", "step", "program", "program_type", "ipu", "cycles",
-                                         "start_cycle"])
-    frame["start_cycle"] = frame["start_cycle"].astype("Int64")
+            key = (str(program.name), _enum_name(program.type))
+            code = programs.setdefault(key, len(programs))
+            ipus = step.ipus
+            # C-level loops over the step's IPUs (map / compress): no Python code per IPU
+            cycles = list(map(get_cycles, ipus))
+            busy = list(compress(range(len(cycles)), cycles))
+            per_step.append(len(busy))
+            step_run.append(r)
+            step_index.append(s)
+            step_program.append(code)
+            ipu_col.extend(busy)
+            cycles_col.extend(compress(cycles, cycles))
+            if starts:
+                try:
+                    start_col.extend(map(get_start, compress(ipus, cycles)))
+                except (AttributeError, TypeError, OverflowError):
+                    starts = False
+            done += 1
+            if done % PROGRESS_EVERY == 0:
+                progress(f"step {done:,}" + (f" of {total:,}" if total else ""))
+    counts = np.frombuffer(per_step, dtype="int32") if len(per_step) else np.zeros(0, dtype="int32")
+    if not counts.sum():
+        return None  # no step ran on any IPU: the engine never executed
+    codes = np.repeat(np.frombuffer(step_program, dtype="int32"), counts)
+    n = int(counts.sum())
+    start = (pd.array(np.frombuffer(start_col, dtype="int64"), dtype="Int64") if starts
+             else pd.array([pd.NA] * n, dtype="Int64"))
+    frame = pd.DataFrame({
+        "run": np.repeat(np.frombuffer(step_run, dtype="int32"), counts),
+        "step": np.repeat(np.frombuffer(step_index, dtype="int32"), counts),
+        "program": _categorical([k[0] for k in programs], codes),
+        "program_type": _categorical([k[1] for k in programs], codes),
+        "ipu": np.frombuffer(ipu_col, dtype="int32"),
+        "cycles": np.frombuffer(cycles_col, dtype="int64"),
+        "start_cycle": start,
+    })
     if frame["start_cycle"].notna().any():  # counters are absolute: make them relative to the run
         first = frame.groupby("run")["start_cycle"].transform("min")
         frame["start_cycle"] = frame["start_cycle"] - first
@@ -188,3 +285,48 @@ def read_profile(profile: str | Path, name: str | None = None) -> Report:
         execution=execution,
         path=str(profile.parent),
     )
+
+
+def read_operations(profile: str | Path):  # -> tuple[list[Operation], list[tuple[str, int]]]
+    """The profile's operations that PopTorch's debug contexts place in a layer, and its
+    always-live variables (name, bytes), for :mod:`popviz.sources.attribution`. Both lists are
+    empty when this libpva has no ``OperationAnalysis`` or the debug contexts name no layer
+    (``debug.cbor`` missing); nothing here is required."""
+    import json
+
+    from popviz.sources.attribution import Operation
+
+    profile = Path(profile)
+    pva = import_pva(profile)
+    analysis = getattr(pva, "OperationAnalysis", None)
+    if analysis is None:
+        return [], []
+    debug = _debug_cbor(profile)
+    try:
+        pva_report = pva.openReport(str(profile), str(debug)) if debug else pva.openReport(str(profile))
+        operations = list(analysis(pva_report).operations)
+    except Exception:  # libpva's own exception types: attribution is optional
+        return [], []
+    out = []
+    for op in operations:
+        context = getattr(getattr(op, "debugContext", None), "json", None)
+        try:
+            doc = json.loads(context) if isinstance(context, (str, bytes)) else dict(context or {})
+        except (ValueError, TypeError):
+            continue
+        layer = doc.get("layer") if isinstance(doc, dict) else None
+        if not isinstance(layer, str) or not layer:
+            continue
+        try:
+            programs = tuple(str(p.name) for p in op.programs())
+        except (AttributeError, TypeError):
+            continue
+        out.append(Operation(layer=layer, name=str(getattr(op, "name", doc.get("op_name", ""))),
+                             op_type=str(doc.get("op_type", "")), programs=programs))
+    variables = []
+    for var in getattr(pva_report.compilation, "alwaysLiveVariables", None) or ():
+        try:
+            variables.append((str(var.name), int(var.size)))
+        except (AttributeError, TypeError, ValueError):
+            continue
+    return out, variables

@@ -1,14 +1,26 @@
 """A test double of libpva's Python module, exposing exactly the names popviz's adapter uses.
 
-Its "profile.pop" files are JSON written by ``write_profile`` below (real ones are opaque
-databases); the object graph it returns mirrors libpva's documented attribute names.
+Its "profile.pop" files are opaque to popviz, as real ones are: small ones are JSON, large ones
+(``write_columns``) a NumPy ``.npz`` archive. The object graph ``openReport`` returns mirrors
+libpva's documented attribute names (docs/sources.md), and like libpva it builds the objects for
+a tile or a step's IPUs when they are accessed, not all up front.
+
+Profile builders: ``write_profile`` (the small two-IPU profile), ``write_columns`` (any size,
+from columns), and ``pipeline_profile`` / ``single_ipu_inference`` / ``out_of_memory`` (data for
+the raw-profile tests).
 """
 
 from __future__ import annotations
 
 import enum
+import io
 import json
 from types import SimpleNamespace as NS
+
+CATEGORY_NAMES = ("vertexCode", "vertexInstanceState", "vectorListDescriptor",
+                  "internalExchangeCode", "globalExchangeCode", "hostExchangeCode", "controlCode",
+                  "constant", "variable")
+"""libpva's memory category names (the set varies by SDK)."""
 
 
 class _Arch(enum.Enum):
@@ -41,17 +53,138 @@ class _Categories:
             setattr(self, name, NS(total=total))
 
 
-def _tile(t: dict) -> NS:
-    return NS(memory=NS(
-        total=NS(includingGaps=t["inc"], excludingGaps=t["exc"]),
-        overflowed=NS(includingGaps=t.get("over", 0), excludingGaps=t.get("over", 0)),
-        alwaysLiveBytes=t["al"], notAlwaysLiveBytes=t["nal"],
-        category=_Categories(t.get("cats", {}))))
+class _Tiles:
+    """A sequence of tiles built on access from the tile columns (``start`` to ``stop``)."""
+
+    def __init__(self, cols: dict, start: int, stop: int) -> None:
+        self.cols, self.start, self.stop = cols, start, stop
+
+    def __len__(self) -> int:
+        return self.stop - self.start
+
+    def __getitem__(self, i: int) -> NS:
+        if not 0 <= i < len(self):
+            raise IndexError(i)
+        c, k = self.cols, self.start + i
+        return NS(memory=NS(
+            total=NS(includingGaps=int(c["inc"][k]), excludingGaps=int(c["exc"][k])),
+            overflowed=NS(includingGaps=int(c["over"][k]), excludingGaps=int(c["over"][k])),
+            alwaysLiveBytes=int(c["al"][k]), notAlwaysLiveBytes=int(c["nal"][k]),
+            category=_Categories({n: int(v[k]) for n, v in c["cats"].items()})))
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self)))
+
+
+class _IpuStep:
+    __slots__ = ("activeCycles", "cycles")
+
+    def __init__(self, cycles: int, start: int) -> None:
+        self.cycles = cycles
+        self.activeCycles = NS(cyclesFrom=NS(max=start))
+
+
+class _Step:
+    """One execution step: ``program`` and, built on access, ``ipus[k].cycles`` /
+    ``ipus[k].activeCycles.cyclesFrom.max``."""
+
+    def __init__(self, program: NS, cycles, start) -> None:
+        self.program = program
+        self._cycles, self._start = cycles, start
+
+    @property
+    def ipus(self) -> list[_IpuStep]:
+        return [_IpuStep(int(c), int(s)) for c, s in zip(self._cycles, self._start, strict=True)]
+
+
+class _Steps:
+    def __init__(self, programs: list[NS], codes, cycles, start) -> None:
+        self.programs, self.codes, self.cycles, self.start = programs, codes, cycles, start
+
+    def __len__(self) -> int:
+        return len(self.codes)
+
+    def __getitem__(self, i: int) -> _Step:
+        if not 0 <= i < len(self):
+            raise IndexError(i)
+        return _Step(self.programs[int(self.codes[i])], self.cycles[i], self.start[i])
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self)))
+
+
+class _Chain:
+    """``execution.steps`` of SDKs without runs: every run's steps, one after another."""
+
+    def __init__(self, parts: list[_Steps]) -> None:
+        self.parts = parts
+
+    def __len__(self) -> int:
+        return sum(len(p) for p in self.parts)
+
+    def __iter__(self):
+        for p in self.parts:
+            yield from p
+
+
+def _load(path: str) -> dict:
+    with open(path, "rb") as fh:
+        raw = fh.read()
+    if raw[:2] == b"PK":  # the columnar (npz) form
+        import numpy as np
+
+        arrays = np.load(io.BytesIO(raw), allow_pickle=False)
+        data = json.loads(str(arrays["meta"]))
+        data["_arrays"] = {k: arrays[k] for k in arrays.files if k != "meta"}
+        return data
+    return json.loads(raw.decode("utf-8"))
+
+
+def _columns(data: dict) -> tuple[dict, list]:
+    """Tile columns and per-run step columns, from either form."""
+    if "_arrays" in data:
+        a = data["_arrays"]
+        tiles = {k: a[f"tile_{k}"] for k in ("inc", "exc", "over", "al", "nal")}
+        tiles["cats"] = {n: a[f"cat_{n}"] for n in data["categories"]}
+        runs = [(r["name"], r["microseconds"], a[f"run{k}_program"], a[f"run{k}_cycles"],
+                 a[f"run{k}_start"]) for k, r in enumerate(data["runs"])]
+        return tiles, runs
+    flat = [t for ipu in data["tiles"] for t in ipu]
+    tiles = {"inc": [t["inc"] for t in flat], "exc": [t["exc"] for t in flat],
+             "over": [t.get("over", 0) for t in flat], "al": [t["al"] for t in flat],
+             "nal": [t["nal"] for t in flat]}
+    names = sorted({n for t in flat for n in t.get("cats", {})})
+    tiles["cats"] = {n: [t.get("cats", {}).get(n, 0) for t in flat] for n in names}
+    programs = data.setdefault("programs", [])
+    runs = []
+    for run in data.get("runs", []):
+        codes = []
+        for step in run["steps"]:
+            key = [step["name"], step["type"]]
+            if key not in programs:
+                programs.append(key)
+            codes.append(programs.index(key))
+        runs.append((run["name"], run["microseconds"], codes, [s["cycles"] for s in run["steps"]],
+                     [s["start"] for s in run["steps"]]))
+    return tiles, runs
+
+
+class OperationAnalysis:
+    """``pva.OperationAnalysis(report).operations``: each with ``name``, ``programs()`` and
+    ``debugContext.json`` (PopTorch's ``layer``, ``op_name``, ``op_type``)."""
+
+    def __init__(self, report: NS) -> None:
+        by_name = {p.name: p for p in report._programs}
+        self.operations = [
+            NS(name=op["name"], programs=(lambda names=op["programs"]: [by_name[n] for n in names]),
+               debugContext=NS(json=json.dumps({"layer": op["layer"], "op_name": op["name"],
+                                                "op_type": op["op_type"]})),
+               location=NS(fileName="model.py", lineNumber=1), parents=[])
+            for op in report._operations]
 
 
 def openReport(path: str, debug_path: str | None = None) -> NS:
-    with open(path, encoding="utf-8") as fh:
-        data = json.load(fh)
+    data = _load(path)
     if data.get("broken"):
         raise RuntimeError("Unable to open profile: database disk image is malformed")
     t = data["target"]
@@ -59,21 +192,23 @@ def openReport(path: str, debug_path: str | None = None) -> NS:
                 clockFrequency=t["clockFrequency"], numReplicas=t.get("numReplicas", 1),
                 ipusPerReplica=t.get("ipusPerReplica", t["numIPUs"]),
                 architecture=_Arch[t["architecture"]])
-    ipus = [NS(tiles=[_tile(tile) for tile in ipu]) for ipu in data["tiles"]]
-    runs = []
-    for run in data.get("runs", []):
-        steps = []
-        for step in run["steps"]:
-            steps.append(NS(program=NS(name=step["name"], type=_ProgramType[step["type"]]),
-                            ipus=[NS(cycles=c, activeCycles=NS(cyclesFrom=NS(max=s)))
-                                  for c, s in zip(step["cycles"], step["start"], strict=False)]))
-        runs.append(NS(name=run["name"], microseconds=run["microseconds"], steps=steps))
+    tiles, run_cols = _columns(data)
+    per_ipu = t["tilesPerIpu"]
+    n_ipus = len(tiles["inc"]) // per_ipu
+    programs = [NS(name=n, type=_ProgramType[ty]) for n, ty in data.get("programs", [])]
+    runs = [NS(name=name, microseconds=micro, steps=_Steps(programs, codes, cycles, start))
+            for name, micro, codes, cycles, start in run_cols]
+    flat = data.get("flat")
+    compilation = (NS(target=target, tiles=_Tiles(tiles, 0, len(tiles["inc"]))) if flat else
+                   NS(target=target, ipus=[NS(tiles=_Tiles(tiles, k * per_ipu, (k + 1) * per_ipu))
+                                           for k in range(n_ipus)]))
+    execution = NS(steps=_Chain([r.steps for r in runs])) if flat else NS(runs=runs)
+    compilation.alwaysLiveVariables = [NS(name=n, size=b) for n, b in data.get("variables", [])]
+    # operations carry debug contexts only when debug.cbor is opened with the profile
+    operations = data.get("operations", []) if debug_path else []
     return NS(poplarVersion=NS(major=3, minor=3, point=0, string=data.get("version", "3.3.0")),
-              version=1, debug_path=debug_path,
-              compilation=(NS(target=target, tiles=[t for ipu in ipus for t in ipu.tiles])
-                           if data.get("flat") else NS(target=target, ipus=ipus)),
-              execution=(NS(steps=[s for run in runs for s in run.steps])
-                         if data.get("flat") else NS(runs=runs)))
+              version=1, debug_path=debug_path, compilation=compilation, execution=execution,
+              _programs=programs, _operations=operations)
 
 
 def write_profile(path, *, num_ipus=2, tiles=3, runs=True, broken=False, flat=False) -> None:
@@ -95,5 +230,166 @@ def write_profile(path, *, num_ipus=2, tiles=3, runs=True, broken=False, flat=Fa
             {"name": "out", "type": "StreamCopyMid", "cycles": [0, 700], "start": [0, 8900]},
         ]}] if runs else [],
     }
+    write_data(path, data)
+
+
+def write_data(path, data: dict) -> None:
+    """Write a profile given as a dict: ``target``, ``tiles`` (per IPU, per tile: ``inc``,
+    ``exc``, ``al``, ``nal``, ``over``, ``cats``), ``runs`` (``name``, ``microseconds``, ``steps``
+    of ``name``, ``type``, per-IPU ``cycles`` and ``start``), ``flat`` for the SDKs without
+    ``compilation.ipus`` / ``execution.runs``."""
     with open(path, "w", encoding="utf-8") as fh:
         json.dump(data, fh)
+
+
+def write_columns(path, *, target: dict, tiles: dict, categories: dict, programs: list,
+                  runs: list, flat: bool = False) -> None:
+    """Write a profile of any size from NumPy columns: ``tiles`` maps ``inc``, ``exc``, ``over``,
+    ``al``, ``nal`` to one value per tile (IPU-major); ``categories`` maps a category name to one
+    value per tile; ``programs`` lists ``[name, type]``; each run is ``(name, microseconds,
+    program codes per step, cycles[step, ipu], start[step, ipu])``."""
+    import numpy as np
+
+    meta = {"target": target, "flat": flat, "version": "3.3.0 (d8d3d63b1b)",
+            "categories": list(categories), "programs": programs,
+            "runs": [{"name": r[0], "microseconds": r[1]} for r in runs]}
+    arrays = {"meta": np.array(json.dumps(meta))}
+    arrays.update({f"tile_{k}": np.asarray(v) for k, v in tiles.items()})
+    arrays.update({f"cat_{k}": np.asarray(v) for k, v in categories.items()})
+    for k, (_name, _micro, codes, cycles, start) in enumerate(runs):
+        arrays[f"run{k}_program"] = np.asarray(codes, dtype="int32")
+        arrays[f"run{k}_cycles"] = np.asarray(cycles)
+        arrays[f"run{k}_start"] = np.asarray(start)
+    with open(path, "wb") as fh:
+        np.savez(fh, **arrays)
+
+
+# ------------------------------------------------------------------------------- profile data
+
+MK2 = {"tilesPerIpu": 4, "bytesPerTile": 638976, "clockFrequency": 1.33e9, "architecture": "Ipu2"}
+"""A Mk2 target with 4 tiles per IPU (a real one has 1472): small profiles, real per-tile bytes."""
+
+
+def _tiles(num_ipus: int, used: list[int] | None = None, over: dict | None = None) -> list:
+    """Tiles of each IPU: tile j of IPU i holds used[i] + 1000 j bytes (over: {(i, j): bytes})."""
+    out = []
+    for i in range(num_ipus):
+        base = used[i] if used else 200_000
+        row = []
+        for j in range(MK2["tilesPerIpu"]):
+            inc = base + 1000 * j
+            row.append({"inc": inc, "exc": inc - 100, "al": inc // 4, "nal": inc - inc // 4,
+                        "over": (over or {}).get((i, j), 0),
+                        "cats": {"variable": inc // 2, "vertexCode": inc // 4,
+                                 "controlCode": inc - inc // 2 - inc // 4}})
+        out.append(row)
+    return out
+
+
+def pipeline_profile(*, work=(1000, 1000, 2000, 1000), micro_batches=8, updates=2, calls=2,
+                     copy_cycles=200, sync_cycles=50, exchange_cycles=100, flat=False) -> dict:
+    """A pipelined training profile as PopART schedules it: N stages on N IPUs; per pipeline
+    cycle every active stage runs its forward (``work[i]`` cycles) and/or backward (twice that)
+    from the same start, then all IPUs sync (waiting for the slowest) and exchange. IPU0 copies
+    one input per micro-batch from the host (StreamCopyMid) before its forward. After the
+    ``micro_batches + 2N - 2`` pipeline cycles of a weight update, each IPU runs its
+    ``stage<i>/weightUpdate`` (work[i] / 2 cycles). ``updates`` weight updates per call,
+    ``calls`` calls (runs), plus a first run that copies the weights from the host. Debug
+    contexts (with a debug.cbor): one layer per stage, ``layers.<i>``, whose MatMul runs the
+    forward program and MatMulGrad the backward; always-live variables ``layers.<i>.weight`` of
+    100 × work[i] bytes."""
+    n = len(work)
+    s = 2 * n - 1
+    runs = [{"name": "WeightsFromHost", "microseconds": 3.0, "steps": [
+        {"name": "weightsFromHost", "type": "StreamCopyMid", "cycles": [400] * n, "start": [0] * n}]}]
+    for c in range(calls):
+        steps = []
+        clock = 10_000  # absolute counters: the adapter makes them relative to the run
+
+        def step(name, kind, cycles, start, steps=steps):
+            steps.append({"name": name, "type": kind, "cycles": cycles, "start": start})
+
+        for _u in range(updates):
+            for p in range(micro_batches + s - 1):
+                busy = [0] * n
+                if 0 <= p < micro_batches:
+                    step("inputCopy", "StreamCopyMid", [copy_cycles] + [0] * (n - 1),
+                         [clock] + [0] * (n - 1))
+                    busy[0] += copy_cycles
+                for i in range(n):
+                    fwd_mb = p - i
+                    if 0 <= fwd_mb < micro_batches:
+                        cyc = [0] * n
+                        cyc[i] = work[i]
+                        st = [0] * n
+                        st[i] = clock + busy[i]
+                        step(f"stage{i}/fwd", "OnTileExecute", cyc, st)
+                        busy[i] += work[i]
+                for i in range(n):
+                    bwd_mb = p - (s - 1 - i)
+                    if 0 <= bwd_mb < micro_batches:
+                        cyc = [0] * n
+                        cyc[i] = 2 * work[i]
+                        st = [0] * n
+                        st[i] = clock + busy[i]
+                        step(f"stage{i}/bwd", "OnTileExecute", cyc, st)
+                        busy[i] += 2 * work[i]
+                length = max(busy)
+                step("pipelineSync", "Sync", [length - b + sync_cycles for b in busy],
+                     [clock + b for b in busy])
+                clock += length + sync_cycles
+                step("interIpuCopy", "GlobalExchange", [exchange_cycles] * n, [clock] * n)
+                clock += exchange_cycles
+            for i in range(n):
+                cyc = [0] * n
+                cyc[i] = work[i] // 2
+                st = [0] * n
+                st[i] = clock
+                step(f"stage{i}/weightUpdate", "OnTileExecute", cyc, st)
+            clock += max(work) // 2
+        runs.append({"name": f"Run {c + 1}", "microseconds": None, "steps": steps})
+    for run in runs:
+        run["microseconds"] = run["microseconds"] or round(
+            sum(max(st["cycles"]) for st in run["steps"]) / MK2["clockFrequency"] * 1e6, 3)
+    operations = [op for i in range(n) for op in (
+        {"name": f"layers.{i}/MatMul", "op_type": "MatMul", "layer": f"layers.{i}",
+         "programs": [f"stage{i}/fwd"]},
+        {"name": f"layers.{i}/MatMulGrad", "op_type": "MatMulGrad", "layer": f"layers.{i}",
+         "programs": [f"stage{i}/bwd"]})]
+    variables = [[f"layers.{i}.weight", 100 * w] for i, w in enumerate(work)] + [["loss/scale", 4]]
+    return {"flat": flat, "version": "3.2.0 (1513ba7afc)",
+            "target": {**MK2, "numIPUs": n, "numReplicas": 1, "ipusPerReplica": n},
+            "tiles": _tiles(n, [200_000 + 50_000 * w // 1000 for w in work]), "runs": runs,
+            "operations": operations, "variables": variables}
+
+
+def single_ipu_inference(*, device_iterations=4, calls=3, flat=False) -> dict:
+    """One IPU, inference: per micro-batch the host handshake (StreamCopyBegin 300 cycles), the
+    input transfer (StreamCopyMid 500), StreamCopyEnd (100), the model (OnTileExecute 4000) and
+    the output transfer (StreamCopyMid 100)."""
+    runs = []
+    for c in range(calls):
+        steps, clock = [], 0
+        for _m in range(device_iterations):
+            for name, kind, cyc in (("input/begin", "StreamCopyBegin", 300),
+                                    ("input", "StreamCopyMid", 500),
+                                    ("input/end", "StreamCopyEnd", 100),
+                                    ("model/forward", "OnTileExecute", 4000),
+                                    ("output", "StreamCopyMid", 100)):
+                steps.append({"name": name, "type": kind, "cycles": [cyc], "start": [clock]})
+                clock += cyc
+        runs.append({"name": f"Run {c + 1}", "microseconds": round(clock / MK2["clockFrequency"] * 1e6, 3),
+                     "steps": steps})
+    return {"flat": flat, "target": {**MK2, "numIPUs": 1}, "tiles": _tiles(1), "runs": runs}
+
+
+def out_of_memory(*, flat=False) -> dict:
+    """Two IPUs, memory only (a compile with debug.allowOutOfMemory): tiles 1 and 3 of IPU1
+    overflow by 12,000 and 3,000 bytes."""
+    full = MK2["bytesPerTile"]
+    data = {"flat": flat, "target": {**MK2, "numIPUs": 2},
+            "tiles": _tiles(2, [300_000, full - 10_000], over={(1, 1): 12_000, (1, 3): 3_000}),
+            "runs": []}
+    data["tiles"][1][1]["inc"] = full + 12_000
+    data["tiles"][1][3]["inc"] = full + 3_000
+    return data

@@ -1,0 +1,98 @@
+"""Per-layer cycles and weight bytes of a real profile, from PopTorch's debug contexts.
+
+libpva's ``pva.OperationAnalysis(report).operations`` lists the Poplar operations with the
+programs each one runs and its debug context, whose JSON PopTorch fills with the PyTorch
+``layer`` (module path), ``op_name`` and ``op_type`` (PopVision Analysis Python API:
+https://docs.graphcore.ai/projects/libpva/en/latest/api-python.html). :func:`popviz.sources.pva.
+read_operations` turns them into plain :class:`Operation` records; this module attributes the
+execution table's cycles to layers through the program names, and the always-live variables to
+layers by name (PopTorch names a parameter by its module path, e.g. ``encoder.layer.3.weight``),
+giving :attr:`popviz.model.Report.layers` with ``source="debug_context"``.
+
+Cycles are per micro-batch (the executor calls' cycles divided by the micro-batches they ran,
+recorded or inferred); an operation is backward when its type or name says ``Grad`` (PopART's
+gradient operations are named so). A program that several layers' operations run is split evenly
+between them. What debug contexts do not give (activation and temporary bytes, optimizer state)
+stays 0, and the table's notes say so.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from popviz.model import Layer, LayerTable, Report
+
+BACKWARD_OP = re.compile(r"grad", re.IGNORECASE)
+"""Operation types or names of the backward pass (PopART's ``...Grad`` operations)."""
+
+
+@dataclass(frozen=True)
+class Operation:
+    """One operation of a profile: its layer (from the debug context) and the programs it runs."""
+
+    layer: str
+    name: str
+    op_type: str
+    programs: tuple[str, ...]
+
+
+def with_layers(report: Report, operations: list[Operation],
+                variables: list[tuple[str, int]]) -> Report:
+    """``report`` with ``layers`` attributed from ``operations`` (unchanged when it has layers
+    already, no execution, or no micro-batch count to turn cycles per call into cycles per
+    micro-batch)."""
+    if report.layers is not None or not operations or report.execution is None:
+        return report
+    from popviz.analysis.aggregate import cycle_totals
+
+    cfg = report.cfg
+    d, g = cfg.device_iterations, cfg.gradient_accumulation
+    per_call = (d * g if cfg.mode == "training" and d and g else d if cfg.mode == "inference" else None)
+    runs = cycle_totals(report.execution).calls()
+    if not per_call or not runs:
+        return report
+    micro_batches = per_call * len(runs)
+    steps = report.execution.steps
+    part = steps[steps["run"].isin(runs).to_numpy()]
+    by_program = part.groupby(["program", "ipu"], observed=True)["cycles"].sum()
+    claims: dict[str, set[str]] = {}
+    for op in operations:
+        for p in op.programs:
+            claims.setdefault(p, set()).add(op.layer)
+    order: list[str] = []
+    fwd: dict[str, float] = {}
+    bwd: dict[str, float] = {}
+    ipu_cycles: dict[str, dict[int, float]] = {}
+    seen: set[tuple[str, str]] = set()
+    for op in operations:
+        if op.layer not in fwd:
+            order.append(op.layer)
+            fwd[op.layer] = bwd[op.layer] = 0.0
+            ipu_cycles[op.layer] = {}
+        backward = bool(BACKWARD_OP.search(op.op_type) or BACKWARD_OP.search(op.name))
+        for p in op.programs:
+            if (p, op.layer) in seen or p not in by_program.index.get_level_values(0):
+                continue
+            seen.add((p, op.layer))
+            share = 1 / len(claims[p])
+            for ipu, cycles in by_program.loc[p].items():
+                c = cycles * share
+                (bwd if backward else fwd)[op.layer] += c
+                if not backward:
+                    ipu_cycles[op.layer][int(ipu)] = ipu_cycles[op.layer].get(int(ipu), 0.0) + c
+    stage_of = {s.ipu: s.index for s in cfg.stages}
+    layers = []
+    for name in order:
+        ipus = ipu_cycles[name]
+        ipu = max(ipus, key=lambda k: ipus[k]) if ipus else None
+        weight = sum(size for var, size in variables if var == name or var.startswith(name + "."))
+        layers.append(Layer(name=name, stage=stage_of.get(ipu) if ipu is not None else None, ipu=ipu,
+                            fwd_cycles=round(fwd[name] / micro_batches),
+                            bwd_cycles=round(bwd[name] / micro_batches), weight_bytes=int(weight)))
+    basis = "inferred" if cfg.is_inferred("device_iterations") else "recorded"
+    notes = (f"cycles per micro-batch: the executor calls' cycles of each layer's programs (PopTorch "
+             f"debug contexts) over {micro_batches:,} micro-batches ({basis} D·G)",
+             "weight bytes: always-live variables named after the layer; activation, temporary and "
+             "optimizer bytes are not in the debug contexts (0)")
+    return report.replace(layers=LayerTable(tuple(layers), source="debug_context", notes=notes))
