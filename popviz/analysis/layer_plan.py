@@ -365,16 +365,31 @@ def module_expr(path: str, root: str = "model") -> str:
     return out
 
 
+def block_starts(plan: LayerPlan) -> list[tuple[str, int]]:
+    """The modules that start a block under the proposed split, with their IPU: the first part
+    of the model and every part whose IPU differs from the part before it (the first module of
+    each IPU's run, and a part placed apart from its neighbours, e.g. a tied projection back on
+    its partner's IPU after the last layer). PopTorch runs every module after a ``BeginBlock``
+    in that block until the next one, so these lines place every part."""
+    assert plan.proposed is not None
+    rows = plan.placements()
+    if not rows:  # no table recorded: the planned layers only
+        owner = [s.ipu for s in plan.proposed.stages for _ in range(s.entries)]
+        rows = list(zip(plan.layer_names, owner, strict=True))
+    starts: list[tuple[str, int]] = []
+    for name, ipu in rows:
+        if not starts or ipu != starts[-1][1]:
+            starts.append((name, ipu))
+    return starts
+
+
 def code_dict(plan: LayerPlan) -> dict[str, Any]:
     """The proposed split as PopTorch and optimum-graphcore code."""
     assert plan.proposed is not None
-    names = plan.layer_names
     lines = []
-    first = 0
-    for st in plan.proposed.stages:
-        expr = module_expr(names[first])
-        lines.append(f"{expr} = poptorch.BeginBlock({expr}, ipu_id={st.ipu})")
-        first += st.entries
+    for name, ipu in block_starts(plan):
+        expr = module_expr(name)
+        lines.append(f"{expr} = poptorch.BeginBlock({expr}, ipu_id={ipu})")
     amp = plan.available_memory_proportion
     cfg = f"IPUConfig(layers_per_ipu={plan.proposed.layers_per_ipu}, ipus_per_replica={len(plan.proposed.stages)}"
     cfg += f", matmul_proportion={amp})" if amp else ")"
