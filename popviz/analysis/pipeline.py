@@ -58,6 +58,7 @@ def empty_metrics(cfg: ModelConfig) -> dict[str, Any]:
         "micro_batches_for_target": None,
         "pipelining_speedup_ratio": None,
         "cycle_shares": None,
+        "call_cycles_per_micro_batch": None,
         "rebalance_to_ipu": None,
         "inferred": [k for k in INFERRED_KEYS if cfg.is_inferred(k)],
     }
@@ -270,6 +271,8 @@ def _stage_cycles(report: Report, o: Collector, pipelined: bool) -> None:
     m["cycle_shares"] = decompose(by_type, list(ipus), elapsed,
                                   weight_update_cycles(report.execution, runs),
                                   sync_floor_cycles(report.execution, runs))
+    if mb and elapsed:
+        m["call_cycles_per_micro_batch"] = elapsed / (calls * mb)
     ratio = biggest / mean
     if pipelined and ratio >= IMBALANCE_WARN_RATIO:
         st = stages[b]
@@ -349,6 +352,8 @@ def _ipu_balance(report: Report, o: Collector, pipelined: bool, shared: list[int
     m["cycle_shares"] = decompose(by_type, list(ipus), elapsed,
                                   weight_update_cycles(report.execution, runs),
                                   sync_floor_cycles(report.execution, runs))
+    if mb and elapsed:
+        m["call_cycles_per_micro_batch"] = elapsed / (calls * mb)
     names = ", ".join(f"IPU{i} (stages {_shared_names(stages, i)})" for i in shared)
     o.skip("cycles of each stage", f"stages share an IPU: {names}; the profile's cycles are per "
            "IPU, so they cannot be split between those stages: balance is measured per IPU (an IPU "
