@@ -667,6 +667,24 @@ def test_float16_inputs_are_not_told_to_be_float16():
     assert "narrower dtypes" not in only(host_io.analyse(half), "HIO001").recommendation
 
 
+def test_transfer_levers_follow_the_bytes_each_direction_moves():
+    kw = dict(mode="inference", device_iterations=4, host_bytes_per_cycle=0.01, host_wait_cycles=0,
+              output_mode="All")
+    # inputs 4 x 16 x 784 float32 = 200,704 B a call, outputs 4 x 160 B: no output lever
+    small_out = only(host_io.analyse(testing.pipeline_report([1000] * 2, **kw)), "HIO001").recommendation
+    assert small_out == (
+        "The transfers themselves take the time (per call 200,704 B (196.0 KiB) in, 2,560 B (2.5 KiB) "
+        "out: the inputs are 98.7% of the bytes): move fewer bytes — send inputs in narrower dtypes "
+        "(int32 or float16 instead of int64 or float32: input), or do preprocessing on the IPU.")
+    # outputs 4 x 16 x 10^6 float32 = 256,000,000 B: the output levers only, the output mode first
+    big = testing.pipeline_report([1000] * 2, outputs={"logits": ((16, 1_000_000), "float32")}, **kw)
+    assert only(host_io.analyse(big), "HIO001").recommendation == (
+        "The transfers themselves take the time (per call 200,704 B (196.0 KiB) in, 256,000,000 B "
+        "(244.1 MiB) out: the outputs are 99.9% of the bytes): move fewer bytes — return fewer outputs "
+        "(opts.outputMode(poptorch.OutputMode.Final) or Sum, if the host does not need every "
+        "prediction), or return outputs in float16.")
+
+
 def test_estimated_reports_never_quote_the_emulator_wall_time_as_host_time():
     from popviz.model import CallStats, HostIO
 
