@@ -46,6 +46,9 @@ class LayerCost:
     IPU (a tied projection folded into its partner, :func:`layer_costs`)."""
     tail_bwd_cycles: int = 0
     """Of ``bwd_cycles``, the tied projection's backward (run in that extra stage)."""
+    tail_activation_bytes: int = 0
+    """Of ``activation_bytes``, the tied projection's: stashed at the last stage's depth (one
+    micro-batch), not at the depth of the stage it shares an IPU with."""
 
 
 @dataclass(frozen=True)
@@ -120,12 +123,12 @@ class _Prefix:
             c = layer.fwd_cycles + (layer.bwd_cycles if settings.training else 0)
             if settings.training and settings.recompute:
                 c += layer.fwd_cycles
-            f = layer.weight_bytes
+            f = layer.weight_bytes + layer.tail_activation_bytes  # the last stage stashes one
             if settings.training and not settings.offload_optimizer:
                 f += layer.optimizer_bytes
             self.cyc.append(self.cyc[-1] + c)
             self.fixed.append(self.fixed[-1] + f)
-            self.act.append(self.act[-1] + layer.activation_bytes)
+            self.act.append(self.act[-1] + layer.activation_bytes - layer.tail_activation_bytes)
         self.temp = [layer.temporary_bytes for layer in layers]
         self.code = settings.code_bytes
 
@@ -419,6 +422,7 @@ def layer_costs(layers: Sequence) -> list[LayerCost]:
         out.append(LayerCost(
             tail_fwd_cycles=sum(t.fwd_cycles for t in tail),
             tail_bwd_cycles=sum(t.bwd_cycles for t in tail),
+            tail_activation_bytes=sum(t.activation_bytes for t in tail),
             name=x.name,
             fwd_cycles=x.fwd_cycles + sum(t.fwd_cycles for t in extra),
             bwd_cycles=x.bwd_cycles + sum(t.bwd_cycles for t in extra),
