@@ -89,9 +89,12 @@ def available(sample: Sample) -> str | None:
 
 def capture(sample: Sample, target: Path) -> None:
     """Run the sample's script under `popviz capture --emulate` into target (which must not exist)."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "COLUMNS": "100", **sample.env}
+    # The script runs as `python` (this interpreter first on PATH), so the run record, and the
+    # re-run command `popviz plan` prints from it, read as a user would type them.
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "COLUMNS": "100", **sample.env,
+           "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])}
     command = [sys.executable, "-m", "popviz", "capture", "-o", str(target), "--emulate", "--",
-               sys.executable, sample.script, *sample.args]
+               "python", sample.script, *sample.args]
     proc = subprocess.run(command, cwd=ROOT, env=env, stdin=subprocess.DEVNULL,
                           capture_output=True, text=True)
     if proc.returncode != sample.expect_exit:

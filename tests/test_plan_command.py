@@ -312,6 +312,14 @@ def test_a_tied_projection_follows_the_embeddings():
     assert [s.cycles for s in plan.current.stages] == [7_500, 10_500]
     assert plan.proposed.layers_per_ipu == [2, 2] and not plan.improves
     assert plan.placements()[-1] == ("decoder", 0)
+    # as code, the decoder keeps a block of its own back on IPU0: "remove the others" must not
+    # drop it into the last IPU's block, away from its tied weights
+    from popviz.analysis.layer_plan import code_dict
+
+    assert code_dict(plan)["begin_block"] == [
+        "model.embeddings = poptorch.BeginBlock(model.embeddings, ipu_id=0)",
+        "model.encoder.layer[2] = poptorch.BeginBlock(model.encoder.layer[2], ipu_id=1)",
+        "model.decoder = poptorch.BeginBlock(model.decoder, ipu_id=0)"]
     assert plan.plan_file().placements == (("encoder.layer.0", 0), ("encoder.layer.1", 0),
                                            ("encoder.layer.2", 1), ("encoder.layer.3", 1))
 

@@ -379,13 +379,15 @@ def module_expr(path: str, root: str = "model") -> str:
 def code_dict(plan: LayerPlan) -> dict[str, Any]:
     """The proposed split as PopTorch and optimum-graphcore code."""
     assert plan.proposed is not None
-    names = plan.layer_names
+    # A block starts wherever execution moves to another IPU: each stage's first module, and a
+    # part that runs back on an earlier IPU (a projection tied to the embeddings on IPU0).
     lines = []
-    first = 0
-    for st in plan.proposed.stages:
-        expr = module_expr(names[first])
-        lines.append(f"{expr} = poptorch.BeginBlock({expr}, ipu_id={st.ipu})")
-        first += st.entries
+    previous = None
+    for name, ipu in plan.placements():
+        if ipu != previous:
+            expr = module_expr(name)
+            lines.append(f"{expr} = poptorch.BeginBlock({expr}, ipu_id={ipu})")
+        previous = ipu
     amp = plan.available_memory_proportion
     cfg = f"IPUConfig(layers_per_ipu={plan.proposed.layers_per_ipu}, ipus_per_replica={len(plan.proposed.stages)}"
     cfg += f", matmul_proportion={amp})" if amp else ")"
