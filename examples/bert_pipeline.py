@@ -4,18 +4,23 @@
 The embeddings sit on IPU 0 with the first encoder layers; each IPU then takes a run of layers
 (`--layers-per-ipu`, as optimum-graphcore's `IPUConfig(layers_per_ipu=[...])`), marked with
 `poptorch.BeginBlock(layer, ipu_id=...)`. The default split is the naive even one (3 layers per
-IPU for 12 layers), which makes IPU 0 both the fullest and the slowest: it also holds the
-embeddings. The data are random token ids, so nothing is downloaded.
+IPU for 12 layers), which makes IPU 0 the fullest: it also holds the embeddings; with `--mlm` it
+also runs the tied head, which makes it the slowest too. The data are random token ids, so
+nothing is downloaded.
 
 `--mlm` trains a masked-language-model head instead of the classifier, as BERT pre-training does:
 its output projection shares the word embeddings' weights (a tied projection), so it runs on
 IPU 0 with them, after the last layer; the first `--masked` positions of each sequence are
 predicted. A BERT-Large-sized run: `--layers 24 --hidden 1024 --heads 16 --mlm`.
 
-    python examples/bert_pipeline.py                              # with PopTorch, on 4 IPUs
-    popviz capture -o runs/even --emulate -- python examples/bert_pipeline.py
-    popviz capture -o runs/planned --emulate -- python examples/bert_pipeline.py --layers-per-ipu 2,3,3,4
+    python examples/bert_pipeline.py --mlm                        # with PopTorch, on 4 IPUs
+    popviz capture -o runs/even --emulate -- python examples/bert_pipeline.py --mlm --gradient-accumulation 64
+    popviz plan runs/even                                         # proposes layers_per_ipu=[1, 4, 4, 3]
+    popviz capture -o runs/planned --emulate -- python examples/bert_pipeline.py --mlm \
+        --gradient-accumulation 64 --layers-per-ipu 1,4,4,3
     popviz compare runs/even runs/planned
+
+(sample_reports/bert_even_split and bert_planned are these two runs with `--steps 1`.)
 """
 
 from __future__ import annotations

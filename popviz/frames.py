@@ -146,16 +146,47 @@ def steps(report: Report, run: int | None = None) -> pd.DataFrame:
 def stage_cycles(report: Report) -> pd.DataFrame:
     """Per pipeline stage: ``stage``, ``ipu``, ``blocks``, ``cycles_per_micro_batch`` (null when
     the batching is unknown), ``total_cycles`` (over the calls counted), ``idle_pct`` and
-    ``bottleneck``. Empty when the report has no stages."""
+    ``bottleneck``. Empty when the report has no stages. When stages share an IPU the profile
+    cannot split that IPU's cycles between them: their cycles are null, ``bottleneck`` marks every
+    stage on the busiest IPU, and :func:`ipu_cycles` has the per-IPU figures."""
     import pandas as pd
 
     m = analysis_metrics(report, "pipeline")
+    per_ipu = m.get("balance_basis") == "ipu"
     rows = [{"stage": s["index"], "ipu": s["ipu"], "blocks": ", ".join(s["blocks"]),
              "cycles_per_micro_batch": s.get("cycles"), "total_cycles": s.get("total_cycles"),
              "idle_pct": None if s.get("idle_frac") is None else 100 * s["idle_frac"],
-             "bottleneck": s["index"] == m["bottleneck_stage"]}
+             "bottleneck": (s["ipu"] == m["bottleneck_ipu"]) if per_ipu else s["index"] == m["bottleneck_stage"]}
             for s in m["stages"]]
     columns = ["stage", "ipu", "blocks", "cycles_per_micro_batch", "total_cycles", "idle_pct", "bottleneck"]
+    frame = pd.DataFrame(rows, columns=columns)
+    for col in ("cycles_per_micro_batch", "idle_pct"):
+        frame[col] = frame[col].astype("float64")
+    frame["total_cycles"] = frame["total_cycles"].astype("Int64")
+    return frame
+
+
+def ipu_cycles(report: Report) -> pd.DataFrame:
+    """Per IPU that runs pipeline stages: ``ipu``, ``stages`` (their indices, comma-separated),
+    ``blocks``, ``cycles_per_micro_batch``, ``total_cycles``, ``idle_pct`` and ``bottleneck``.
+    Filled when stages share an IPU (balance is then measured per IPU); otherwise the same figures
+    as :func:`stage_cycles`, one row per stage's IPU. Empty when the report has no stage cycles."""
+    import pandas as pd
+
+    m = analysis_metrics(report, "pipeline")
+    blocks: dict[int, list[str]] = {}
+    for s in m["stages"]:
+        blocks.setdefault(s["ipu"], []).extend(s["blocks"])
+    if m.get("balance_basis") == "ipu":
+        source = [(r["ipu"], r["stages"], r["cycles"], r["total_cycles"], r["idle_frac"]) for r in m["ipus"]]
+    else:
+        source = [(s["ipu"], [s["index"]], s.get("cycles"), s.get("total_cycles"), s.get("idle_frac"))
+                  for s in m["stages"] if s.get("total_cycles") is not None]
+    rows = [{"ipu": ipu, "stages": ", ".join(map(str, st)), "blocks": ", ".join(blocks.get(ipu, [])),
+             "cycles_per_micro_batch": c, "total_cycles": t,
+             "idle_pct": None if f is None else 100 * f, "bottleneck": ipu == m.get("bottleneck_ipu")}
+            for ipu, st, c, t, f in source]
+    columns = ["ipu", "stages", "blocks", "cycles_per_micro_batch", "total_cycles", "idle_pct", "bottleneck"]
     frame = pd.DataFrame(rows, columns=columns)
     for col in ("cycles_per_micro_batch", "idle_pct"):
         frame[col] = frame[col].astype("float64")

@@ -735,6 +735,12 @@ class Report:
         from popviz import frames
         return frames.stage_cycles(self)
 
+    def ipu_cycles(self) -> pd.DataFrame:
+        """Cycles per micro-batch of each IPU running pipeline stages (the balance measured per
+        IPU when stages share one), its stages, idle % and the bottleneck."""
+        from popviz import frames
+        return frames.ipu_cycles(self)
+
     def memory_by_ipu(self) -> pd.DataFrame:
         """Bytes per IPU: used, capacity, used %, gaps and one column per memory category."""
         from popviz import frames

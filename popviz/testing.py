@@ -292,6 +292,7 @@ def layer_table(
     names: Sequence[str] | None = None,
     roles: Sequence[str] | None = None,
     pins: Sequence[str | None] | None = None,
+    tied_to: Sequence[str | None] | None = None,
     layers_per_ipu: Sequence[int] | None = None,
     backward_factor: float = 2.0,
     weight_bytes: int | Sequence[int] = 0,
@@ -306,12 +307,14 @@ def layer_table(
 
     ``layers_per_ipu`` places them: entry ``i`` counts the layers of role ``layer`` on IPU ``i``
     (optimum-graphcore's meaning); the other roles go with the next ``layer`` (with the previous
-    one at the end of the model). Without it, no placement is recorded.
+    one at the end of the model). Without it, no placement is recorded. ``tied_to`` names, per
+    layer, the layer whose weights it shares (a tied projection), or None.
     """
     n = len(fwd_cycles)
     names = list(names) if names is not None else [f"layer.{i}" for i in range(n)]
     roles = list(roles) if roles is not None else ["layer"] * n
     pins = list(pins) if pins is not None else [None] * n
+    tied = list(tied_to) if tied_to is not None else [None] * n
     ipus: list[int | None] = [None] * n
     if layers_per_ipu is not None:
         units = [i for i, r in enumerate(roles) if r == "layer"]
@@ -336,7 +339,7 @@ def layer_table(
     layers = tuple(
         Layer(name=names[i], role=roles[i], block=None if ipus[i] is None else f"ipu{ipus[i]}",
               stage=ipus[i], ipu=ipus[i], fwd_cycles=int(fwd_cycles[i]),
-              bwd_cycles=int(round(fwd_cycles[i] * backward_factor)), pin=pins[i],
+              bwd_cycles=int(round(fwd_cycles[i] * backward_factor)), pin=pins[i], tied_to=tied[i],
               **{k: v[i] for k, v in cols.items()})
         for i in range(n))
     return LayerTable(layers=layers, source=source, micro_batch_size=micro_batch_size,

@@ -46,6 +46,11 @@ class Sample:
     the README's and docs/getting-started.md's sample tables promises (tests check it)."""
 
 
+BERT_ARGS = ("--steps", "1", "--mlm", "--gradient-accumulation", "64")
+"""bert_even_split: 12 layers, 3 per IPU; the tied masked-LM head takes the pipeline back to IPU 0."""
+BERT_PLANNED = "1,4,4,3"
+"""What `popviz plan sample_reports/bert_even_split` proposes (a test checks it still does)."""
+
 SAMPLES: tuple[Sample, ...] = (
     Sample("mnist_pipeline", "examples/mnist_pipeline.py", ("--steps", "3"),
            about="Graphcore's pipelined MNIST tutorial: four blocks on four IPUs",
@@ -53,9 +58,14 @@ SAMPLES: tuple[Sample, ...] = (
     Sample("cnn_replicated", "examples/cnn_replicated.py", ("--steps", "2"),
            about="a CNN data-parallel over 4 replicas; inference returns every micro-batch (OutputMode.All)",
            findings=("HIO001", "HIO003")),
-    Sample("bert_even_split", "examples/bert_pipeline.py", ("--steps", "1"),
-           about="a BERT-style encoder over 4 IPUs, 3 layers each: IPU 0 also holds the embeddings",
-           findings=("PIPE003",)),
+    Sample("bert_even_split", "examples/bert_pipeline.py", BERT_ARGS,
+           about="a BERT-style encoder pre-trained with a masked-LM head tied to the embeddings, 3 "
+                 "layers on each of 4 IPUs: IPU 0 also holds the embeddings and runs the head",
+           findings=("PIPE001",)),
+    Sample("bert_planned", "examples/bert_pipeline.py", (*BERT_ARGS, "--layers-per-ipu", BERT_PLANNED),
+           about="the same model with the split `popviz plan bert_even_split` proposes "
+                 f"(layers_per_ipu=[{BERT_PLANNED.replace(',', ', ')}])",
+           findings=()),
     Sample("oom_model", "examples/oom_model.py", ("--steps", "1"), expect_exit=1,
            about="a BERT-base-wide encoder on 2 IPUs whose split overfills IPU 0: the compile fails "
                  "(poptorch.Error) and leaves a memory-only report",
@@ -79,9 +89,12 @@ def available(sample: Sample) -> str | None:
 
 def capture(sample: Sample, target: Path) -> None:
     """Run the sample's script under `popviz capture --emulate` into target (which must not exist)."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "COLUMNS": "100", **sample.env}
+    # The script runs as `python` (this interpreter first on PATH), so the run record, and the
+    # re-run command `popviz plan` prints from it, read as a user would type them.
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "COLUMNS": "100", **sample.env,
+           "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])}
     command = [sys.executable, "-m", "popviz", "capture", "-o", str(target), "--emulate", "--",
-               sys.executable, sample.script, *sample.args]
+               "python", sample.script, *sample.args]
     proc = subprocess.run(command, cwd=ROOT, env=env, stdin=subprocess.DEVNULL,
                           capture_output=True, text=True)
     if proc.returncode != sample.expect_exit:

@@ -178,13 +178,37 @@ def test_memory_only_report_checks_config_but_not_cycles():
     assert codes(out) == ["PIPE003"]
 
 
-def test_stages_sharing_an_ipu_are_not_checked():
+def test_stages_sharing_an_ipu_are_balanced_per_ipu():
+    # IPU0 runs stages 0 and 2 (like BERT's tied MLM head back on IPU0): it does twice IPU1's work
     r = testing.pipeline_report([1000, 1000, 1000], stage_ipus=[0, 1, 0], gradient_accumulation=64)
     out = pipeline.analyse(r)
+    m = out.metrics
     [nc] = out.not_checked
-    assert "IPU0 (stages 0, 2)" in nc.reason
-    assert out.metrics["ramp_efficiency_frac"] == 64 / 68
-    assert out.metrics["imbalance_ratio"] is None
+    assert nc.check == "cycles of each stage" and "IPU0 (stages 0 and 2)" in nc.reason
+    assert m["balance_basis"] == "ipu" and m["bottleneck_ipu"] == 0 and m["bottleneck_stage"] is None
+    assert m["imbalance_ratio"] == 385000 / ((385000 + 192500) / 2) == 4 / 3
+    assert m["ipus"] == [
+        {"ipu": 0, "stages": [0, 2], "cycles": 385000 / 64, "total_cycles": 385000, "idle_frac": 0.0},
+        {"ipu": 1, "stages": [1], "cycles": 192500 / 64, "total_cycles": 192500, "idle_frac": 0.5}]
+    assert [s["cycles"] for s in m["stages"]] == [None, 192500 / 64, None]  # stage 1 is alone on IPU1
+    assert m["rebalance_to_ipu"] == 1
+    [f] = out.findings
+    assert f.code == "PIPE001" and f.title == "Unbalanced pipeline: IPU0 (stages 0 and 2) is the bottleneck"
+    assert f.evidence.startswith("IPU0 runs stages 0 and 2 (0: B1; 2: B3): 6,016 cycles per micro-batch, "
+                                 "1.33× the mean over 2 IPUs (4,512); the other IPUs idle 50.0%")
+    assert f.recommendation.startswith("Move about 1,504 cycles per micro-batch (25% of its work) off IPU0 "
+                                       "towards IPU1 (50% idle, the least loaded)")
+    assert list(out.table["IPU"]) == ["0 ◀", "1"] and list(out.table["stages"]) == ["0, 2", "1"]
+    assert list(out.table["cycles/micro-batch"]) == [6016, 3008]
+    assert out.caption.startswith("◀ bottleneck · imbalance 1.33 (max/mean over IPUs: stages share IPUs)")
+    assert r.ipu_cycles()["cycles_per_micro_batch"].tolist() == [385000 / 64, 192500 / 64]
+    assert r.stage_cycles()["bottleneck"].tolist() == [True, False, True]
+
+
+def test_stages_sharing_an_ipu_balanced_per_ipu_give_no_finding():
+    out = pipeline.analyse(testing.pipeline_report([500, 1000, 500], stage_ipus=[0, 1, 0],
+                                                   gradient_accumulation=64))
+    assert out.metrics["imbalance_ratio"] == 1.0 and out.findings == []
 
 
 def test_missing_config_is_not_checked():
@@ -641,6 +665,24 @@ def test_float16_inputs_are_not_told_to_be_float16():
         only(host_io.analyse(wide), "HIO001").recommendation
     half = testing.pipeline_report([1000] * 2, inputs={"x": ((16, 784), "float16")}, **kw)
     assert "narrower dtypes" not in only(host_io.analyse(half), "HIO001").recommendation
+
+
+def test_transfer_levers_follow_the_bytes_each_direction_moves():
+    kw = dict(mode="inference", device_iterations=4, host_bytes_per_cycle=0.01, host_wait_cycles=0,
+              output_mode="All")
+    # inputs 4 x 16 x 784 float32 = 200,704 B a call, outputs 4 x 160 B: no output lever
+    small_out = only(host_io.analyse(testing.pipeline_report([1000] * 2, **kw)), "HIO001").recommendation
+    assert small_out == (
+        "The transfers themselves take the time (per call 200,704 B (196.0 KiB) in, 2,560 B (2.5 KiB) "
+        "out: the inputs are 98.7% of the bytes): move fewer bytes — send inputs in narrower dtypes "
+        "(int32 or float16 instead of int64 or float32: input), or do preprocessing on the IPU.")
+    # outputs 4 x 16 x 10^6 float32 = 256,000,000 B: the output levers only, the output mode first
+    big = testing.pipeline_report([1000] * 2, outputs={"logits": ((16, 1_000_000), "float32")}, **kw)
+    assert only(host_io.analyse(big), "HIO001").recommendation == (
+        "The transfers themselves take the time (per call 200,704 B (196.0 KiB) in, 256,000,000 B "
+        "(244.1 MiB) out: the outputs are 99.9% of the bytes): move fewer bytes — return fewer outputs "
+        "(opts.outputMode(poptorch.OutputMode.Final) or Sum, if the host does not need every "
+        "prediction), or return outputs in float16.")
 
 
 def test_estimated_reports_never_quote_the_emulator_wall_time_as_host_time():

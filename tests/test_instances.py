@@ -246,7 +246,7 @@ def test_two_ordinary_captures_and_the_samples_give_no_instance_finding(tmp_path
     # the console groups the engines run by run
     console = run_cli("analyse", str(ROOT / "sample_reports"), env={"COLUMNS": "100"}).stdout
     heads = [line for line in console.splitlines() if line.startswith("run ")]
-    assert [h.split()[1] for h in heads] == ["bert_even_split", "bert_pipeline", "cnn_replicated",
+    assert [h.split()[1] for h in heads] == ["bert_even_split", "bert_pipeline", "bert_planned", "cnn_replicated",
                                              "lightning_pipeline", "mnist_pipeline", "oom_compile", "oom_model"]
     single = run_cli("analyse", str(tmp_path / "runs"), "--only", "instances", env={"COLUMNS": "100"})
     assert single.returncode == 0 and "not applicable" in single.stdout

@@ -143,3 +143,59 @@ def test_least_memory_split_against_brute_force() -> None:
         got = least_memory_split(layers, k, s)
         peaks = [max(st.memory_bytes for st in evaluate(layers, c, s).stages) for c in _compositions(n, k)]
         assert max(st.memory_bytes for st in got.stages) == min(peaks)
+
+
+def _simulated_cycles(stages, g: int, training: bool) -> int:
+    """Elapsed cycles of the emulator's own schedule (popviz/schedule.py) with no syncs,
+    copies, host transfers or weight update: the same pipeline, stepped cycle by cycle."""
+    from popviz.schedule import SchedulePlan, StageWork, simulate
+
+    frame = simulate(SchedulePlan(
+        stages=[StageWork(ipu, f, b) for ipu, f, b in stages], mode="training" if training else "inference",
+        gradient_accumulation=g if training else 1, device_iterations=1 if training else g))
+    return int((frame["start_cycle"] + frame["cycles"]).max())
+
+
+def test_pipeline_cycles_match_the_emulators_schedule() -> None:
+    from popviz.analysis.planner import pipeline_cycles
+
+    rng = random.Random(11)
+    for _ in range(150):
+        n = rng.randint(2, 6)
+        ipus = [*range(n - 1), rng.randrange(n - 1)] if rng.random() < 0.4 else list(range(n))
+        stages = [(ipu, rng.randint(1, 900), rng.randint(0, 1800)) for ipu in ipus]
+        g = rng.randint(1, 40)
+        training = rng.random() < 0.7
+        if not training:
+            stages = [(ipu, f, 0) for ipu, f, _ in stages]
+        assert pipeline_cycles(stages, g, training) == _simulated_cycles(stages, g, training)
+
+
+def test_pipeline_cycles_by_hand() -> None:
+    from popviz.analysis.planner import pipeline_cycles
+
+    # two IPUs, G = 16: slots IPU0 2,100 | IPU1 3,500 + 7,000 | IPU0 4,200; the first and last
+    # pipeline cycles hold one slot, the 16 between hold IPU1's 10,500 at most
+    assert pipeline_cycles([(0, 2100, 4200), (1, 3500, 7000)], 16, True) == 2100 + 16 * 10_500 + 4200
+    # inference, D = 4 over 3 stages: 6 pipeline cycles
+    assert pipeline_cycles([(0, 10, 0), (1, 30, 0), (2, 20, 0)], 4, False) == 10 + 30 + 30 + 30 + 30 + 20
+
+
+def test_a_tied_projection_back_on_the_first_ipu_is_a_stage_of_its_own() -> None:
+    from popviz.analysis.planner import layer_costs, pipeline_cycles, refine, stage_work
+    from popviz.testing import layer_table
+
+    t = layer_table([100] + [1000] * 6 + [1500], names=["emb", *(f"l{i}" for i in range(6)), "mlm"],
+                    roles=["embeddings", *["layer"] * 6, "head"], pins=["first", *[None] * 6, "first"],
+                    tied_to=[None] * 7 + ["emb"], layers_per_ipu=[2, 2, 2])
+    costs = layer_costs(t)
+    [emb] = [c for c in costs if c.name == "emb"]
+    assert (emb.fwd_cycles, emb.tail_fwd_cycles, emb.tail_bwd_cycles) == (1600, 1500, 3000)
+    s = PlanSettings(capacity_bytes=10**9, extra_stages=1)
+    work = stage_work(costs, [3, 2, 2], s)
+    assert work == [(0, 2100, 4200), (1, 2000, 4000), (2, 2000, 4000), (0, 1500, 3000)]
+    # IPU0 works 10,800 a micro-batch against 6,000 elsewhere, but through the ramp too
+    even = pipeline_cycles(work, 16, True)
+    best = refine(costs, evaluate(costs, [3, 2, 2], s), s, 16)
+    assert best.layers_per_ipu == [2, 3, 2]
+    assert pipeline_cycles(stage_work(costs, best.layers_per_ipu, s), 16, True) < even

@@ -42,6 +42,16 @@ def test_stages_marks_the_bottleneck_with_one_bar_per_stage(bert):
     assert frame["bottleneck"].tolist() == [False, False, False, True]
 
 
+def test_stages_sharing_an_ipu_get_one_bar_per_ipu():
+    r = testing.pipeline_report([1000, 1000, 1000], stage_ipus=[0, 1, 0], gradient_accumulation=64)
+    fig = plot.stages(r)
+    ax = fig.axes[0]
+    assert [p.get_height() for p in ax.patches] == [385000 / 64, 192500 / 64]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["IPU0 · stages 0, 2\nB1\nB3", "IPU1 · stage 1\nB2"]
+    assert ax.get_title() == "training: cycles per IPU (stages share IPUs) (slowest / mean = 1.33)"
+    assert "mean over IPUs: 4.51k" in _texts(fig)
+
+
 def test_memory_stacks_categories_with_capacity_and_percentages(bert):
     fig = plot.memory(bert["training"])
     ax = fig.axes[0]

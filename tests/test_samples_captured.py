@@ -100,6 +100,25 @@ def test_oom_model_compile_fails_and_its_memory_only_report_is_kept():
     assert mem001.title == "IPU0 is out of memory" and mem001.severity == "error"
 
 
+def test_bert_planned_is_the_split_popviz_plan_proposes_and_it_is_faster():
+    """The pair shows the loop: plan on the even split, re-run with its split, compare."""
+    from popviz.analysis.layer_plan import make_plan
+
+    even = popviz.load(SAMPLES / "bert_even_split")["training"]
+    planned = popviz.load(SAMPLES / "bert_planned")["training"]
+    plan = make_plan(even)
+    assert ",".join(map(str, plan.proposed.layers_per_ipu)) == REGEN.BERT_PLANNED
+    assert [x.ipu for x in planned.layers if x.name == "mlm"] == [0]  # the tied head stays on IPU0
+    # the re-run's per-IPU cycles are what the plan predicted for each IPU (within 1%)
+    metrics = popviz.analyse(popviz.load(SAMPLES / "bert_planned")).engines[0].metrics["pipeline"]
+    measured = [row["cycles"] for row in metrics["ipus"]]
+    assert measured == pytest.approx([s.cycles for s in plan.proposed.stages], rel=0.01)
+    # and the calls are faster by about what the plan said (syncs and copies aside)
+    before = popviz.analyse(popviz.load(SAMPLES / "bert_even_split")).engines[0].metrics["pipeline"]
+    gain = before["call_cycles_per_micro_batch"] / metrics["call_cycles_per_micro_batch"] - 1
+    assert gain == pytest.approx(plan.throughput_change_frac, abs=0.02) and gain > 0.05
+
+
 @pytest.mark.parametrize("sample", [s.name for s in REGEN.SAMPLES])
 def test_regenerating_a_sample_gives_the_same_analysis(sample, tmp_path):
     chosen = next(s for s in REGEN.SAMPLES if s.name == sample)

@@ -264,15 +264,14 @@ def test_done_when_plan_then_split(tmp_path):
     assert all(abs(measured[i] - predicted[i]) <= 2 for i in predicted)
     assert max(measured.values()) < max(per_ipu_cycles(even).values())
     # memory: with the emulator's code and exchange bytes of each IPU, the prediction matches on
-    # IPUs 1-3 within 0.1% (a tensor two layers both save for the backward is stashed once per
-    # block, so which layers share a block moves a few KiB); on IPU 0 it counts the tied
-    # projection's stash at stage 0's depth, not at the last stage's (conservative)
+    # every IPU within 0.1% (a tensor two layers both save for the backward is stashed once per
+    # block, so which layers share a block moves a few KiB; on IPU 0 the tied projection's stash
+    # counts once, at the last stage's depth)
     mem = planned.memory.frame.set_index("ipu")
     got = {i: int(mem.loc[i, "total_bytes_including_gaps"] - mem.loc[i, "cat_codeAndExchange_bytes"])
            for i in predicted}
     want = {i: st.memory_bytes for i, st in enumerate(best.stages)}
-    assert all(abs(got[i] - want[i]) <= 0.001 * want[i] for i in (1, 2, 3))
-    assert want[0] > got[0]
+    assert all(abs(got[i] - want[i]) <= 0.001 * want[i] for i in (0, 1, 2, 3))
 
 
 def test_cli_passes_depth_and_split_to_the_script(tmp_path):
@@ -302,6 +301,8 @@ def test_extra_stage_deepens_every_stash():
         settings = planner.PlanSettings(capacity_bytes=10**6, extra_stages=extra)
         split = planner.evaluate(costs, [3, 2], settings)
         assert [s.stash_depth for s in split.stages] == depths
-        assert [s.memory_bytes for s in split.stages] == [23 * depths[0], 20 * depths[1]]
+        # IPU0 stashes emb + l0 + l1 (21 B) at its depth and the tied head's 2 B once: the head
+        # runs in the last stage, which holds one micro-batch
+        assert [s.memory_bytes for s in split.stages] == [21 * depths[0] + 2, 20 * depths[1]]
         best = planner.plan(costs, 2, settings, exact_n=True).best
         assert [s.stash_depth for s in best.stages] == depths

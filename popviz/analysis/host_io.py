@@ -16,6 +16,7 @@ from popviz.analysis.findings import AnalysisOutput, Collector
 from popviz.analysis.thresholds import (
     CALL_DEVICE_SECONDS_MIN,
     CALL_DEVICE_SECONDS_TARGET,
+    HOST_LEVER_MIN_SHARE_FRAC,
     HOST_WAIT_DOMINANT_FRAC,
     OUTPUT_BYTES_SAVED_INFO,
     OUTPUT_BYTES_SAVED_WARN,
@@ -316,15 +317,34 @@ def _copy_finding(report: Report, o: Collector, worst: dict[str, Any], mode: str
                   if not synthetic_data(report) else "."))
     else:
         title = f"Host transfers take {pct(c)} of IPU{k}'s cycles"
-        fewer = ("return fewer outputs (opts.outputMode(poptorch.OutputMode.Final) or Sum), "
-                 if mode in ("All", "EveryN") else "")
+        m = o.out.metrics
+        in_b, out_b = m.get("input_bytes_per_call"), m.get("output_bytes_per_call")
+        moved = (in_b or 0) + (out_b or 0)
+        # Shrink a direction only if it moves a real share of the bytes (unknown sizes: offer both).
+        out_matters = out_b is None or not moved or out_b >= HOST_LEVER_MIN_SHARE_FRAC * moved
+        in_matters = in_b is None or not moved or in_b >= HOST_LEVER_MIN_SHARE_FRAC * moved
+        output_levers = []
+        if out_matters and mode in ("All", "EveryN"):
+            output_levers.append("return fewer outputs (opts.outputMode(poptorch.OutputMode.Final) or Sum"
+                                 + (", if the host does not need every prediction" if report.cfg.mode == "inference"
+                                    else "") + ")")
+        if out_matters:
+            output_levers.append("return outputs in float16")
+        input_levers = []
         inputs = report.host_io.inputs if report.host_io is not None else ()
         wide = [t for t in inputs if t.dtype in ("int64", "float32", "float64")]
-        narrower = ("send inputs in narrower dtypes (int32 or float16 instead of int64 or float32"
-                    + (f": {', '.join(t.name for t in wide)}" if wide else "") + "), ") \
-            if wide or not inputs else ""  # never propose float16 inputs that already are
-        rec = (f"The transfers themselves take the time: move fewer bytes — {fewer}{narrower}return "
-               "outputs in float16, or do preprocessing on the IPU.")
+        if in_matters and (wide or not inputs):  # never propose float16 inputs that already are
+            input_levers.append("send inputs in narrower dtypes (int32 or float16 instead of int64 or float32"
+                                + (f": {', '.join(t.name for t in wide)}" if wide else "") + ")")
+        if in_matters:
+            input_levers.append("do preprocessing on the IPU")
+        levers = (output_levers + input_levers if (out_b or 0) > (in_b or 0) else input_levers + output_levers)
+        share = ""
+        if in_b is not None and out_b is not None and moved:
+            share = (f" (per call {nbytes(in_b)} in, {nbytes(out_b)} out: the "
+                     f"{'outputs' if out_b > in_b else 'inputs'} are {pct(max(in_b, out_b) / moved)} of the bytes)")
+        rec = (f"The transfers themselves take the time{share}: move fewer bytes — "
+               + (", ".join(levers[:-1]) + ", or " + levers[-1] if len(levers) > 1 else levers[0]) + ".")
     o.find("HIO001", "warning", title, evidence, rec)
 
 

@@ -247,15 +247,23 @@ def settings_for(report: Report, costs: list[planner.LayerCost],
 
 # ----------------------------------------------------------------------------------- the plan
 
-def _view(split: Split, report: Report, layers: Sequence[Layer], settings: PlanSettings,
-          g: int | None) -> SplitView:
-    from popviz.analysis.pipeline import ramp_efficiency
-
+def _view(split: Split, report: Report, layers: Sequence[Layer], costs: Sequence[planner.LayerCost],
+          settings: PlanSettings, g: int | None) -> SplitView:
+    work = planner.stage_work(costs, split.layers_per_ipu, settings)
     n = len(split.stages)
-    s = 2 * n - 1 if settings.training else n
-    eff = ramp_efficiency(g, s) if g else None
+    forward = len(work)  # one more than the IPUs with a tied projection back on the first IPU
+    s = 2 * forward - 1 if settings.training else forward
     assert report.target is not None
-    rate = report.target.clock_hz / split.bottleneck_cycles * (eff or 1.0) if split.bottleneck_cycles else 0.0
+    clock = report.target.clock_hz
+    if g and split.bottleneck_cycles:
+        # G micro-batches through the pipeline, ramp-up and ramp-down included; the ramp
+        # efficiency is the share of that time the slowest IPU's steady state would take.
+        elapsed = planner.pipeline_cycles(work, g, settings.training)
+        eff = min(1.0, g * split.bottleneck_cycles / elapsed) if elapsed else None
+        rate = clock * g / elapsed if elapsed else 0.0
+    else:
+        eff = None
+        rate = clock / split.bottleneck_cycles if split.bottleneck_cycles else 0.0
     stages = [StageView(ipu=i, first_layer=layers[st.first].name, last_layer=layers[st.stop - 1].name,
                         entries=st.stop - st.first,
                         layers=sum(x.role == "layer" for x in layers[st.first:st.stop]),
@@ -295,7 +303,7 @@ def make_plan(report: Report, *, ipus: int | None = None, max_ipus: int | None =
                     exact_ipus=exact, layer_names=[x.name for x in kept],
                     layer_roles=[x.role for x in kept], notes=notes, table=tuple(table))
     if counts is not None:
-        out.current = _view(planner.evaluate(costs, counts, settings), report, kept, settings, g)
+        out.current = _view(planner.evaluate(costs, counts, settings), report, kept, costs, settings, g)
     elif any(x.ipu is not None for x in table):
         out.notes.append("the current placement is not one contiguous run of layers per IPU: it is "
                          "not compared")
@@ -311,8 +319,11 @@ def make_plan(report: Report, *, ipus: int | None = None, max_ipus: int | None =
         notes.append("the model runs sharded (one IPU busy at a time): balance only pays off "
                      "pipelined (PipelinedExecution), which this plan assumes")
     result = planner.plan(costs, n, settings, exact_n=exact)
+    tied_back = any(c.tail_fwd_cycles or c.tail_bwd_cycles for c in costs)
     for k, split in sorted(result.by_ipus.items()):
-        out.by_ipus[k] = _view(split, report, kept, settings, g) if split else None
+        if split is not None and g and tied_back:
+            split = planner.refine(costs, split, settings, g)
+        out.by_ipus[k] = _view(split, report, kept, costs, settings, g) if split else None
     fitting = [v for v in out.by_ipus.values() if v is not None]
     if fitting:
         # The fastest in micro-batches per second (ramp included); fewer IPUs on a tie; a
@@ -365,31 +376,18 @@ def module_expr(path: str, root: str = "model") -> str:
     return out
 
 
-def block_starts(plan: LayerPlan) -> list[tuple[str, int]]:
-    """The modules that start a block under the proposed split, with their IPU: the first part
-    of the model and every part whose IPU differs from the part before it (the first module of
-    each IPU's run, and a part placed apart from its neighbours, e.g. a tied projection back on
-    its partner's IPU after the last layer). PopTorch runs every module after a ``BeginBlock``
-    in that block until the next one, so these lines place every part."""
-    assert plan.proposed is not None
-    rows = plan.placements()
-    if not rows:  # no table recorded: the planned layers only
-        owner = [s.ipu for s in plan.proposed.stages for _ in range(s.entries)]
-        rows = list(zip(plan.layer_names, owner, strict=True))
-    starts: list[tuple[str, int]] = []
-    for name, ipu in rows:
-        if not starts or ipu != starts[-1][1]:
-            starts.append((name, ipu))
-    return starts
-
-
 def code_dict(plan: LayerPlan) -> dict[str, Any]:
     """The proposed split as PopTorch and optimum-graphcore code."""
     assert plan.proposed is not None
+    # A block starts wherever execution moves to another IPU: each stage's first module, and a
+    # part that runs back on an earlier IPU (a projection tied to the embeddings on IPU0).
     lines = []
-    for name, ipu in block_starts(plan):
-        expr = module_expr(name)
-        lines.append(f"{expr} = poptorch.BeginBlock({expr}, ipu_id={ipu})")
+    previous = None
+    for name, ipu in plan.placements():
+        if ipu != previous:
+            expr = module_expr(name)
+            lines.append(f"{expr} = poptorch.BeginBlock({expr}, ipu_id={ipu})")
+        previous = ipu
     amp = plan.available_memory_proportion
     cfg = f"IPUConfig(layers_per_ipu={plan.proposed.layers_per_ipu}, ipus_per_replica={len(plan.proposed.stages)}"
     cfg += f", matmul_proportion={amp})" if amp else ")"

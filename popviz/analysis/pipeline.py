@@ -45,6 +45,9 @@ def empty_metrics(cfg: ModelConfig) -> dict[str, Any]:
         "stages": [],
         "imbalance_ratio": None,
         "bottleneck_stage": None,
+        "bottleneck_ipu": None,
+        "balance_basis": None,
+        "ipus": [],
         "idle_frac_other_ipus": None,
         "balanced_gain_frac": None,
         "utilisation_frac": None,
@@ -55,6 +58,7 @@ def empty_metrics(cfg: ModelConfig) -> dict[str, Any]:
         "micro_batches_for_target": None,
         "pipelining_speedup_ratio": None,
         "cycle_shares": None,
+        "call_cycles_per_micro_batch": None,
         "rebalance_to_ipu": None,
         "inferred": [k for k in INFERRED_KEYS if cfg.is_inferred(k)],
     }
@@ -218,12 +222,6 @@ def _stage_cycles(report: Report, o: Collector, pipelined: bool) -> None:
     m["stages"] = [{**s.to_dict(), "cycles": None, "total_cycles": None, "idle_frac": None}
                    for s in stages]
     shared = sorted({s.ipu for s in stages if sum(t.ipu == s.ipu for t in stages) > 1})
-    if shared:
-        names = ", ".join(f"IPU{i} (stages {', '.join(str(s.index) for s in stages if s.ipu == i)})"
-                          for i in shared)
-        o.skip(check, f"stages share an IPU: {names}; the profile's cycles are per IPU, so they "
-               "cannot be split between those stages")
-        return
     if report.execution is None:
         o.skip(check, "no execution profile in this report (the compile ran out of memory or the "
                "engine never ran): cycles per stage are unknown")
@@ -241,6 +239,10 @@ def _stage_cycles(report: Report, o: Collector, pipelined: bool) -> None:
         o.skip(check, "the execution profile has no compute on "
                + ", ".join(f"IPU{s.ipu} (stage {s.index})" for s in missing))
         return
+    if shared:
+        _ipu_balance(report, o, pipelined, shared, per_ipu, runs, by_type)
+        return
+    m["bottleneck_ipu"] = None  # set below with the stage
     totals = [int(per_ipu[s.ipu]) for s in stages]
     calls = len(runs)
     mb = _micro_batches_per_call(cfg)
@@ -260,7 +262,8 @@ def _stage_cycles(report: Report, o: Collector, pipelined: bool) -> None:
     others = [i for k, i in enumerate(idle) if k != b]
     elapsed = totals_of.elapsed(runs)
     ipus = cfg.stage_ipus
-    m.update(imbalance_ratio=biggest / mean, bottleneck_stage=stages[b].index,
+    m.update(imbalance_ratio=biggest / mean, bottleneck_stage=stages[b].index, bottleneck_ipu=stages[b].ipu,
+             balance_basis="stage",
              idle_frac_other_ipus=sum(others) / len(others), balanced_gain_frac=biggest / mean - 1,
              utilisation_frac=sum(totals) / (len(ipus) * elapsed) if elapsed else None)
     if sharded:
@@ -268,6 +271,8 @@ def _stage_cycles(report: Report, o: Collector, pipelined: bool) -> None:
     m["cycle_shares"] = decompose(by_type, list(ipus), elapsed,
                                   weight_update_cycles(report.execution, runs),
                                   sync_floor_cycles(report.execution, runs))
+    if mb and elapsed:
+        m["call_cycles_per_micro_batch"] = elapsed / (calls * mb)
     ratio = biggest / mean
     if pipelined and ratio >= IMBALANCE_WARN_RATIO:
         st = stages[b]
@@ -301,27 +306,120 @@ def _stage_cycles(report: Report, o: Collector, pipelined: bool) -> None:
                f"throughput by up to {pct(ratio - 1, 0)}.")
 
 
+def _shared_names(stages, ipu: int) -> str:
+    return " and ".join(str(s.index) for s in stages if s.ipu == ipu)
+
+
+def _ipu_balance(report: Report, o: Collector, pipelined: bool, shared: list[int], per_ipu,
+                 runs: list[int], by_type) -> None:
+    """Balance per IPU when stages share an IPU: the profile's cycles are per IPU, and an IPU runs
+    each of its stages in every pipeline cycle, so the busiest IPU sets the pipeline's pace."""
+    cfg = report.cfg
+    m = o.out.metrics
+    stages = cfg.stages
+    ipus = cfg.stage_ipus
+    totals = [int(per_ipu[i]) for i in ipus]
+    calls = len(runs)
+    mb = _micro_batches_per_call(cfg)
+    m["calls_counted"] = calls
+    m["micro_batches_per_call"] = mb
+    per_mb = [t / (calls * mb) for t in totals] if mb else [None] * len(totals)
+    biggest = max(totals)
+    mean = sum(totals) / len(totals)
+    b = totals.index(biggest)
+    sharded = cfg.execution_strategy == "ShardedExecution"
+    span = sum(totals) if sharded else biggest
+    idle = [1 - t / span for t in totals]
+    m["ipus"] = [{"ipu": i, "stages": [s.index for s in stages if s.ipu == i], "cycles": c,
+                  "total_cycles": t, "idle_frac": f}
+                 for i, t, c, f in zip(ipus, totals, per_mb, idle, strict=True)]
+    by_ipu = {row["ipu"]: row for row in m["ipus"]}
+    for row in m["stages"]:  # a stage alone on its IPU has the IPU's cycles; shared ones stay unknown
+        if row["ipu"] not in shared:
+            ipu_row = by_ipu[row["ipu"]]
+            row.update(cycles=ipu_row["cycles"], total_cycles=ipu_row["total_cycles"],
+                       idle_frac=ipu_row["idle_frac"])
+    others = [f for k, f in enumerate(idle) if k != b]
+    totals_of = cycle_totals(report.execution)
+    elapsed = totals_of.elapsed(runs)
+    on_b = [s for s in stages if s.ipu == ipus[b]]
+    m.update(imbalance_ratio=biggest / mean, bottleneck_ipu=ipus[b], balance_basis="ipu",
+             bottleneck_stage=on_b[0].index if len(on_b) == 1 else None,
+             idle_frac_other_ipus=sum(others) / len(others), balanced_gain_frac=biggest / mean - 1,
+             utilisation_frac=sum(totals) / (len(ipus) * elapsed) if elapsed else None)
+    if sharded:
+        m["pipelining_speedup_ratio"] = sum(totals) / biggest
+    m["cycle_shares"] = decompose(by_type, list(ipus), elapsed,
+                                  weight_update_cycles(report.execution, runs),
+                                  sync_floor_cycles(report.execution, runs))
+    if mb and elapsed:
+        m["call_cycles_per_micro_batch"] = elapsed / (calls * mb)
+    names = ", ".join(f"IPU{i} (stages {_shared_names(stages, i)})" for i in shared)
+    o.skip("cycles of each stage", f"stages share an IPU: {names}; the profile's cycles are per "
+           "IPU, so they cannot be split between those stages: balance is measured per IPU (an IPU "
+           "runs each of its stages in every pipeline cycle)")
+    ratio = biggest / mean
+    if not (pipelined and ratio >= IMBALANCE_WARN_RATIO):
+        return
+    ipu = ipus[b]
+    to = min((k for k in range(len(ipus)) if k != b), key=lambda k: (totals[k], abs(k - b)))
+    m["rebalance_to_ipu"] = ipus[to]
+    unit = "cycles per micro-batch" if mb else "cycles in the profile"
+    values = per_mb if mb else totals
+    shed = values[b] - sum(values) / len(values)
+    ties = [k for k, t in enumerate(totals) if k != b and t >= biggest * (1 - TIE_FRAC)]
+    tie_text = (f" (IPU{', IPU'.join(str(ipus[k]) for k in ties)} {'are' if len(ties) > 1 else 'is'} as slow)"
+                if ties else "")
+    runs_what = (f"stages {_shared_names(stages, ipu)}" if len(on_b) > 1 else f"stage {on_b[0].index}")
+    blocks = "; ".join(f"{s.index}: {_blocks(s)}" for s in on_b if s.blocks)
+    o.find("PIPE001", "warning",
+           f"Unbalanced pipeline: IPU{ipu} ({runs_what}) is the bottleneck",
+           f"IPU{ipu} runs {runs_what}{f' ({blocks})' if blocks else ''}: {num(round(values[b]))} "
+           f"{unit}{tie_text}, {ratio:.2f}× the mean over {len(ipus)} IPUs "
+           f"({num(round(sum(values) / len(values)))}); the other IPUs idle "
+           f"{pct(sum(others) / len(others))} of each pipeline cycle (counted per IPU, as stages "
+           f"share IPUs: {' + '.join(COUNTED_TYPES)})",
+           f"Move about {num(round(shed))} {unit} ({pct(shed / values[b], 0)} of its work) off IPU{ipu} "
+           f"towards IPU{ipus[to]} ({pct(idle[to], 0)} idle, the least loaded): shift the "
+           f"poptorch.BeginBlock(layer, ipu_id=...) boundaries so IPU{ipu} runs fewer layers, keeping "
+           f"parts tied to it in place (optimum-graphcore: layers_per_ipu). Balanced IPUs would raise "
+           f"throughput by up to {pct(ratio - 1, 0)}.")
+
+
 def _table(report: Report, o: Collector) -> None:
     import pandas as pd
 
     stages = report.cfg.stages
     m = o.out.metrics
-    per_mb = [row["cycles"] for row in m["stages"]]
-    totals = [row["total_cycles"] for row in m["stages"]]
-    idle = [row["idle_frac"] for row in m["stages"]]
-    b = [s.index for s in stages].index(m["bottleneck_stage"])
+    per_ipu = m["balance_basis"] == "ipu"
+    rows = m["ipus"] if per_ipu else m["stages"]
+    per_mb = [row["cycles"] for row in rows]
+    totals = [row["total_cycles"] for row in rows]
+    idle = [row["idle_frac"] for row in rows]
     marked = m["imbalance_ratio"] > 1.0
     has_mb = per_mb[0] is not None
     col = "cycles/micro-batch" if has_mb else "cycles (profile)"
     values = [round(v) for v in per_mb] if has_mb else totals
-    o.out.table = pd.DataFrame({
-        "stage": [f"{s.index}{' ◀' if k == b and marked else ''}" for k, s in enumerate(stages)],
-        "IPU": [s.ipu for s in stages],
-        "blocks": [_blocks(s) for s in stages],
-        col: pd.array(values, dtype="int64"),
-        "idle %": [round(100 * i, 1) for i in idle],
-    })
-    parts = [f"{'◀ bottleneck · ' if marked else ''}imbalance {m['imbalance_ratio']:.2f} (max/mean)"]
+    if per_ipu:
+        b = [row["ipu"] for row in rows].index(m["bottleneck_ipu"])
+        o.out.table = pd.DataFrame({
+            "IPU": [f"{row['ipu']}{' ◀' if k == b and marked else ''}" for k, row in enumerate(rows)],
+            "stages": [", ".join(map(str, row["stages"])) for row in rows],
+            "blocks": ["; ".join(_blocks(s) for s in stages if s.ipu == row["ipu"]) for row in rows],
+            col: pd.array(values, dtype="int64"),
+            "idle %": [round(100 * i, 1) for i in idle],
+        })
+    else:
+        b = [s.index for s in stages].index(m["bottleneck_stage"])
+        o.out.table = pd.DataFrame({
+            "stage": [f"{s.index}{' ◀' if k == b and marked else ''}" for k, s in enumerate(stages)],
+            "IPU": [s.ipu for s in stages],
+            "blocks": [_blocks(s) for s in stages],
+            col: pd.array(values, dtype="int64"),
+            "idle %": [round(100 * i, 1) for i in idle],
+        })
+    parts = [f"{'◀ bottleneck · ' if marked else ''}imbalance {m['imbalance_ratio']:.2f} (max/mean"
+             + (" over IPUs: stages share IPUs)" if per_ipu else ")")]
     if report.cfg.execution_strategy == "PipelinedExecution" and marked:
         parts.append(f"balanced: up to +{pct(m['balanced_gain_frac'], 0)} throughput")
     if m["utilisation_frac"] is not None:

@@ -77,6 +77,10 @@ HOST_WAIT_DOMINANT_FRAC = 0.5
 """When StreamCopyBegin + End (waiting for the host) are at least this share of the stream-copy
 cycles, the host is the bottleneck, not the transfer itself."""
 
+HOST_LEVER_MIN_SHARE_FRAC = 0.1
+"""HIO001 proposes shrinking a direction of host transfers (inputs or outputs) only when it moves
+at least this share of the bytes per call: halving 0.3% of the bytes cannot shorten the copies."""
+
 OUTPUT_BYTES_SAVED_WARN = 64 * 2**20
 """Bytes per call that another output mode would save, above which inference gets a warning
 (training with All or EveryN always does)."""

@@ -32,7 +32,11 @@ class MetricDef:
 
 DEFINITIONS: tuple[MetricDef, ...] = (
     MetricDef("pipeline.cycles_per_micro_batch", "cycles", HIGHER_IS_WORSE, True,
-              "cycles of the slowest stage per micro-batch (sets the pipeline's throughput)"),
+              "cycles of the slowest stage per micro-batch (of the busiest IPU when stages share IPUs): "
+              "the steady state's pace"),
+    MetricDef("pipeline.call_cycles_per_micro_batch", "cycles", HIGHER_IS_WORSE, True,
+              "elapsed cycles of the calls per micro-batch, ramp, syncs, copies and weight update "
+              "included: the inverse of throughput"),
     MetricDef("pipeline.stage{i}.cycles_per_micro_batch", "cycles", HIGHER_IS_WORSE, True,
               "cycles of stage i per micro-batch"),
     MetricDef("pipeline.imbalance_ratio", "ratio", HIGHER_IS_WORSE, True, "slowest stage / mean stage"),
@@ -78,10 +82,14 @@ def engine_metrics(engine: EngineResult) -> dict[str, float]:
     out: dict[str, float | None] = {}
     p = m.get("pipeline") or {}
     stages = [s for s in p.get("stages") or [] if s.get("cycles") is not None]
-    if stages:
+    per_ipu = [r for r in p.get("ipus") or [] if r.get("cycles") is not None]
+    if per_ipu:  # stages share IPUs: the busiest IPU sets the pace
+        out["pipeline.cycles_per_micro_batch"] = max(float(r["cycles"]) for r in per_ipu)
+    elif stages:
         out["pipeline.cycles_per_micro_batch"] = max(float(s["cycles"]) for s in stages)
-        for s in stages:
-            out[f"pipeline.stage{s['index']}.cycles_per_micro_batch"] = float(s["cycles"])
+    for s in stages:
+        out[f"pipeline.stage{s['index']}.cycles_per_micro_batch"] = float(s["cycles"])
+    out["pipeline.call_cycles_per_micro_batch"] = p.get("call_cycles_per_micro_batch")
     out["pipeline.imbalance_ratio"] = p.get("imbalance_ratio")
     out["pipeline.ramp_efficiency_pct"] = _pct(p.get("ramp_efficiency_frac"))
     out["pipeline.utilisation_pct"] = _pct(p.get("utilisation_frac"))

@@ -22,7 +22,7 @@ from popviz.plot._style import FIGURE_NAMES, PALETTE, PlotDataError, new_figure
 from popviz.plot.compare import compare, key_metrics
 from popviz.plot.host import host_io, output_modes
 from popviz.plot.memory import memory, memory_by_ipu, tile_memory, tiles
-from popviz.plot.pipeline import stage_cycles, stages
+from popviz.plot.pipeline import ipu_cycles, stage_cycles, stages
 from popviz.plot.trace import MAX_BARS_PER_IPU, breakdown, steps_frame, time_shares, timeline
 
 if TYPE_CHECKING:
@@ -47,5 +47,5 @@ def figures(report: Report, only: Sequence[str] | None = None) -> dict[str, Figu
 
 
 __all__ = ["FIGURE_NAMES", "MAX_BARS_PER_IPU", "PALETTE", "PlotDataError", "breakdown", "compare", "figures",
-           "host_io", "key_metrics", "memory", "memory_by_ipu", "new_figure", "output_modes", "stage_cycles",
+           "host_io", "ipu_cycles", "key_metrics", "memory", "memory_by_ipu", "new_figure", "output_modes", "stage_cycles",
            "stages", "steps_frame", "tile_memory", "tiles", "time_shares", "timeline"]

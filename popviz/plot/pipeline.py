@@ -43,18 +43,34 @@ def _why_no_stage_cycles(report: Report) -> str:
     return "the pipeline analysis could not attribute cycles to stages (popviz analyse says why)"
 
 
-def _stage_label(stage: int, ipu: int, blocks: str) -> str:
+def ipu_cycles(report: Report):
+    """Cycles of each IPU running stages (``Report.ipu_cycles()``; see ``popviz.frames.ipu_cycles``)."""
+    return _data("stages", frames.ipu_cycles, report)
+
+
+def _block_lines(blocks: str) -> list[str]:
     names = [b for b in blocks.split(", ") if b]
     if names and all(b.isdigit() for b in names):  # bare numbers (e.g. Lightning's block ids) say little alone
         names = [f"block{'s' if len(names) > 1 else ''} {', '.join(names)}"]
-    shown = names[:MAX_BLOCKS_SHOWN] + ([f"+{len(names) - MAX_BLOCKS_SHOWN}"] if len(names) > MAX_BLOCKS_SHOWN else [])
-    return "\n".join([f"stage {stage} · IPU{ipu}", *shown])
+    return names[:MAX_BLOCKS_SHOWN] + ([f"+{len(names) - MAX_BLOCKS_SHOWN}"] if len(names) > MAX_BLOCKS_SHOWN else [])
+
+
+def _stage_label(stage: int, ipu: int, blocks: str) -> str:
+    return "\n".join([f"stage {stage} · IPU{ipu}", *_block_lines(blocks)])
+
+
+def _ipu_label(ipu: int, stages: str, blocks: str) -> str:
+    return "\n".join([f"IPU{ipu} · stage{'s' if ',' in stages else ''} {stages}", *_block_lines(blocks)])
 
 
 def stages(report: Report, ax: Axes | None = None) -> Figure:
     """Cycles per micro-batch of each pipeline stage (per call when the batching is unknown), the
-    mean, and the bottleneck marked."""
+    mean, and the bottleneck marked. When stages share an IPU, one bar per IPU (its stages under
+    it): the profile's cycles are per IPU."""
     frame = stage_cycles(report)
+    by_ipu = not frame.empty and frame["total_cycles"].isna().any() and not ipu_cycles(report).empty
+    if by_ipu:
+        frame = ipu_cycles(report)
     per_mb = not frame.empty and frame["cycles_per_micro_batch"].notna().all()
     column = "cycles_per_micro_batch" if per_mb else "total_cycles"
     if frame.empty or frame[column].isna().all():
@@ -65,7 +81,7 @@ def stages(report: Report, ax: Axes | None = None) -> Figure:
     bars = ax.bar(range(len(frame)), cycles, color=colours, width=0.7)
     mean = float(cycles.mean())
     ax.axhline(mean, color=PALETTE["capacity"], linestyle="--", linewidth=1, zorder=1,
-               label=f"mean over stages: {_fmt_cycles(mean)}")
+               label=f"mean over {'IPUs' if by_ipu else 'stages'}: {_fmt_cycles(mean)}")
     ax.legend(loc="upper left", fontsize="small", frameon=False)
     several = len(frame) > 1
     for bar, value, is_bottleneck in zip(bars, cycles, frame["bottleneck"], strict=True):
@@ -76,11 +92,15 @@ def stages(report: Report, ax: Axes | None = None) -> Figure:
                     fontweight="bold" if is_bottleneck and several else "normal", zorder=3,
                     bbox={"boxstyle": "square,pad=0.15", "facecolor": "white", "edgecolor": "none"})
     ax.set_xticks(range(len(frame)))
-    ax.set_xticklabels([_stage_label(s, i, b) for s, i, b in zip(frame["stage"], frame["ipu"], frame["blocks"],
-                                                                  strict=True)], fontsize="small")
+    if by_ipu:
+        labels = [_ipu_label(i, s, b) for i, s, b in zip(frame["ipu"], frame["stages"], frame["blocks"], strict=True)]
+    else:
+        labels = [_stage_label(s, i, b) for s, i, b in zip(frame["stage"], frame["ipu"], frame["blocks"], strict=True)]
+    ax.set_xticklabels(labels, fontsize="small")
     ax.set_ylabel("cycles per micro-batch" if per_mb else "cycles over the calls profiled")
     _axis_formatter(ax.yaxis, _fmt_cycles)
     ax.set_ylim(0, cycles.max() * 1.3)
     ratio = cycles.max() / mean if mean else float("nan")
-    ax.set_title(_title(report, f"cycles per stage (slowest / mean = {ratio:.2f})"))
+    what = "IPU (stages share IPUs)" if by_ipu else "stage"
+    ax.set_title(_title(report, f"cycles per {what} (slowest / mean = {ratio:.2f})"))
     return fig
