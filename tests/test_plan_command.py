@@ -397,3 +397,74 @@ def test_memory_findings_name_a_split_that_fits():
     assert mem.recommendation.endswith(text)
     action = next(a for a in engine.plan.actions if a.code == "MEM003")
     assert action.hint["current_fits"] is False and action.hint["layers_per_ipu"] == [1, 3]
+
+
+def tied_head_table(layers_per_ipu):
+    """Embeddings, six encoder layers, a head whose transform runs after the last layer, its
+    decoder tied to the embeddings (back on IPU0, as its weights are there) and the loss."""
+    from popviz.model import Layer, LayerTable
+
+    names = ["embeddings", *(f"encoder.layer.{i}" for i in range(6)), "cls.transform", "loss"]
+    base = testing.layer_table(
+        [100, *[1000] * 6, 500, 100], names=names, roles=["embeddings", *["layer"] * 6, "head", "loss"],
+        pins=["first", *[None] * 6, None, "last"], layers_per_ipu=layers_per_ipu,
+        weight_bytes=[100_000, *[60_000] * 6, 10_000, 0], activation_bytes=[0, *[20_000] * 6, 1_000, 0],
+        temporary_bytes=[0, *[5_000] * 6, 0, 0])
+    decoder = Layer("cls.decoder", role="head", stage=len(layers_per_ipu), ipu=0, fwd_cycles=400,
+                    bwd_cycles=800, activation_bytes=1_000, tied_to="embeddings")
+    layers = list(base.layers)
+    layers.insert(8, decoder)
+    return LayerTable(layers=tuple(layers), source="emulator")
+
+
+TIED_CODE = [
+    "model.embeddings = poptorch.BeginBlock(model.embeddings, ipu_id=0)",
+    "model.encoder.layer[2] = poptorch.BeginBlock(model.encoder.layer[2], ipu_id=1)",
+    "model.encoder.layer[4] = poptorch.BeginBlock(model.encoder.layer[4], ipu_id=2)",
+    # the tied decoder goes back to IPU0, beside the embeddings' weights; the loss after it
+    # returns to the last IPU: without these two lines both would run in layer[4]'s block
+    "model.cls.decoder = poptorch.BeginBlock(model.cls.decoder, ipu_id=0)",
+    "model.loss = poptorch.BeginBlock(model.loss, ipu_id=2)",
+]
+
+
+def test_code_places_a_tied_projection_after_the_last_layer(tmp_path):
+    path = tmp_path / "tied"
+    write_bundle(testing.layered_report(tied_head_table([3, 2, 1]), name="train", tiles_per_ipu=1,
+                                        gradient_accumulation=16), path)
+    # now IPU0 = 300 + 3 × 3,000 + the decoder's 1,200 = 10,500 cycles; [2, 2, 2]: 7,500, 6,000
+    # and 6,000 + 1,500 + 300 = 7,800
+    proc = run_cli("plan", str(path), env={"COLUMNS": "80"})
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout.splitlines()
+    start = out.index("as code (PopTorch: put BeginBlock on these modules, remove the others):")
+    assert out[start + 1:start + 6] == [f"  {line}" for line in TIED_CODE]
+    assert out[start + 6].startswith("  opts.setAvailableMemoryProportion(")
+    assert "  IPUConfig(layers_per_ipu=[2, 2, 2], ipus_per_replica=3, matmul_proportion=[0.1, 0.35, 0.5])" in out
+
+    doc = json.loads(run_cli("plan", str(path), "--json").stdout)
+    assert doc["code"]["begin_block"] == TIED_CODE
+    assert [(p["layer"], p["ipu"]) for p in doc["placements"]][-3:] == [("cls.transform", 2), ("cls.decoder", 0),
+                                                                         ("loss", 2)]
+    md = run_cli("plan", str(path), "--markdown").stdout
+    assert "```\n" + "\n".join(TIED_CODE) + "\nopts.setAvailableMemoryProportion(" in md
+
+
+def test_code_keeps_a_tied_head_that_ends_the_model_on_ipu0():
+    """As examples/bert_pipeline.py --mlm: the tied MLM head is the model's last part."""
+    from popviz.analysis.layer_plan import code_dict, make_plan
+    from popviz.model import Layer, LayerTable
+
+    base = small_layers()
+    layers = [x for x in base.layers if x.name != "head"]
+    mlm = Layer("mlm", role="head", stage=2, ipu=0, fwd_cycles=1_500, bwd_cycles=3_000,
+                weight_bytes=10_000, tied_to="embeddings")
+    table = LayerTable(layers=(*layers, mlm), source="emulator")
+    plan = make_plan(testing.layered_report(table, tiles_per_ipu=1, gradient_accumulation=16))
+    # now IPU0 = 300 + 2 × 3,000 + the head's 4,500 = 10,800, IPU1 6,000; [1, 3]: 7,800 / 9,000
+    assert [s.cycles for s in plan.current.stages] == [10_800, 6_000]
+    assert plan.proposed.layers_per_ipu == [1, 3] and plan.improves
+    assert code_dict(plan)["begin_block"] == [
+        "model.embeddings = poptorch.BeginBlock(model.embeddings, ipu_id=0)",
+        "model.encoder.layer[1] = poptorch.BeginBlock(model.encoder.layer[1], ipu_id=1)",
+        "model.mlm = poptorch.BeginBlock(model.mlm, ipu_id=0)"]

@@ -251,6 +251,10 @@ def test_done_when_plan_then_split(tmp_path):
 
     planned = capture(tmp_path, "planned", *BERT_ARGS, split=str(path))
     assert [x.ipu for x in planned.layers] == [0, 0, 1, 1, 2, 2, 3, 3, 3, 0]
+    # the stages are the re-placed blocks (not the script's own, which the split ignored): the
+    # tied head stays on IPU 0, a fifth stage
+    assert [(s.ipu, s.blocks) for s in planned.config.stages] == [
+        (0, ("embeddings",)), (1, ("layers.1",)), (2, ("layers.3",)), (3, ("layers.5",)), (0, ("mlm",))]
     assert any("Blocks re-placed by --split" in n and "layers_per_ipu=1,2,2,3 over 4 IPUs" in n
                for n in planned.provenance.notes)
     measured = per_ipu_cycles(planned)

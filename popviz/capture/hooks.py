@@ -854,7 +854,13 @@ class Recorder:
 
     def stages(self) -> tuple[list[dict[str, Any]], str | None]:
         """Stages and where they come from: the strategy's explicit stages (IPUs completed
-        from the traced blocks), or derived from the traced blocks or BeginBlock markers."""
+        from the traced blocks), or derived from the traced blocks or BeginBlock markers. None
+        under the emulator's ``--split``: the script's own blocks and stages did not run there,
+        and the emulator's report records the stages of the re-placed blocks."""
+        from popviz.emulator.layers import SPLIT_ENV
+
+        if os.environ.get(SPLIT_ENV, "").strip():
+            return [], None
         explicit = [dict(s, blocks=list(s["blocks"])) for s in self.opts["stages"]]
         block_ipu = {b["name"]: b.get("ipu") for b in self.traced_blocks}
         for b in self.summary.get("begin_blocks", []):
