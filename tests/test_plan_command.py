@@ -61,7 +61,7 @@ def test_console_current_beside_proposed_with_code(small):
     assert rows[0] == ["0", "2+1", "6,300", "336.9", "KiB", "54%", "3+1", "9,300", "454.1", "KiB", "73%"]
     assert rows[1] == ["◀", "1", "2+1", "10,500", "170.9", "KiB", "27%", "1+1", "7,500", "92.8", "KiB", "15%"]
     # ramp efficiency: 16 × 10,500 / 174,300 and 16 × 9,300 / 154,500; rates 1.33 GHz × 16 / time
-    assert "slowest stage 10,500 → 9,300 cycles per micro-batch; ramp efficiency 96.4% → 96.3%" in flat(out)
+    assert "slowest stage 10,500 → 9,300 cycles per micro-batch\nramp efficiency 96.4% → 96.3%\n" in out
     assert "predicted throughput +12.8% (122,088.4 → 137,734.6 micro-batches/s)" in flat(out)
     assert "  model.embeddings = poptorch.BeginBlock(model.embeddings, ipu_id=0)" in out
     assert "  model.encoder.layer[3] = poptorch.BeginBlock(model.encoder.layer[3], ipu_id=1)" in out

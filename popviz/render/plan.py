@@ -146,10 +146,11 @@ def sections(plan: LayerPlan, rerun: str | None = None, plan_path: str | None = 
     else:
         lines.append("")
     new, cur = plan.proposed, plan.current
-    ramp = (f"; ramp efficiency {_ramp(cur)} → {_ramp(new)}" if cur else f"; ramp efficiency {_ramp(new)}")
+    ramp = (f"ramp efficiency {_ramp(cur)} → {_ramp(new)}" if cur else f"ramp efficiency {_ramp(new)}")
     if cur is not None:
         lines.append(f"slowest stage {num(cur.bottleneck_cycles)} → {num(new.bottleneck_cycles)} cycles "
-                     f"per micro-batch{ramp}")
+                     "per micro-batch")
+        lines.append(ramp)
         change = plan.throughput_change_frac or 0.0
         if plan.improves:
             lines.append(f"predicted throughput {change:+.1%} "
@@ -167,8 +168,9 @@ def sections(plan: LayerPlan, rerun: str | None = None, plan_path: str | None = 
                 lines.append("the current split does not fit its budget on "
                              + ", ".join(f"IPU{i}" for i in over) + "; the plan does")
     else:
-        lines.append(f"slowest stage {num(new.bottleneck_cycles)} cycles per micro-batch{ramp}; "
+        lines.append(f"slowest stage {num(new.bottleneck_cycles)} cycles per micro-batch; "
                      f"{new.micro_batches_per_second:,.1f} micro-batches/s")
+        lines.append(ramp)
     if cur is not None and not plan.improves and (cur.fits or new.entries_per_ipu == cur.entries_per_ipu):
         return out
     code = code_dict(plan)
