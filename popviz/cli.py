@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from popviz import __version__
 from popviz.errors import PopvizError
@@ -51,6 +53,15 @@ def build_parser() -> Parser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    real_stdout = sys.stdout
+    sys.stdout = _PipeSafeStdout(real_stdout)
+    try:
+        return _main(argv)
+    finally:
+        sys.stdout = real_stdout
+
+
+def _main(argv: Sequence[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -80,6 +91,43 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"popviz: internal error: {type(exc).__name__}: {first} (this is a popviz bug; "
               "rerun with --debug for the traceback and report it)", file=sys.stderr)
         return EXIT_INTERNAL
+
+
+class _PipeSafeStdout:
+    """``sys.stdout`` for the CLI: once the reader goes away (``popviz analyse DIR | head``) the
+    rest of the output is dropped, and the command still finishes with its own exit code (a CI
+    gate's verdict counts; rich alone would exit 1 on the spot, JSON printing would raise)."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+        self._dropped = False
+
+    def write(self, text: str) -> int:
+        if not self._dropped:
+            try:
+                return self._stream.write(text)
+            except BrokenPipeError:
+                self._drop()
+        return len(text)
+
+    def flush(self) -> None:
+        if not self._dropped:
+            try:
+                self._stream.flush()
+            except BrokenPipeError:
+                self._drop()
+
+    def _drop(self) -> None:
+        self._dropped = True
+        try:  # what is still buffered goes nowhere, also when Python flushes at exit
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, self._stream.fileno())
+            os.close(devnull)
+        except (OSError, ValueError):
+            pass
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
 
 
 def entry() -> None:

@@ -186,3 +186,35 @@ def test_popviz_namespace_is_the_public_api():
     import popviz
 
     assert dir(popviz) == ["__version__", "analyse", "capture", "load", "wrap"]
+
+
+@pytest.mark.parametrize(("args", "code"), [
+    (("analyse", "mnist_pipeline"), 0),
+    (("analyse", "mnist_pipeline", "--json"), 0),
+    (("--help",), 0),
+    (("compare", "bert_even_split", "bert_planned"), 1),  # the verdict still counts
+    (("compare", "bert_even_split", "bert_planned", "--json"), 1),
+    (("compare", "bert_even_split", "bert_planned", "--markdown"), 1),
+    (("analyse", "oom_model", "--fail-on", "error"), 1),
+    (("analyse", "oom_model", "--fail-on", "error", "--json"), 1),
+])
+def test_a_reader_that_goes_away_leaves_the_exit_code_alone(args, code):
+    """`popviz analyse DIR | head`: the pipe closes before popviz writes; no traceback, and the
+    exit code is the command's own (rich alone exits 1, popviz's verdict code; JSON printing
+    used to end with 0, losing a failed verdict)."""
+    import os
+    import subprocess
+    import sys
+
+    from conftest import SAMPLES
+
+    argv = [str(SAMPLES / a) if (SAMPLES / a).is_dir() else a for a in args]
+    read, write = os.pipe()
+    os.close(read)  # no reader at all: the first write fails with EPIPE
+    try:
+        proc = subprocess.run([sys.executable, "-m", "popviz", *argv], stdout=write, stderr=subprocess.PIPE,
+                              stdin=subprocess.DEVNULL, text=True, timeout=120)
+    finally:
+        os.close(write)
+    assert proc.returncode == code, proc.stderr
+    assert "Traceback" not in proc.stderr and "Exception ignored" not in proc.stderr
