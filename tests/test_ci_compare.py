@@ -224,3 +224,41 @@ def test_check_budgets_and_ignored_codes(tmp_path):
     bad = tmp_path / "bad.toml"
     bad.write_text('"memory.max_used_pct" = "about 90"\n')
     assert_one_line_error(run_cli("check", str(run), "--budget", str(bad)), "bad.toml", "operator and a number")
+
+
+def test_a_new_split_marks_per_stage_and_per_ipu_rows_moved_and_the_pipeline_decides(tmp_path):
+    """Applying the split `popviz plan` proposes moves work between stages on purpose: a heavier
+    stage 2 is not a regression when the slowest stage got faster. The same shift with the same
+    split is one."""
+    blocks = [["embed"], ["layers1"], ["layers4"], ["layers7"]]
+    base = write(tmp_path, "base", [1000, 1600, 1000, 1000], blocks=blocks)
+    replanned = write(tmp_path, "replanned", [1000, 1300, 1300, 1000],
+                      blocks=[["embed"], ["layers1"], ["layers3"], ["layers7"]])
+    proc = run_cli("compare", str(base), str(replanned), "--json")
+    assert proc.returncode == 0, proc.stdout
+    doc = json.loads(proc.stdout)
+    assert doc["resplit"] == ["training"]
+    verdicts = {m["metric"]: m["verdict"] for m in doc["metrics"]}
+    assert verdicts["pipeline.stage1.cycles_per_micro_batch"] == "moved"  # 1600 -> 1300 (+ exchange)
+    assert verdicts["pipeline.stage2.cycles_per_micro_batch"] == "moved"  # 1000 -> 1300
+    assert verdicts["pipeline.cycles_per_micro_batch"] == IMPROVED
+    assert verdicts["pipeline.imbalance_ratio"] == IMPROVED
+    text = run_cli("compare", str(base), str(replanned), env={"COLUMNS": "80"}).stdout
+    assert "    stage 2: IPU2: layers4 → IPU2: layers3" in text
+    assert "the split changed: per-stage and per-IPU rows are marked moved and do not fail" in text
+    # at 80 columns every metric name stays whole on its line
+    rows = [line for line in text.splitlines() if line.startswith("pipeline.")]
+    assert [r.split()[0] for r in rows] == [m["metric"] for m in doc["metrics"]
+                                            if m["verdict"] != SAME and m["metric"].startswith("pipeline.")]
+    assert all(len(line) <= 80 for line in text.splitlines())
+    # the same heavier stage 2 with the split unchanged is a regression
+    heavier = write(tmp_path, "heavier", [1000, 1600, 1300, 1000], blocks=blocks)
+    doc = json.loads(run_cli("compare", str(base), str(heavier), "--json").stdout)
+    assert doc["resplit"] == [] and doc["failed"]
+    assert {m["metric"]: m["verdict"] for m in doc["metrics"]}["pipeline.stage2.cycles_per_micro_batch"] == REGRESSED
+    # and a new split that makes the slowest stage slower still fails on the pipeline-wide figures
+    worse = write(tmp_path, "worse", [1000, 1000, 1900, 1000], blocks=[["embed"], ["layers1"], ["layers3"], ["layers7"]])
+    doc = json.loads(run_cli("compare", str(base), str(worse), "--json").stdout)
+    assert doc["failed"] and doc["headline"].startswith("popviz: FAIL: regression in training "
+                                                        "pipeline.cycles_per_micro_batch")
+    assert {m["verdict"] for m in doc["metrics"] if m["metric"].startswith("pipeline.stage")} <= {"moved", "=", "~"}

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import fnmatch
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,7 +19,9 @@ from popviz.ci.metrics import HIGHER_IS_WORSE, definition
 from popviz.ci.thresholds import Budget, Rule, threshold_for
 from popviz.errors import UsageError
 
-REGRESSED, IMPROVED, WITHIN, SAME, NEW, GONE = "regressed", "improved", "~", "=", "new", "gone"
+REGRESSED, IMPROVED, WITHIN, SAME, NEW, GONE, MOVED = "regressed", "improved", "~", "=", "new", "gone", "moved"
+PLACED_METRIC = re.compile(r"^(pipeline\.stage\d+|memory\.ipu\d+)\.")
+"""Figures of one stage or one IPU: not like for like when the split changed."""
 HEADLINE_ITEMS = 6
 """Regressions named in the first line of the output (the table lists them all)."""
 
@@ -61,6 +64,8 @@ class Comparison:
     mixed: bool = False
     base_label: str | None = None
     """What the base side is when not one run (e.g. the median of a history's last runs)."""
+    resplit: list[str] = field(default_factory=list)
+    """Engines whose split (stages and their blocks) differs: their per-stage and per-IPU rows are ``moved``."""
 
     @property
     def regressions(self) -> list[Row]:
@@ -104,7 +109,7 @@ class Comparison:
         return {"schema": 1, "failed": self.failed, "headline": self.headline(),
                 "config_changes": self.config_changes, "only_base": self.only_base, "only_new": self.only_new,
                 "metrics": [r.to_dict() for r in self.rows], "budgets": self.budgets, "findings": self.findings,
-                "base_label": self.base_label}
+                "base_label": self.base_label, "resplit": self.resplit}
 
 
 def fmt(value: float | None, unit: str) -> str:
@@ -153,6 +158,10 @@ def compare(base: list[EngineMetrics], new: list[EngineMetrics], rules: list[Rul
             if eb.config.get(key) != en.config.get(key):
                 out.config_changes.append({"engine": eb.label, "field": key, "base": eb.config.get(key),
                                            "new": en.config.get(key)})
+        resplit = bool(eb.config.get("stages")) and bool(en.config.get("stages")) and \
+            eb.config.get("stages") != en.config.get("stages")
+        if resplit:
+            out.resplit.append(eb.label)
         for name in sorted(set(eb.metrics) | set(en.metrics), key=_metric_order):
             try:
                 d = definition(name)
@@ -163,6 +172,8 @@ def compare(base: list[EngineMetrics], new: list[EngineMetrics], rules: list[Rul
                 out.rows.append(Row(eb.label, name, d.unit, vb, vn, "", NEW if vb is None else GONE))
                 continue
             v, spec = verdict(name, vb, vn, rules)
+            if resplit and v in (REGRESSED, IMPROVED) and PLACED_METRIC.match(name):
+                v = MOVED
             out.rows.append(Row(eb.label, name, d.unit, vb, vn, spec, v))
     return out
 

@@ -7,15 +7,30 @@ import json
 from typing import IO, Any
 from xml.etree import ElementTree as ET
 
-from popviz.ci.compare import IMPROVED, REGRESSED, Comparison, fmt
+from popviz.ci.compare import IMPROVED, MOVED, REGRESSED, Comparison, fmt
 
-MARK = {REGRESSED: "✗ regressed", IMPROVED: "✓ improved"}
+MARK = {REGRESSED: "✗ regressed", IMPROVED: "✓ improved", MOVED: "↔ moved"}
+RESPLIT_NOTE = "the split changed: per-stage and per-IPU rows are marked moved and do not fail"
 NARROW_COLUMNS = 100
 """Below this terminal width the console table leaves out the threshold column."""
 
 
 def _verdict(v: str) -> str:
     return MARK.get(v, v)
+
+
+def _fmt_narrow(value: float | None, unit: str) -> str:
+    """``fmt`` for narrow terminals: bytes in binary units (the exact bytes are in --json and Markdown)."""
+    if unit == "bytes" and value is not None:
+        from popviz.render.text import fmt_bytes
+
+        return fmt_bytes(value)
+    return fmt(value, unit)
+
+
+def _zip_longest(a: list[Any], b: list[Any]) -> list[tuple[Any, Any]]:
+    n = max(len(a), len(b))
+    return [(a[i] if i < len(a) else None, b[i] if i < len(b) else None) for i in range(n)]
 
 
 def console(c: Comparison, *, all_rows: bool = False, file: IO[str] | None = None,
@@ -32,17 +47,27 @@ def console(c: Comparison, *, all_rows: bool = False, file: IO[str] | None = Non
     if c.config_changes:
         con.print("configuration changed (explains most metric changes):")
         for ch in c.config_changes:
-            con.print(f"  {escape(ch['engine'])} {escape(ch['field'])}: {escape(str(ch['base']))} → "
-                      f"{escape(str(ch['new']))}")
+            head = f"  {escape(ch['engine'])} {escape(ch['field'])}"
+            if isinstance(ch["base"], list) and isinstance(ch["new"], list):
+                con.print(head + ":")  # a list (the stages): the entries that differ, one per line
+                for i, (b, n) in enumerate(_zip_longest(ch["base"], ch["new"])):
+                    if b != n:
+                        con.print(f"    stage {i}: {escape(str(b or '—'))} → {escape(str(n or '—'))}", soft_wrap=True)
+            else:
+                con.print(f"{head}: {escape(str(ch['base']))} → {escape(str(ch['new']))}", soft_wrap=True)
+    if c.resplit:
+        con.print(RESPLIT_NOTE, soft_wrap=False)
     for label, engines in (("only in base", c.only_base), ("only in new", c.only_new)):
         if engines:
             con.print(f"{label}: {escape(', '.join(engines))}")
     rows = c.rows if all_rows else [r for r in c.rows if r.verdict != "="]
     for engine in dict.fromkeys(r.engine for r in rows):  # one table per engine: names are not cut
         mine = [r for r in rows if r.engine == engine]
+        wide = con.width >= NARROW_COLUMNS  # narrower: no threshold column (--json and Markdown have it),
+        # one space between columns and bytes in MiB, so that full metric names fit at 80 columns
         t = Table(title=escape(engine), title_justify="left", title_style="bold", box=None, header_style="bold",
-                  pad_edge=False)
-        wide = con.width >= NARROW_COLUMNS  # narrower: no threshold column (--json and Markdown have it)
+                  pad_edge=False, collapse_padding=not wide)
+        show = fmt if wide else _fmt_narrow
         for col, just in (("metric", "left"), ("base", "right"), ("new", "right"), ("change", "right"),
                           ("threshold", "right"), ("verdict", "left")):
             if col == "threshold" and not wide:
@@ -51,7 +76,8 @@ def console(c: Comparison, *, all_rows: bool = False, file: IO[str] | None = Non
             t.add_column(col, justify=just, no_wrap=col != "metric", overflow="fold")
         for r in mine:
             style = "red" if r.verdict == REGRESSED else ("green" if r.verdict == IMPROVED else None)
-            cells = [r.metric, fmt(r.base, r.unit), fmt(r.new, r.unit), r.change, r.threshold, _verdict(r.verdict)]
+            cells = [r.metric, show(r.base, r.unit), show(r.new, r.unit), r.change, r.threshold,
+                     _verdict(r.verdict)]
             if not wide:
                 del cells[4]
             t.add_row(*cells, style=style)
@@ -84,6 +110,8 @@ def markdown(c: Comparison, *, all_rows: bool = False) -> str:
         lines += [f"- `{esc(ch['engine'])}` {esc(ch['field'])}: {esc(ch['base'])} → {esc(ch['new'])}"
                   for ch in c.config_changes]
         lines.append("")
+    if c.resplit:
+        lines += [RESPLIT_NOTE[0].upper() + RESPLIT_NOTE[1:] + ".", ""]
     for label, engines in (("Only in base", c.only_base), ("Only in new", c.only_new)):
         if engines:
             lines += [f"**{label}:** {esc(', '.join(engines))}", ""]
