@@ -211,7 +211,11 @@ def capture(tmp_path: Path, name: str, *extra: str, split: str | None = None):
     proc = run_cli(*args, "--", sys.executable, str(ROOT / "examples" / "bert_pipeline.py"), "--mlm", *extra,
                    cwd=tmp_path, env={"OMP_NUM_THREADS": "1"})
     assert proc.returncode == 0, proc.stderr
-    return popviz.load(out)[0]
+    report = popviz.load(out)[0]
+    # the end-of-run summary counts the stages that ran (under --split: the re-placed ones)
+    summary = proc.stdout + proc.stderr
+    assert f"training, PipelinedExecution, {len(report.config.stages)} stage(s)" in summary, summary
+    return report
 
 
 def per_ipu_cycles(report) -> dict[int, int]:

@@ -432,6 +432,16 @@ def _engines_found(root: Path) -> list[dict[str, Any]]:
                     "compile_error": (calls.get("compile") or {}).get("error"),
                     "poptorch": (doc.get("versions") or {}).get("poptorch"),
                 }
+        bundle_path = engine.path / "popviz-report.json"
+        if "model" in entry and bundle_path.is_file():
+            # An emulated run: the report's configuration is what ran (under --split the script's
+            # own stages did not, and the manifest records none).
+            with contextlib.suppress(Exception):
+                cfg = json.loads(bundle_path.read_text(encoding="utf-8")).get("config") or {}
+                if isinstance(cfg.get("stages"), list):
+                    entry["model"]["stages"] = len(cfg["stages"])
+                if cfg.get("execution_strategy"):
+                    entry["model"]["execution_strategy"] = cfg["execution_strategy"]
         found.append(entry)
     return found
 
