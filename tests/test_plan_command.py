@@ -200,6 +200,18 @@ def test_rerun_command_from_the_capture_record(small, tmp_path):
     away = run_cli("plan", str(small), "--write", str(dest), cwd=small)
     assert (f"  cd {tmp_path} && popviz capture --emulate --split {dest} -o {tmp_path / 'small-split'} "
             "-- python bert.py --x 'a b'") in away.stdout
+    # a report from another checkout (a sample, a colleague's capture): the script is found from
+    # here, so it runs from here; a recorded directory that does not exist is never cd'ed into
+    (tmp_path / "bert.py").write_text("")
+    record["cwd"] = "/nonexistent/checkout"
+    (small / "popviz-run.json").write_text(json.dumps(record))
+    here = run_cli("plan", str(small), cwd=tmp_path)
+    assert "  popviz capture --emulate --split layers_per_ipu=3,1 -o small-split -- python bert.py" in here.stdout
+    assert "cd " not in here.stdout
+    (tmp_path / "bert.py").unlink()
+    lost = run_cli("plan", str(small), cwd=tmp_path)
+    assert ("-- python bert.py --x 'a b'  # from the directory holding bert.py (recorded: /nonexistent/checkout)"
+            in lost.stdout) and "cd " not in lost.stdout
 
 
 def test_no_layers_is_one_line_saying_how_to_get_them(tmp_path):

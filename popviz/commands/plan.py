@@ -122,13 +122,23 @@ def rerun_command(report: Report, split_arg: str, plan_path: str | None = None) 
         out = root.with_name(f"{root.name}-split{k}")
         k += 1
     cwd = doc.get("cwd")
-    elsewhere = isinstance(cwd, str) and cwd and Path(cwd).resolve() != Path.cwd().resolve()
+    here = Path.cwd().resolve()
+    scripts = [a for a in cmd[1:] if a.endswith(".py") and not Path(a).is_absolute()]
+    # Run it from here when the script is found from here (a sample or a report from another
+    # checkout of the same project); else from the recorded directory, when it exists.
+    found_here = bool(scripts) and (here / scripts[0]).is_file()
+    elsewhere = (isinstance(cwd, str) and bool(cwd) and not found_here and Path(cwd).is_dir()
+                 and Path(cwd).resolve() != here)
     if plan_path is not None:  # a file: as the command's working directory finds it
         split_arg = str(Path(plan_path).resolve()) if elsewhere else shown(plan_path)
     out_text = str(out.resolve()) if elsewhere else shown(out)
     line = (f"popviz capture --emulate --split {shlex.quote(split_arg)} -o {shlex.quote(out_text)} -- "
             + shlex.join(cmd))
-    return f"cd {shlex.quote(cwd)} && {line}" if elsewhere else line
+    if elsewhere:
+        return f"cd {shlex.quote(cwd)} && {line}"
+    if scripts and not found_here:
+        return f"{line}  # from the directory holding {scripts[0]} (recorded: {cwd})"
+    return line
 
 
 def run(args: argparse.Namespace) -> int:
