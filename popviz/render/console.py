@@ -17,7 +17,7 @@ def _frame_table(title: str, frame):  # -> rich.table.Table
     from rich.table import Table
 
     table = Table(title=title, title_justify="left", title_style="bold", show_edge=False,
-                  pad_edge=False, expand=False, box=box.SIMPLE_HEAD)
+                  pad_edge=False, expand=False, box=box.SIMPLE_HEAD, collapse_padding=True)
     for col in frame.columns:
         numeric = frame[col].dtype.kind in "iuf"
         # Numbers never wrap (a folded number misreads); headers and text wrap when narrow.
