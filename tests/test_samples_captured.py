@@ -117,6 +117,11 @@ def test_bert_planned_is_the_split_popviz_plan_proposes_and_it_is_faster():
     before = popviz.analyse(popviz.load(SAMPLES / "bert_even_split")).engines[0].metrics["pipeline"]
     gain = before["call_cycles_per_micro_batch"] / metrics["call_cycles_per_micro_batch"] - 1
     assert gain == pytest.approx(plan.throughput_change_frac, abs=0.02) and gain > 0.05
+    # the plan quotes the report's own figures (as analyse shows them) beside its model's
+    assert max(row["cycles"] for row in before["ipus"]) == pytest.approx(952628.2, abs=0.1)
+    assert ("now, as the report (and popviz analyse) has it: IPU0 952,628 cycles/µb (model 950,996); "
+            "IPU0 39.6% full (model 39.1%). The model's figures leave out inter-IPU copies, syncs and "
+            "each IPU's own code size, the same on both sides of the comparison") in plan.notes
 
 
 @pytest.mark.parametrize("sample", [s.name for s in REGEN.SAMPLES])

@@ -10,6 +10,7 @@ layers in the proportions of an emulator estimate of the same model.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 from dataclasses import dataclass, field, replace
@@ -274,6 +275,37 @@ def _view(split: Split, report: Report, layers: Sequence[Layer], costs: Sequence
                      fills_pipeline=g is None or g >= s or n == 1)
 
 
+def _as_reported(report: Report, now: SplitView) -> str | None:
+    """The report's own figures for the current split beside the model's (they differ by what
+    the model leaves out), so that plan and analyse never show two numbers for one thing
+    unexplained."""
+    from popviz.analysis._common import num
+    from popviz.errors import PopvizError
+
+    parts = []
+    with contextlib.suppress(PopvizError, KeyError, ValueError):
+        ipc = report.ipu_cycles()
+        if len(ipc):
+            top = ipc.loc[ipc["cycles_per_micro_batch"].idxmax()]
+            ipu = int(top["ipu"])
+            model = {st.ipu: st.cycles for st in now.stages}.get(ipu)
+            parts.append(f"IPU{ipu} {num(round(float(top['cycles_per_micro_batch'])))} cycles/µb"
+                         + (f" (model {num(model)})" if model is not None else ""))
+    with contextlib.suppress(PopvizError, KeyError, ValueError):
+        mem = report.memory_by_ipu()
+        if len(mem) and mem["used_pct"].notna().any():
+            top = mem.loc[mem["used_pct"].idxmax()]
+            ipu = int(top["ipu"])
+            model_pct = {st.ipu: st.memory_pct for st in now.stages}.get(ipu)
+            parts.append(f"IPU{ipu} {float(top['used_pct']):.1f}% full"
+                         + (f" (model {model_pct:.1f}%)" if model_pct is not None else ""))
+    if not parts:
+        return None
+    return ("now, as the report (and popviz analyse) has it: " + "; ".join(parts)
+            + ". The model's figures leave out inter-IPU copies, syncs and each IPU's own code size, "
+            "the same on both sides of the comparison")
+
+
 def make_plan(report: Report, *, ipus: int | None = None, max_ipus: int | None = None,
               headroom_frac: float = DEFAULT_HEADROOM_FRAC, explain: bool = True) -> LayerPlan:
     """The plan for ``report`` on exactly ``ipus`` IPUs, or on the best N in 1..``max_ipus``
@@ -304,6 +336,9 @@ def make_plan(report: Report, *, ipus: int | None = None, max_ipus: int | None =
                     layer_roles=[x.role for x in kept], notes=notes, table=tuple(table))
     if counts is not None:
         out.current = _view(planner.evaluate(costs, counts, settings), report, kept, costs, settings, g)
+        as_reported = _as_reported(report, out.current)
+        if as_reported:
+            out.notes.append(as_reported)
     elif any(x.ipu is not None for x in table):
         out.notes.append("the current placement is not one contiguous run of layers per IPU: it is "
                          "not compared")

@@ -11,8 +11,9 @@ heads and loss modules (after the last), anything else (``other``). ``--layer-de
 (``POPVIZ_EMULATOR_LAYER_DEPTH``) sets the depth instead. Operations outside every layer-level
 module (code in a parent's ``forward``, modules without parameters) belong to the nearest layer
 before them in the same stage (else the next one), so every operation, parameter and stashed
-activation is counted in exactly one layer and the per-layer figures add up to the stage and IPU
-figures of the report (cycles exactly, bytes exactly). A layer that runs in several stages (a
+activation is counted in exactly one layer and the per-layer figures add up to each stage's
+compute cycles and each IPU's layer bytes exactly (inter-IPU copies, syncs and code belong to no
+layer). A layer that runs in several stages (a
 block boundary inside it) is placed on the stage where most of its cycles are; its operations
 in other stages count with their neighbours there (a note says so).
 
@@ -430,7 +431,8 @@ def layer_table(m: Measurement, setup: EngineSetup, stages: Sequence[StageEstima
             temporary_bytes=temp[n], pin=pin, tied_to=tied_to))
     notes = [f"Layers at module {st.how}.",
              "Operations outside every layer-level module count with the nearest layer before them in the "
-             "same stage; per-layer cycles and bytes add up to the report's per-stage and per-IPU figures.",
+             "same stage; per-layer cycles and bytes add up to each stage's compute and each IPU's layer "
+             "memory (inter-IPU copies, syncs and code belong to no layer).",
              f"Backward cycles = {hw.BACKWARD_FACTOR:g} x forward (the cost model's); optimizer state "
              f"{slot_bytes} bytes per trainable element"
              + (" (offloaded: 0)" if not setup.optimizer_on_chip else "")
