@@ -262,3 +262,28 @@ def test_a_new_split_marks_per_stage_and_per_ipu_rows_moved_and_the_pipeline_dec
     assert doc["failed"] and doc["headline"].startswith("popviz: FAIL: regression in training "
                                                         "pipeline.cycles_per_micro_batch")
     assert {m["verdict"] for m in doc["metrics"] if m["metric"].startswith("pipeline.stage")} <= {"moved", "=", "~"}
+
+
+def test_the_split_is_compared_by_where_each_layer_runs_whatever_the_blocks_are_called():
+    from popviz.ci.metrics import split_change
+
+    stages = ["IPU0: B1", "IPU1: B2"]
+    base = {"stages": stages, "layer_ipus": {"emb": 0, "l0": 0, "l1": 1}}
+    # the same layers on the same IPUs, blocks renamed (--split names them after modules): same split
+    renamed = {"stages": ["IPU0: emb", "IPU1: l1"], "layer_ipus": {"emb": 0, "l0": 0, "l1": 1}}
+    assert split_change(base, renamed) == (False, [])
+    # a layer moved inside unchanged block names: a new split, and which layer moved
+    moved = {"stages": stages, "layer_ipus": {"emb": 0, "l0": 1, "l1": 1}}
+    assert split_change(base, moved) == (True, [("l0", 0, 1)])
+    # no layer table on one side (an older baseline): by the stages
+    assert split_change({"stages": stages}, moved) == (False, [])
+    assert split_change({"stages": stages}, renamed) == (True, [])
+    metrics = {"pipeline.cycles_per_micro_batch": 1000.0, "pipeline.stage1.cycles_per_micro_batch": 1000.0}
+    heavier = {"pipeline.cycles_per_micro_batch": 1000.0, "pipeline.stage1.cycles_per_micro_batch": 1200.0}
+    c = compare(side(metrics, config=base), side(heavier, config=moved), [])
+    assert c.resplit == ["training"] and not c.failed
+    assert c.config_changes == [{"engine": "training", "field": "layers moved", "base": {"l0": 0}, "new": {"l0": 1}}]
+    assert {r.metric: r.verdict for r in c.rows}["pipeline.stage1.cycles_per_micro_batch"] == "moved"
+    c = compare(side(metrics, config=base), side(heavier, config=renamed), [])
+    assert c.resplit == [] and c.failed and [r.metric for r in c.regressions] == [
+        "pipeline.stage1.cycles_per_micro_batch"]

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from popviz.ci.baseline import EngineMetrics
-from popviz.ci.metrics import HIGHER_IS_WORSE, definition
+from popviz.ci.metrics import HIGHER_IS_WORSE, PLACEMENT_FIELD, definition, split_change
 from popviz.ci.thresholds import Budget, Rule, threshold_for
 from popviz.errors import UsageError
 
@@ -155,11 +155,13 @@ def compare(base: list[EngineMetrics], new: list[EngineMetrics], rules: list[Rul
                 raise UsageError(f"engine {eb.label} is {which(eb)} on one side and {which(en)} on the other: "
                                  "the numbers are not comparable; pass --allow-mixed to compare anyway")
         for key in sorted(set(eb.config) | set(en.config)):
-            if eb.config.get(key) != en.config.get(key):
+            if key != PLACEMENT_FIELD and eb.config.get(key) != en.config.get(key):
                 out.config_changes.append({"engine": eb.label, "field": key, "base": eb.config.get(key),
                                            "new": en.config.get(key)})
-        resplit = bool(eb.config.get("stages")) and bool(en.config.get("stages")) and \
-            eb.config.get("stages") != en.config.get("stages")
+        resplit, moved = split_change(eb.config, en.config)
+        if moved:
+            out.config_changes.append({"engine": eb.label, "field": "layers moved",
+                                       "base": {k: a for k, a, _ in moved}, "new": {k: b for k, _, b in moved}})
         if resplit:
             out.resplit.append(eb.label)
         for name in sorted(set(eb.metrics) | set(en.metrics), key=_metric_order):

@@ -131,4 +131,31 @@ def configuration(engine: EngineResult) -> dict[str, Any]:
         "output_mode": cfg.output_mode,
         "stages": [f"IPU{s.ipu}: {', '.join(s.blocks) or '-'}" for s in cfg.stages],
         "target": (f"{target.architecture} x{target.num_ipus}" if target else None),
+        **({"layer_ipus": placement} if (placement := _layer_ipus(r)) else {}),
     }
+
+
+def _layer_ipus(report: Any) -> dict[str, int] | None:
+    """Each layer's IPU (the report's layer table), when every layer has one: a split compared
+    by what runs where, whatever the blocks are called."""
+    layers = list(report.layers) if report.layers is not None else []
+    if not layers or any(x.ipu is None for x in layers):
+        return None
+    return {x.name: int(x.ipu) for x in layers}
+
+
+PLACEMENT_FIELD = "layer_ipus"
+
+
+def split_change(base: dict[str, Any], new: dict[str, Any]) -> tuple[bool, list[tuple[str, int, int]]]:
+    """Whether the split differs between two configurations, and the layers that moved
+    (name, IPU before, IPU after). By the IPUs of the layers both sides record (whatever the
+    blocks are called); when the layers differ and none of the common ones moved, or a side has
+    no layer table, by the stages (IPUs and block names)."""
+    a, b = base.get(PLACEMENT_FIELD), new.get(PLACEMENT_FIELD)
+    if isinstance(a, dict) and isinstance(b, dict):
+        moved = [(k, a[k], b[k]) for k in a if k in b and a[k] != b[k]]
+        if moved or a.keys() == b.keys():  # the same layers on the same IPUs: the same split
+            return bool(moved), moved
+    sa, sb = base.get("stages"), new.get("stages")
+    return bool(sa) and bool(sb) and sa != sb, []

@@ -11,6 +11,8 @@ from popviz.ci.compare import IMPROVED, MOVED, REGRESSED, Comparison, fmt
 
 MARK = {REGRESSED: "✗ regressed", IMPROVED: "✓ improved", MOVED: "↔ moved"}
 RESPLIT_NOTE = "the split changed: per-stage and per-IPU rows are marked moved and do not fail"
+LIST_LINES = 8
+"""Entries of a changed list (stages, layers moved) shown in the console."""
 NARROW_COLUMNS = 100
 """Below this terminal width the console table leaves out the threshold column."""
 
@@ -48,11 +50,21 @@ def console(c: Comparison, *, all_rows: bool = False, file: IO[str] | None = Non
         con.print("configuration changed (explains most metric changes):")
         for ch in c.config_changes:
             head = f"  {escape(ch['engine'])} {escape(ch['field'])}"
-            if isinstance(ch["base"], list) and isinstance(ch["new"], list):
+            if isinstance(ch["base"], dict) and isinstance(ch["new"], dict):  # layers moved: name -> IPU
+                con.print(head + ":")
+                moved = list(ch["base"])
+                for k in moved[:LIST_LINES]:
+                    con.print(f"    {escape(k)}: IPU{ch['base'][k]} → IPU{ch['new'].get(k)}", soft_wrap=True)
+                if len(moved) > LIST_LINES:
+                    con.print(f"    and {len(moved) - LIST_LINES} more (--json lists them)")
+            elif isinstance(ch["base"], list) and isinstance(ch["new"], list):
                 con.print(head + ":")  # a list (the stages): the entries that differ, one per line
-                for i, (b, n) in enumerate(_zip_longest(ch["base"], ch["new"])):
-                    if b != n:
-                        con.print(f"    stage {i}: {escape(str(b or '—'))} → {escape(str(n or '—'))}", soft_wrap=True)
+                pairs = [(i, b, n) for i, (b, n) in enumerate(_zip_longest(ch["base"], ch["new"])) if b != n]
+                for i, b, n in pairs[:LIST_LINES]:
+                    what = f"stage {i}: " if ch["field"] == "stages" else ""
+                    con.print(f"    {what}{escape(str(b or '—'))} → {escape(str(n or '—'))}", soft_wrap=True)
+                if len(pairs) > LIST_LINES:
+                    con.print(f"    and {len(pairs) - LIST_LINES} more (--json lists them)")
             else:
                 con.print(f"{head}: {escape(str(ch['base']))} → {escape(str(ch['new']))}", soft_wrap=True)
     if c.resplit:
@@ -107,7 +119,9 @@ def markdown(c: Comparison, *, all_rows: bool = False) -> str:
         lines += [f"Base: {esc(c.base_label)}", ""]
     if c.config_changes:
         lines += ["**Configuration changed** (explains most metric changes):", ""]
-        lines += [f"- `{esc(ch['engine'])}` {esc(ch['field'])}: {esc(ch['base'])} → {esc(ch['new'])}"
+        lines += [f"- `{esc(ch['engine'])}` {esc(ch['field'])}: " + (
+                  ", ".join(f"{esc(k)} IPU{v} → IPU{ch['new'].get(k)}" for k, v in ch["base"].items())
+                  if isinstance(ch["base"], dict) else f"{esc(ch['base'])} → {esc(ch['new'])}")
                   for ch in c.config_changes]
         lines.append("")
     if c.resplit:

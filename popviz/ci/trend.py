@@ -131,7 +131,14 @@ def _config_changes(history: History, engine: str, before: int, after: int) -> l
     """What changed in the engine's configuration between two runs: ``field: old → new``."""
     a = history.engines[(before, engine)].config
     b = history.engines[(after, engine)].config
-    return [f"{k}: {_short(a.get(k))} → {_short(b.get(k))}" for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+    from popviz.ci.metrics import PLACEMENT_FIELD, split_change
+
+    out = [f"{k}: {_short(a.get(k))} → {_short(b.get(k))}" for k in sorted(set(a) | set(b))
+           if k != PLACEMENT_FIELD and a.get(k) != b.get(k)]
+    moved = split_change(a, b)[1]
+    if moved:
+        out.append("layers moved: " + ", ".join(f"{k} IPU{x} → IPU{y}" for k, x, y in moved))
+    return out
 
 
 def _short(value: Any) -> str:
