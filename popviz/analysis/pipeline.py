@@ -433,6 +433,13 @@ def _table(report: Report, o: Collector) -> None:
         reach = (f"{letter} = {m['micro_batches_for_target']} reaches {pct(RAMP_EFFICIENCY_TARGET_FRAC, 0)}"
                  if m["ramp_efficiency_frac"] < RAMP_EFFICIENCY_TARGET_FRAC else
                  f"count bound {letter}/({letter}+S-1) {pct(m['ramp_efficiency_count_frac'])}")
+        shares = m["cycle_shares"] or {}
+        if (basis == "time-weighted" and m["ramp_efficiency_frac"] >= RAMP_EFFICIENCY_TARGET_FRAC
+                and (m["ramp_efficiency_count_frac"] or 1.0) < RAMP_EFFICIENCY_TARGET_FRAC
+                and not shares.get("ramp_cycles") and shares.get("host_cycles")):
+            # the bottleneck's waits while the pipeline fills coincide with the other IPUs' host
+            # copies, and the breakdown counts them as host time: say so beside the figure
+            reach += "; its ramp waits overlap host transfers and count there"
         lines.append(f"ramp efficiency {pct(m['ramp_efficiency_frac'])} {basis} "
                      f"(S = {m['pipeline_stages']}; {reach})")
     calls = m["calls_counted"]
