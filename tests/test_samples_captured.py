@@ -132,3 +132,21 @@ def test_regenerating_a_sample_gives_the_same_analysis(sample, tmp_path):
         pytest.skip(f"{sample}: {reason}")
     REGEN.regenerate([sample], tmp_path)
     assert _differences(_analysis(tmp_path / sample), _analysis(SAMPLES / sample)) == []
+
+
+def test_pipe001_never_advises_moving_layers_that_popviz_plan_cannot_move():
+    """mnist_pipeline holds one Linear per IPU: no split of its 4 layers is faster, so PIPE001
+    says so (and what else balances the stages) instead of "shift a BeginBlock by a layer";
+    bert_even_split, where moving layers helps, still names the plan's split."""
+    result = popviz.analyse(popviz.load(SAMPLES / "mnist_pipeline"))
+    for engine in result.engines:
+        (f,) = [f for f in engine.findings if f.code == "PIPE001"]
+        assert f.recommendation.startswith(
+            "Moving whole layers does not help here: `popviz plan` finds no faster split of the report's "
+            "4 layers that fits (the current one is the best at layer granularity); split a layer across "
+            "blocks (a BeginBlock inside it) or make the bottleneck's layers cheaper. Balanced stages would "
+            "raise throughput by up to 21%."), f.recommendation
+        assert "by a layer or more" not in f.recommendation
+    (f,) = [f for f in popviz.analyse(popviz.load(SAMPLES / "bert_even_split")).engines[0].findings
+            if f.code == "PIPE001"]
+    assert "`popviz plan` finds a split with +" in f.recommendation and "Moving whole layers" not in f.recommendation

@@ -486,20 +486,30 @@ HINT_CODES = ("PIPE001", "MEM001", "MEM003", "MEM004", "MEM005")
 def plan_hint(report: Report) -> dict[str, Any] | None:
     """What ``popviz plan`` would propose for ``report``, when it has layers and the proposed
     split is faster than the current one or fits where the current one does not; else None."""
+    return plan_outcome(report)[0]
+
+
+def plan_outcome(report: Report) -> tuple[dict[str, Any] | None, str | None]:
+    """``(hint, best_already)``: the hint of :func:`plan_hint`, or, when the current split fits
+    and no split of the report's layers is faster, a sentence saying so (PIPE001 then cannot be
+    fixed by moving whole layers)."""
     from popviz.errors import PopvizError
 
     if report.layers is None or report.target is None:
-        return None
+        return None, None
     try:
         plan = make_plan(report, explain=False)
     except (PopvizError, ValueError):
-        return None
+        return None, None
     if plan.proposed is None or plan.current is None:
-        return None
+        return None, None
     change = plan.throughput_change_frac or 0.0
     rescue = not plan.current.fits
     if not (plan.improves or rescue):
-        return None
+        n = len(plan.layer_names)
+        return None, (f"`popviz plan` finds no faster split of the report's {n} layers that fits (the "
+                      "current one is the best at layer granularity); split a layer across blocks (a "
+                      "BeginBlock inside it) or make the bottleneck's layers cheaper")
     if rescue:
         text = (f"`popviz plan` finds a split within {plan.settings.headroom_frac:.0%} of each IPU's "
                 f"memory (the current one is not), at {100 * change:+.0f}% throughput")
@@ -508,4 +518,4 @@ def plan_hint(report: Report) -> dict[str, Any] | None:
     text += f": layers_per_ipu={plan.proposed.layers_per_ipu}"
     return {"command": "popviz plan", "throughput_gain_frac": change, "fits": True,
             "current_fits": plan.current.fits, "layers_per_ipu": plan.proposed.layers_per_ipu,
-            "estimated": plan.estimated, "text": text}
+            "estimated": plan.estimated, "text": text}, None

@@ -170,11 +170,15 @@ def reconcile(engine: EngineResult) -> Plan:
 
 def _plan_hints(engine: EngineResult, plan: Plan) -> None:
     """Issue 14: the pipeline and memory findings name the gain of ``popviz plan``'s split."""
-    from popviz.analysis.layer_plan import HINT_CODES, plan_hint
+    from popviz.analysis.layer_plan import HINT_CODES, plan_outcome
 
     if engine.report.layers is None or not any(a.code in HINT_CODES for a in plan.actions):
         return
-    hint = plan_hint(engine.report)
+    hint, best_already = plan_outcome(engine.report)
+    if best_already is not None and any(a.code == "PIPE001" for a in plan.actions):
+        for out in engine.outputs.values():
+            out.findings[:] = [_whole_layers_do_not_help(f, best_already) if f.code == "PIPE001" else f
+                               for f in out.findings]
     if hint is None:
         return
     for a in plan.actions:
@@ -207,6 +211,15 @@ def _boundaries(engine: EngineResult) -> None:
         return
     for out in engine.outputs.values():
         out.findings[:] = [_with_note(f, note) if f.code == "PIPE001" else f for f in out.findings]
+
+
+def _whole_layers_do_not_help(f: Finding, best_already: str) -> Finding:
+    """PIPE001 when no split of the report's layers is faster: its "move a layer" advice would
+    contradict ``popviz plan``; it says what can still balance the stages instead."""
+    _, sep, rest = f.recommendation.partition(" (optimum-graphcore: layers_per_ipu). ")
+    if not sep:
+        return _with_note(f, f"; {best_already}")
+    return replace(f, recommendation=f"Moving whole layers does not help here: {best_already}. {rest}")
 
 
 def _with_note(f: Finding, note: str) -> Finding:
