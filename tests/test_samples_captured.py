@@ -150,3 +150,13 @@ def test_pipe001_never_advises_moving_layers_that_popviz_plan_cannot_move():
     (f,) = [f for f in popviz.analyse(popviz.load(SAMPLES / "bert_even_split")).engines[0].findings
             if f.code == "PIPE001"]
     assert "`popviz plan` finds a split with +" in f.recommendation and "Moving whole layers" not in f.recommendation
+
+
+def test_cnn_replicated_is_bound_by_its_inputs_not_its_output_mode():
+    """The README's line: the 24 MiB of inputs, not the 80 KiB OutputMode.All returns."""
+    result = popviz.analyse(popviz.load(SAMPLES / "cnn_replicated"))
+    inference = next(e for e in result.engines if e.report.name == "inference")
+    assert inference.report.cfg.output_mode == "All"
+    assert (inference.metrics["host_io"]["input_bytes_per_call"], inference.metrics["host_io"]["output_bytes_per_call"]) \
+        == (24 * 2**20, 80 * 2**10)
+    assert sorted(f.code for f in inference.findings) == ["HIO001", "HIO003"]
