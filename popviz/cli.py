@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import re
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -93,6 +94,9 @@ def _main(argv: Sequence[str] | None) -> int:
         return EXIT_INTERNAL
 
 
+_LINE_END_PADDING = re.compile(r" +\n")
+
+
 class _PipeSafeStdout:
     """``sys.stdout`` for the CLI: once the reader goes away (``popviz analyse DIR | head``) the
     rest of the output is dropped, and the command still finishes with its own exit code (a CI
@@ -101,14 +105,25 @@ class _PipeSafeStdout:
     def __init__(self, stream: Any) -> None:
         self._stream = stream
         self._dropped = False
+        try:  # piped or redirected: no padding at line ends (rich pads table and panel lines)
+            self._strip = not stream.isatty()
+        except (AttributeError, ValueError):
+            self._strip = False
+        self._pending = ""
 
     def write(self, text: str) -> int:
-        if not self._dropped:
+        n = len(text)
+        if self._strip:
+            text = self._pending + text
+            kept = len(text.rstrip(" "))  # spaces at the end wait: a newline may follow them
+            text, self._pending = text[:kept], text[kept:]
+            text = _LINE_END_PADDING.sub("\n", text)
+        if not self._dropped and text:
             try:
-                return self._stream.write(text)
+                self._stream.write(text)
             except BrokenPipeError:
                 self._drop()
-        return len(text)
+        return n
 
     def flush(self) -> None:
         if not self._dropped:

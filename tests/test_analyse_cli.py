@@ -35,6 +35,7 @@ def test_sample_is_readable_at_80_and_200_columns(columns):
     out = proc.stdout
     lines = out.splitlines()
     assert max(len(line) for line in lines) <= columns
+    assert not [line for line in lines if line.endswith(" ")]  # piped: no padding at line ends
     for title in ("pipeline", "memory", "host I/O"):
         assert sum(line.strip() == title for line in lines) == 2, title  # one table per engine
     for code in ("PIPE001", "PIPE004", "MEM002", "MEM004", "HIO002"):
