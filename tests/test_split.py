@@ -145,7 +145,7 @@ def test_split_that_does_not_fit_the_model(monkeypatch, capsys, value, message):
         compiled(Tiny())
     assert info.value.code == 2
     err = capsys.readouterr().err
-    assert err == f"popviz emulator: {message}\n"
+    assert err == f"popviz: error: {message}\n"
 
 
 def test_plan_naming_an_unknown_layer(monkeypatch, capsys, tmp_path):

@@ -51,7 +51,7 @@ class LayerSetupError(SystemExit):
     """A bad ``--layer-depth`` or ``--split`` for this model: one line on stderr, exit code 2."""
 
     def __init__(self, message: str) -> None:
-        print(f"popviz emulator: {' '.join(message.split())}", file=sys.stderr, flush=True)
+        print(f"popviz: error: {' '.join(message.split())}", file=sys.stderr, flush=True)
         super().__init__(2)
         self.message = message
 
