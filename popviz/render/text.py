@@ -217,7 +217,8 @@ def data_line(report: Report) -> list[tuple[str, str]]:
     """(part, description) for every part: what is there, or that it is missing."""
     out = []
     m = report.memory
-    out.append(("memory", f"per {m.level}, {len(m.frame):,} rows" + (
+    out.append(("memory", f"per {m.level.upper() if m.level == 'ipu' else m.level}, {len(m.frame):,} "
+                f"row{'s' if len(m.frame) != 1 else ''}" + (
         f", {len(m.categories)} categories" if m.categories else "") if m is not None else "missing"))
     e = report.execution
     out.append(("execution", f"{len(e.steps):,} steps over {len(e.runs)} run(s)"
