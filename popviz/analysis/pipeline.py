@@ -50,6 +50,7 @@ def empty_metrics(cfg: ModelConfig) -> dict[str, Any]:
         "ipus": [],
         "idle_frac_other_ipus": None,
         "balanced_gain_frac": None,
+        "balanced_call_gain_frac": None,
         "utilisation_frac": None,
         "ramp_efficiency_frac": None,
         "ramp_efficiency_basis": None,
@@ -273,6 +274,9 @@ def _stage_cycles(report: Report, o: Collector, pipelined: bool) -> None:
                                   sync_floor_cycles(report.execution, runs))
     if mb and elapsed:
         m["call_cycles_per_micro_batch"] = elapsed / (calls * mb)
+        if not sharded:
+            m["balanced_call_gain_frac"] = _call_gain(m["call_cycles_per_micro_batch"],
+                                                      (biggest - mean) / (calls * mb))
     ratio = biggest / mean
     if pipelined and ratio >= IMBALANCE_WARN_RATIO:
         st = stages[b]
@@ -302,8 +306,27 @@ def _stage_cycles(report: Report, o: Collector, pipelined: bool) -> None:
                f" the other IPUs idle {pct(sum(others) / len(others))} of each pipeline cycle "
                f"(counted: {' + '.join(COUNTED_TYPES)}){guess}",
                f"Move about {num(round(shed))} {unit} ({pct(shed / values[b], 0)} of its work) out of "
-               f"stage {st.index} {where} (optimum-graphcore: layers_per_ipu). Balanced stages would raise "
-               f"throughput by up to {pct(ratio - 1, 0)}.")
+               f"stage {st.index} {where} (optimum-graphcore: layers_per_ipu). "
+               + _balanced_text(m, ratio - 1, "stages"))
+
+
+def _call_gain(call_per_mb: float, saved_per_mb: float) -> float | None:
+    """The whole call's throughput gain if balancing saved ``saved_per_mb`` cycles per micro-batch
+    (slowest − mean): host copies, syncs, the ramp and the weight update stay as they are."""
+    if saved_per_mb <= 0 or saved_per_mb >= call_per_mb:
+        return None
+    return call_per_mb / (call_per_mb - saved_per_mb) - 1
+
+
+def _balanced_text(m: dict, steady: float, what: str) -> str:
+    """The last sentence of PIPE001: the gain in the steady state and, where the profile gives
+    the calls' time, for the whole call."""
+    call = m.get("balanced_call_gain_frac")
+    text = f"Balanced {what} would raise throughput by up to {pct(steady, 0)}"
+    if call is None:
+        return text + "."
+    return (text + f" in the steady state, about +{pct(call, 1 if call < 0.1 else 0)} for the whole call "
+            "(its host copies, syncs and ramp stay).")
 
 
 def _shared_names(stages, ipu: int) -> str:
@@ -354,6 +377,9 @@ def _ipu_balance(report: Report, o: Collector, pipelined: bool, shared: list[int
                                   sync_floor_cycles(report.execution, runs))
     if mb and elapsed:
         m["call_cycles_per_micro_batch"] = elapsed / (calls * mb)
+        if not sharded:
+            m["balanced_call_gain_frac"] = _call_gain(m["call_cycles_per_micro_batch"],
+                                                      (biggest - mean) / (calls * mb))
     names = ", ".join(f"IPU{i} (stages {_shared_names(stages, i)})" for i in shared)
     o.skip("cycles of each stage", f"stages share an IPU: {names}; the profile's cycles are per "
            "IPU, so they cannot be split between those stages: balance is measured per IPU (an IPU "
@@ -382,8 +408,8 @@ def _ipu_balance(report: Report, o: Collector, pipelined: bool, shared: list[int
            f"Move about {num(round(shed))} {unit} ({pct(shed / values[b], 0)} of its work) off IPU{ipu} "
            f"towards IPU{ipus[to]} ({pct(idle[to], 0)} idle, the least loaded): shift the "
            f"poptorch.BeginBlock(layer, ipu_id=...) boundaries so IPU{ipu} runs fewer layers, keeping "
-           f"parts tied to it in place (optimum-graphcore: layers_per_ipu). Balanced IPUs would raise "
-           f"throughput by up to {pct(ratio - 1, 0)}.")
+           f"parts tied to it in place (optimum-graphcore: layers_per_ipu). "
+           + _balanced_text(m, ratio - 1, "IPUs"))
 
 
 def _table(report: Report, o: Collector) -> None:
@@ -421,7 +447,9 @@ def _table(report: Report, o: Collector) -> None:
     parts = [f"{'◀ bottleneck · ' if marked else ''}imbalance {m['imbalance_ratio']:.2f} (max/mean"
              + (" over IPUs: stages share IPUs)" if per_ipu else ")")]
     if report.cfg.execution_strategy == "PipelinedExecution" and marked:
-        parts.append(f"balanced: up to +{pct(m['balanced_gain_frac'], 0)} throughput")
+        call = m.get("balanced_call_gain_frac")
+        parts.append(f"balanced: up to +{pct(m['balanced_gain_frac'], 0)} throughput"
+                     + (f" (+{pct(call, 1 if call < 0.1 else 0)} per call)" if call is not None else ""))
     if m["utilisation_frac"] is not None:
         parts.append(f"IPU utilisation {pct(m['utilisation_frac'], 0)}")
     lines = [" · ".join(parts)]

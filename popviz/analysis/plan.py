@@ -149,7 +149,9 @@ def reconcile(engine: EngineResult) -> Plan:
     for f in engine.findings:
         a = Action(f.code, f.severity, f.title)
         if f.code == "PIPE001":
-            a.throughput_gain_frac = pipe.get("balanced_gain_frac")
+            # the whole call's gain where the profile times the calls (host copies and syncs stay)
+            call = pipe.get("balanced_call_gain_frac")
+            a.throughput_gain_frac = call if call is not None else pipe.get("balanced_gain_frac")
         elif f.code == "PIPE003":
             eff = pipe.get("ramp_efficiency_frac")
             if eff:
