@@ -154,11 +154,14 @@ def compare(base: list[EngineMetrics], new: list[EngineMetrics], rules: list[Rul
                 which = lambda e: "estimated" if e.estimated else "measured"  # noqa: E731
                 raise UsageError(f"engine {eb.label} is {which(eb)} on one side and {which(en)} on the other: "
                                  "the numbers are not comparable; pass --allow-mixed to compare anyway")
+        resplit, moved = split_change(eb.config, en.config)
+        renamed_only = not resplit and _same_ipus(eb.config, en.config)
         for key in sorted(set(eb.config) | set(en.config)):
+            if key == "stages" and renamed_only:
+                continue  # the same layers on the same IPUs, in blocks named otherwise: no change
             if key != PLACEMENT_FIELD and eb.config.get(key) != en.config.get(key):
                 out.config_changes.append({"engine": eb.label, "field": key, "base": eb.config.get(key),
                                            "new": en.config.get(key)})
-        resplit, moved = split_change(eb.config, en.config)
         if moved:
             out.config_changes.append({"engine": eb.label, "field": "layers moved",
                                        "base": {k: a for k, a, _ in moved}, "new": {k: b for k, _, b in moved}})
@@ -178,6 +181,16 @@ def compare(base: list[EngineMetrics], new: list[EngineMetrics], rules: list[Rul
                 v = MOVED
             out.rows.append(Row(eb.label, name, d.unit, vb, vn, spec, v))
     return out
+
+
+def _same_ipus(base: dict[str, Any], new: dict[str, Any]) -> bool:
+    """Both sides record each layer's IPU, the same ones, and their stages run on the same IPUs
+    in the same order (only the block names can differ, as under the emulator's --split)."""
+    a, b = base.get(PLACEMENT_FIELD), new.get(PLACEMENT_FIELD)
+    if not (isinstance(a, dict) and isinstance(b, dict) and a == b):
+        return False
+    ipus = [[str(s).split(":", 1)[0] for s in c.get("stages") or []] for c in (base, new)]
+    return ipus[0] == ipus[1]
 
 
 def _metric_order(name: str) -> tuple[int, str]:
