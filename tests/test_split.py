@@ -200,6 +200,23 @@ def test_cli_bad_split_is_one_line_exit_2(tmp_path):
     assert proc.returncode == 2 and "nope.json: no such plan file" in proc.stderr
 
 
+
+def test_a_split_that_does_not_fit_the_model_under_capture(tmp_path):
+    """The model has 4 layers, the split 12: one error line from the script's process, exit 2,
+    and a summary that says what happened (not 'single IPU, 0 stage(s)', not 'LayerSetupError: 2')."""
+    proc = run_cli("capture", "-o", str(tmp_path / "c"), "--emulate", "--split", "layers_per_ipu=1,4,4,3", "--",
+                   sys.executable, str(ROOT / "examples" / "mnist_pipeline.py"), "--steps", "1", cwd=tmp_path,
+                   env={"OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 2
+    message = ("--split layers_per_ipu=1,4,4,3: covers 12 layers; the model has 4 (model.layer1 ... "
+               "model.layer4, depth 2); the counts must add up to 4")
+    assert f"popviz: error: {message}\n" in proc.stderr
+    out = proc.stdout + proc.stderr
+    assert ("training, PipelinedExecution, stages of --split layers_per_ipu=1,4,4,3 (no report)" in out
+            and f"compile failed: LayerSetupError: {message}" in out), out
+    assert "Traceback" not in out
+
+
 # ------------------------------------------------------------------------------ Done when
 
 

@@ -744,7 +744,8 @@ class Recorder:
             self.compile_poptorch = float(executor.compilationTime().total_seconds())
 
     def on_compile_error(self, exc: BaseException) -> None:
-        first = (str(exc).splitlines() or [""])[0][:300]
+        text = getattr(exc, "message", None)  # popviz's own errors (a bad --split) carry their line
+        first = (str(text if isinstance(text, str) else exc).splitlines() or [""])[0][:300]
         self.compile_error = f"{type(exc).__name__}: {first}"
         self.notes.append(f"compilation failed: {self.compile_error}")
         self.write()
@@ -857,9 +858,7 @@ class Recorder:
         from the traced blocks), or derived from the traced blocks or BeginBlock markers. None
         under the emulator's ``--split``: the script's own blocks and stages did not run there,
         and the emulator's report records the stages of the re-placed blocks."""
-        from popviz.emulator.layers import SPLIT_ENV
-
-        if os.environ.get(SPLIT_ENV, "").strip():
+        if _under_split():
             return [], None
         explicit = [dict(s, blocks=list(s["blocks"])) for s in self.opts["stages"]]
         block_ipu = {b["name"]: b.get("ipu") for b in self.traced_blocks}
@@ -889,7 +888,7 @@ class Recorder:
         opts["stages"] = stages
         opts["stages_from"] = stages_from
         strategy = opts.get("execution_strategy")
-        if not stages and strategy == "PipelinedExecution":
+        if not stages and strategy == "PipelinedExecution" and not _under_split():
             opts["execution_strategy"] = None  # PopTorch's default strategy with no blocks: one IPU
         blocks = self.traced_blocks or [
             {"name": b["name"], "ipu": b["ipu"], "parameters": None, "parameter_bytes": None,
@@ -1323,3 +1322,10 @@ def install_from_env() -> bool:
     if instance is not None:
         _set_instance(instance)
     return True
+
+
+def _under_split() -> bool:
+    """The emulator's ``--split`` re-places the script's blocks: their stages did not run."""
+    from popviz.emulator.layers import SPLIT_ENV
+
+    return bool(os.environ.get(SPLIT_ENV, "").strip())

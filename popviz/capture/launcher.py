@@ -448,6 +448,8 @@ def _engines_found(root: Path) -> list[dict[str, Any]]:
 
 def summary_lines(run: Mapping[str, Any], root: Path) -> list[str]:
     """The one-screen summary printed when the run ends."""
+    from popviz.emulator.layers import SPLIT_ENV
+
     code = run.get("exit_code")
     what = f"killed by {run['signal']}" if run.get("signal") else f"exit code {code}"
     cmd = run["command_line"] if len(run["command_line"]) <= 60 else run["command_line"][:57] + "..."
@@ -467,7 +469,10 @@ def summary_lines(run: Mapping[str, Any], root: Path) -> list[str]:
         m = e.get("model")
         if m:
             strategy = m.get("execution_strategy") or "single IPU"
-            desc.append(f"{m.get('mode') or '?'}, {strategy}, {m.get('stages')} stage(s)")
+            split = (run.get("environment") or {}).get(SPLIT_ENV)
+            stages = (f"stages of --split {split} (no report)" if split and not m.get("stages")
+                      else f"{m.get('stages')} stage(s)")
+            desc.append(f"{m.get('mode') or '?'}, {strategy}, {stages}")
             desc.append(f"D={m.get('device_iterations')} G={m.get('gradient_accumulation')} "
                         f"R={m.get('replication_factor')}, output {m.get('output_mode')}")
             calls = f"{m.get('calls')} call(s)"
