@@ -214,6 +214,14 @@ def test_rerun_command_from_the_capture_record(small, tmp_path):
             in lost.stdout) and "cd " not in lost.stdout
 
 
+def test_no_engine_with_layers_is_one_line_without_a_double_negative():
+    from conftest import SAMPLES
+
+    assert_one_line_error(run_cli("plan", str(SAMPLES / "bert_pipeline")),
+                          "bert_pipeline: none of its engines (inference, training) has per-layer costs; "
+                          "record them by running the model under the emulator")
+
+
 def test_no_layers_is_one_line_saying_how_to_get_them(tmp_path):
     write_bundle(testing.pipeline_report([1000, 2000]), tmp_path / "r")
     assert_one_line_error(run_cli("plan", str(tmp_path / "r")), "no per-layer costs",

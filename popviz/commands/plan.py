@@ -83,7 +83,8 @@ def _pick(reports: ReportSet, engine: str | None, what: str, need_layers: bool) 
     if len(candidates) == 1:
         return candidates[0]
     if not candidates:
-        raise UsageError(f"{what}: no engine {NO_LAYERS}")
+        raise UsageError(f"{what}: none of its engines ({', '.join(r.label for r in reports)}) has "
+                         + NO_LAYERS.removeprefix("has no "))
     raise UsageError(f"{what} has several engines ({', '.join(r.label for r in candidates)}): "
                      "choose one with --engine NAME")
 
