@@ -348,3 +348,15 @@ def test_python_api_bad_input(tmp_path):
         popviz.wrap("not an executor")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["full"]
     assert os.environ.get("POPVIZ_CAPTURE_DIR") is None
+
+
+def test_the_summary_shortens_a_long_command_at_a_word():
+    from pathlib import Path
+
+    from popviz.capture.launcher import summary_lines
+
+    run = {"command_line": "python examples/bert_pipeline.py --steps 1 --mlm --gradient-accumulation 64",
+           "exit_code": 0, "duration_seconds": 1.0, "engines": [], "emulated": True}
+    first = summary_lines(run, Path("out"))[0]
+    assert first == ("popviz capture: python examples/bert_pipeline.py --steps 1 --mlm ... finished "
+                     "(exit code 0, 1.0 s)")
