@@ -744,7 +744,8 @@ class Recorder:
             self.compile_poptorch = float(executor.compilationTime().total_seconds())
 
     def on_compile_error(self, exc: BaseException) -> None:
-        text = getattr(exc, "message", None)  # popviz's own errors (a bad --split) carry their line
+        # a bad --split exits (SystemExit(2)) with its message as an attribute: the line, not "2"
+        text = getattr(exc, "message", None) if isinstance(exc, SystemExit) else None
         first = (str(text if isinstance(text, str) else exc).splitlines() or [""])[0][:300]
         self.compile_error = f"{type(exc).__name__}: {first}"
         self.notes.append(f"compilation failed: {self.compile_error}")
