@@ -310,7 +310,8 @@ def make_plan(report: Report, *, ipus: int | None = None, max_ipus: int | None =
               headroom_frac: float = DEFAULT_HEADROOM_FRAC, explain: bool = True) -> LayerPlan:
     """The plan for ``report`` on exactly ``ipus`` IPUs, or on the best N in 1..``max_ipus``
     (default: exactly the IPUs of the current split, else of the target). When nothing fits,
-    ``shortfall`` says why (unless ``explain`` is False)."""
+    ``shortfall`` says why and a note quotes the report's own figures beside the model's (unless
+    ``explain`` is False: the findings' hints need neither)."""
     if report.layers is None:
         raise UsageError(f"{report.label} {NO_LAYERS}")
     if report.target is None:
@@ -336,7 +337,7 @@ def make_plan(report: Report, *, ipus: int | None = None, max_ipus: int | None =
                     layer_roles=[x.role for x in kept], notes=notes, table=tuple(table))
     if counts is not None:
         out.current = _view(planner.evaluate(costs, counts, settings), report, kept, costs, settings, g)
-        as_reported = _as_reported(report, out.current)
+        as_reported = _as_reported(report, out.current) if explain else None
         if as_reported:
             out.notes.append(as_reported)
     elif any(x.ipu is not None for x in table):

@@ -272,11 +272,7 @@ def _stage_cycles(report: Report, o: Collector, pipelined: bool) -> None:
     m["cycle_shares"] = decompose(by_type, list(ipus), elapsed,
                                   weight_update_cycles(report.execution, runs),
                                   sync_floor_cycles(report.execution, runs))
-    if mb and elapsed:
-        m["call_cycles_per_micro_batch"] = elapsed / (calls * mb)
-        if not sharded:
-            m["balanced_call_gain_frac"] = _call_gain(m["call_cycles_per_micro_batch"],
-                                                      (biggest - mean) / (calls * mb))
+    _call_figures(m, elapsed, calls, mb, None if sharded else biggest - mean)
     ratio = biggest / mean
     if pipelined and ratio >= IMBALANCE_WARN_RATIO:
         st = stages[b]
@@ -310,12 +306,21 @@ def _stage_cycles(report: Report, o: Collector, pipelined: bool) -> None:
                + _balanced_text(m, ratio - 1, "stages"))
 
 
-def _call_gain(call_per_mb: float, saved_per_mb: float) -> float | None:
-    """The whole call's throughput gain if balancing saved ``saved_per_mb`` cycles per micro-batch
-    (slowest − mean): host copies, syncs, the ramp and the weight update stay as they are."""
-    if saved_per_mb <= 0 or saved_per_mb >= call_per_mb:
-        return None
-    return call_per_mb / (call_per_mb - saved_per_mb) - 1
+def _call_figures(m: dict, elapsed: float, calls: int, mb: int | None, saved: float | None) -> None:
+    """Cycles per micro-batch of the whole calls and, when balancing would save ``saved`` cycles
+    (slowest − mean, over the counted calls; None when sharded), the whole call's throughput gain:
+    host copies, syncs, the ramp and the weight update stay as they are."""
+    if not (mb and elapsed):
+        return
+    call = m["call_cycles_per_micro_batch"] = elapsed / (calls * mb)
+    per_mb = saved / (calls * mb) if saved is not None else 0.0
+    if 0 < per_mb < call:
+        m["balanced_call_gain_frac"] = call / (call - per_mb) - 1
+
+
+def _gain_pct(frac: float) -> str:
+    """A whole call's gain: one decimal below 10% (+2.2%), none above."""
+    return pct(frac, 1 if frac < 0.1 else 0)
 
 
 def _balanced_text(m: dict, steady: float, what: str) -> str:
@@ -325,7 +330,7 @@ def _balanced_text(m: dict, steady: float, what: str) -> str:
     text = f"Balanced {what} would raise throughput by up to {pct(steady, 0)}"
     if call is None:
         return text + "."
-    return (text + f" in the steady state, about +{pct(call, 1 if call < 0.1 else 0)} for the whole call "
+    return (text + f" in the steady state, about +{_gain_pct(call)} for the whole call "
             "(its host copies, syncs and ramp stay).")
 
 
@@ -375,11 +380,7 @@ def _ipu_balance(report: Report, o: Collector, pipelined: bool, shared: list[int
     m["cycle_shares"] = decompose(by_type, list(ipus), elapsed,
                                   weight_update_cycles(report.execution, runs),
                                   sync_floor_cycles(report.execution, runs))
-    if mb and elapsed:
-        m["call_cycles_per_micro_batch"] = elapsed / (calls * mb)
-        if not sharded:
-            m["balanced_call_gain_frac"] = _call_gain(m["call_cycles_per_micro_batch"],
-                                                      (biggest - mean) / (calls * mb))
+    _call_figures(m, elapsed, calls, mb, None if sharded else biggest - mean)
     names = ", ".join(f"IPU{i} (stages {_shared_names(stages, i)})" for i in shared)
     o.skip("cycles of each stage", f"stages share an IPU: {names}; the profile's cycles are per "
            "IPU, so they cannot be split between those stages: balance is measured per IPU (an IPU "
@@ -449,7 +450,7 @@ def _table(report: Report, o: Collector) -> None:
     if report.cfg.execution_strategy == "PipelinedExecution" and marked:
         call = m.get("balanced_call_gain_frac")
         parts.append(f"balanced: up to +{pct(m['balanced_gain_frac'], 0)} throughput"
-                     + (f" (+{pct(call, 1 if call < 0.1 else 0)} per call)" if call is not None else ""))
+                     + (f" (+{_gain_pct(call)} per call)" if call is not None else ""))
     if m["utilisation_frac"] is not None:
         parts.append(f"IPU utilisation {pct(m['utilisation_frac'], 0)}")
     lines = [" · ".join(parts)]

@@ -453,7 +453,7 @@ def summary_lines(run: Mapping[str, Any], root: Path) -> list[str]:
     code = run.get("exit_code")
     what = f"killed by {run['signal']}" if run.get("signal") else f"exit code {code}"
     line = run["command_line"]  # long commands end at a word: never "--gradie..."
-    cmd = line if len(line) <= 60 else (line[:57].rsplit(" ", 1)[0] if " " in line[:57] else line[:57]) + " ..."
+    cmd = line if len(line) <= 60 else line[:57].rsplit(" ", 1)[0] + " ..."
     lines = [f"popviz capture: {cmd} finished ({what}, "
              f"{run.get('duration_seconds', 0):.1f} s)"]
     engines = run.get("engines") or []

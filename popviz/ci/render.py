@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+from itertools import zip_longest
 from typing import IO, Any
 from xml.etree import ElementTree as ET
 
@@ -30,11 +31,6 @@ def _fmt_narrow(value: float | None, unit: str) -> str:
     return fmt(value, unit)
 
 
-def _zip_longest(a: list[Any], b: list[Any]) -> list[tuple[Any, Any]]:
-    n = max(len(a), len(b))
-    return [(a[i] if i < len(a) else None, b[i] if i < len(b) else None) for i in range(n)]
-
-
 def console(c: Comparison, *, all_rows: bool = False, file: IO[str] | None = None,
             width: int | None = None, hints: bool = True) -> None:
     """Print the comparison (to ``file``, plain text, when given; else stdout)."""
@@ -59,7 +55,7 @@ def console(c: Comparison, *, all_rows: bool = False, file: IO[str] | None = Non
                     con.print(f"    and {len(moved) - LIST_LINES} more (--json lists them)")
             elif isinstance(ch["base"], list) and isinstance(ch["new"], list):
                 con.print(head + ":")  # a list (the stages): the entries that differ, one per line
-                pairs = [(i, b, n) for i, (b, n) in enumerate(_zip_longest(ch["base"], ch["new"])) if b != n]
+                pairs = [(i, b, n) for i, (b, n) in enumerate(zip_longest(ch["base"], ch["new"])) if b != n]
                 for i, b, n in pairs[:LIST_LINES]:
                     what = f"stage {i}: " if ch["field"] == "stages" else ""
                     con.print(f"    {what}{escape(str(b or '—'))} → {escape(str(n or '—'))}", soft_wrap=True)

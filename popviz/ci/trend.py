@@ -129,10 +129,10 @@ def trends(history: History, rules: Sequence[Rule] = (), patterns: Sequence[str]
 
 def _config_changes(history: History, engine: str, before: int, after: int) -> list[str]:
     """What changed in the engine's configuration between two runs: ``field: old → new``."""
-    a = history.engines[(before, engine)].config
-    b = history.engines[(after, engine)].config
     from popviz.ci.metrics import PLACEMENT_FIELD, split_change
 
+    a = history.engines[(before, engine)].config
+    b = history.engines[(after, engine)].config
     out = [f"{k}: {_short(a.get(k))} → {_short(b.get(k))}" for k in sorted(set(a) | set(b))
            if k != PLACEMENT_FIELD and a.get(k) != b.get(k)]
     moved = split_change(a, b)[1]
