@@ -11,7 +11,7 @@ passes such text through the function of its channel before printing it:
 - :func:`markup` — a rich markup string: :func:`term`, then rich's markup escaped, so that
   ``[link=...]`` or an unbalanced ``[/x]`` is shown, not interpreted;
 - :func:`md` — inline Markdown: :func:`term`, then HTML (``& < >``) and the Markdown that makes
-  structure (``\\ ` * _ [ ] | #`` and friends) escaped: one line, shown as written;
+  structure (``\\ ` * _ [ ] |``, and ``# - + >`` at the start) escaped: one line, shown as written;
   :func:`md_code` for a value inside backticks;
 - :func:`xml` — XML text and attributes (JUnit): characters XML 1.0 forbids are dropped
   (ElementTree escapes ``& < > "`` itself);
@@ -65,16 +65,17 @@ def text(value: object, style: str | None = None):  # -> rich.text.Text
 
 
 _HTML = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
-_MD_SPECIAL = set("\\`*_[]|#~")
+_MD_SPECIAL = set("\\`*_[]|~")
 """Markdown characters escaped with a backslash wherever they appear in a value: code spans,
 emphasis, links and images, table cells, headings, strike-through."""
 
 
-def md(value: object) -> str:
+def md(value: object, *, starts_line: bool = False) -> str:
     """``value`` as inline Markdown text (GitHub-flavoured): one line (:func:`term`), HTML
     characters as entities (no tag from a file is ever rendered), and the characters that make
     Markdown structure backslash-escaped, so a name cannot open a link, a code span, a table cell
-    or a heading."""
+    or a heading. ``starts_line``: the value begins a line, so a leading ``-``, ``+``, ``>``, ``#``,
+    ``1.`` cannot make a list, a quote or a heading either."""
     out = []
     for c in term(value):
         if c in _HTML:
@@ -85,10 +86,12 @@ def md(value: object) -> str:
             out.append(c)
     line = "".join(out)
     # a value that starts a line must not start a list item, a quote or a numbered list
+    if not starts_line:  # within a line (after "- " or "| "): nothing else can make structure
+        return line
     return _LINE_START.sub(lambda m: f"{m.group(1)}\\{m.group(2)}", line, count=1)
 
 
-_LINE_START = re.compile(r"^(\s*\d*)([.)](?=\s|$)|[-+](?=\s|$)|>|=+\s*$)")
+_LINE_START = re.compile(r"^(\s*\d*)([.)](?=\s|$)|[-+](?=\s|$)|>|#|=+\s*$)")
 """What makes a list item, a quote or a heading underline at the start of a line."""
 
 

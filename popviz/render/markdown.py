@@ -44,7 +44,7 @@ def _engine(engine: EngineResult) -> list[str]:
         if has_table:
             out += [*_table(o.table), ""]
         if o.caption:
-            out += [*(f"{_esc(line)}  " for line in o.caption.splitlines()), ""]
+            out += [*(f"{escape.md(line, starts_line=True)}  " for line in o.caption.splitlines()), ""]
     if engine.findings:
         out += ["### Findings", ""]
         for f in engine.findings:

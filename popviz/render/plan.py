@@ -87,7 +87,7 @@ def _printable(line: str) -> str:
 def _md_line(line: str) -> str:
     """A text line as Markdown: its list marker or indent kept, the rest escaped (escape.md)."""
     lead = "- " if line.startswith("- ") else line[:len(line) - len(line.lstrip(" "))]
-    return lead + escape.md(line[len(lead):])
+    return lead + escape.md(line[len(lead):], starts_line=lead != "- ")
 
 
 def _sections(plan: LayerPlan, rerun: str | None, plan_path: str | None,
