@@ -107,8 +107,6 @@ _TTY_CONTROLS = re.compile(r"\x1b[\]PX^_].*?(?:\x07|\x1b\\|$)|\x1b(?![\[(])"
                            r"|[\x00-\x08\x0b\x0c\x0e-\x1a\x1c-\x1f\x7f-\x9f]", re.S)
 """On a terminal rich draws with CSI sequences (colours, the spinner): those stay; operating
 system commands (OSC: clipboard, title), device control strings and C1 controls never pass."""
-_COMMAND_START = re.compile(r"^(\s*):(?=:)")
-"""A line GitHub Actions reads as a workflow command (the runner trims leading blanks)."""
 
 
 class _PipeSafeStdout:
@@ -139,10 +137,7 @@ class _PipeSafeStdout:
     def write(self, text: str) -> int:
         n = len(text)
         text = self._controls.sub("", text)
-        if "::" in text:
-            lines = text.split("\n")
-            text = "\n".join(_COMMAND_START.sub(r"\1: ", line, count=1) if (i or self._line_start) else line
-                             for i, line in enumerate(lines))
+        text = escape.defuse_commands(text, at_line_start=self._line_start)
         if text:
             self._line_start = text.endswith("\n")
         if self._strip:

@@ -126,6 +126,11 @@ def read_versioned_json(path: Path, *, format_name: str, format_version: int, ki
         raise fail(f"holds a value popviz cannot read ({str(exc).split(';')[0]})") from None
     if not isinstance(doc, dict):
         raise fail("is not a JSON object")
+    if "\\u" in text:
+        try:  # a \ud800 escape decodes to a lone surrogate: not text, and no output can hold it
+            json.dumps(doc, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            raise fail("holds a string that is not valid Unicode (a lone surrogate such as \\ud800)") from None
     if doc.get("format") != format_name:
         raise fail(f"is not a popviz {kind} (\"format\" is {doc.get('format')!r}, expected {format_name!r})")
     version = doc.get("format_version")

@@ -252,6 +252,9 @@ def add(path: str | os.PathLike[str], engines: Sequence[EngineMetrics], *, label
         raise UsageError(f"{source or 'the run'} has no engine to add")
     if label is not None and (not label or len(label) > 1000):
         raise UsageError("--label must be 1 to 1000 characters (e.g. the commit: git rev-parse --short HEAD)")
+    if label is not None and not _is_text(label):
+        raise UsageError("--label is not valid text (bytes that are not UTF-8); pass a commit id or a name")
+    source = source.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
     p = Path(path)
     added_at = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     with open_db(p, create=True) as con, _transaction(con, p, write=True):
@@ -266,6 +269,14 @@ def add(path: str | os.PathLike[str], engines: Sequence[EngineMetrics], *, label
             con.executemany("INSERT INTO metrics (run_id, engine, metric, value) VALUES (?, ?, ?, ?)",
                             [(run_id, e.label, k, float(v)) for k, v in sorted(e.metrics.items())])
     return Run(run_id, label, added_at)
+
+
+def _is_text(value: str) -> bool:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 # -------------------------------------------------------------------------------------- reading

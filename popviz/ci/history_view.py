@@ -73,7 +73,9 @@ def console(trends: list[Trend], runs: list[Run], *, all_rows: bool = False) -> 
 
     escape = esc.markup  # every value from the history file is data: no markup, no control character
 
-    con = Console(highlight=False, soft_wrap=False)
+    import sys
+
+    con = Console(highlight=False, soft_wrap=False, file=esc.CommandSafeFile(sys.stdout))
     con.print(escape(headline(trends, runs)), soft_wrap=True,
               style="bold red" if any("regressed" in t.verdicts for t in trends) else "bold")
     shown_ = trends if all_rows else [t for t in trends if t.steps or len(set(t.values)) > 1]

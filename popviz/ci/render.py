@@ -39,7 +39,8 @@ def console(c: Comparison, *, all_rows: bool = False, file: IO[str] | None = Non
     from rich.table import Table
 
     escape = esc.markup  # every value from a file is data: no markup, no control character
-    con = Console(highlight=False, soft_wrap=False, file=file, width=width)
+    con = Console(highlight=False, soft_wrap=False, file=esc.CommandSafeFile(file) if file is not None else None,
+                  width=width)
     con.print(escape(c.headline()), style="bold red" if c.failed else "bold green", soft_wrap=True)
     if c.base_label:
         con.print(f"base: {escape(c.base_label)}", soft_wrap=True)

@@ -123,7 +123,8 @@ def result_has_analyses(engine: EngineResult) -> bool:
 def render(result: Result, file: IO[str] | None = None, width: int | None = None) -> None:
     from rich.console import Console
 
-    console = Console(file=file, width=width, highlight=False)
+    console = Console(file=escape.CommandSafeFile(file) if file is not None else None, width=width,
+                      highlight=False)
     from rich.padding import Padding
 
     Text = escape.text

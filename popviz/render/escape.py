@@ -25,6 +25,7 @@ Imports only the standard library (rich lazily): ``popviz plan`` and the CLI's e
 from __future__ import annotations
 
 import re
+from typing import Any
 
 REPLACEMENT = "\ufffd"
 """What a character that must not be printed becomes (visible, and not a control)."""
@@ -99,6 +100,8 @@ def md_code(value: object) -> str:
     """``value`` as a Markdown code span (backticks included): one line, and a fence longer than
     any run of backticks inside it, so the span cannot be closed early."""
     body = term(value)
+    if any(c in body for c in "<>&"):  # GitHub shows such spans oddly: plain escaped text instead
+        return md(value)
     runs = [len(r) for r in re.findall(r"`+", body)]
     fence = "`" * (max(runs, default=0) + 1)
     pad = " " if body.startswith("`") or body.endswith("`") else ""
@@ -142,14 +145,41 @@ def gh_command(command: str, message: object, **properties: object) -> str:
     return f"::{command}{' ' + props if props else ''}::{gh_data(message)}"
 
 
+_COMMAND_START = re.compile(r"^(\s*):(?=:)")
+"""A line GitHub Actions reads as a workflow command (the runner trims leading blanks)."""
+
+
 def is_command_line(line: str) -> bool:
     """Whether a line of output would be read by GitHub Actions as a workflow command."""
     return line.lstrip().startswith("::")
 
 
-def defuse_commands(text: str) -> str:
+def defuse_commands(text: str, *, at_line_start: bool = True) -> str:
     """Lines of ``text`` that GitHub Actions would read as workflow commands get a space between
-    their leading colons (``: :warning``), so text from a file never becomes a command."""
+    their leading colons (``: :warning``), so text from a file never becomes a command (a long
+    name wrapped by the terminal renderer can start a line anywhere in it). ``at_line_start``:
+    whether ``text`` continues a line written before (False) or starts one."""
     if "::" not in text:
         return text
-    return "\n".join(re.sub(r"^(\s*):(?=:)", r"\1: ", line) for line in text.split("\n"))
+    return "\n".join(_COMMAND_START.sub(r"\1: ", line, count=1) if (i or at_line_start) else line
+                     for i, line in enumerate(text.split("\n")))
+
+
+class CommandSafeFile:
+    """A text file (``rich.console.Console(file=...)``) through which no line can become a
+    GitHub Actions workflow command: :func:`defuse_commands` on everything written."""
+
+    def __init__(self, file: Any) -> None:
+        self._file = file
+        self._line_start = True
+
+    def write(self, text: str) -> int:
+        n = len(text)
+        text = defuse_commands(text, at_line_start=self._line_start)
+        if text:
+            self._line_start = text.endswith("\n")
+        self._file.write(text)
+        return n
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._file, name)

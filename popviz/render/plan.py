@@ -113,7 +113,7 @@ def text_lines(plan: LayerPlan, rerun: str | None = None, plan_path: str | None 
                                      break_on_hyphens=False, break_long_words=False)
             else:
                 out.append(line)
-    return out
+    return [escape.defuse_commands(line) for line in out]  # a wrapped name may start a line
 
 
 def sections(plan: LayerPlan, rerun: str | None = None, plan_path: str | None = None,

@@ -103,8 +103,8 @@ def find_engines(root: str | Path) -> list[EngineDir]:
         if kind is None or here == root:
             continue
         parts = here.relative_to(root).parts
-        instance = "/".join(parts[:-1]) or None
-        found.append(EngineDir(here, kind, instance, parts[-1]))
+        instance = "/".join(map(_decoded, parts[:-1])) or None
+        found.append(EngineDir(here, kind, instance, _decoded(parts[-1])))
         dirnames[:] = []  # an engine directory's subdirectories are not engines
     if not found and "popviz-run.json" in top:
         raise ReportNotFoundError(
@@ -117,6 +117,12 @@ def find_engines(root: str | Path) -> list[EngineDir]:
             "the directory given to "
             "autoReport.directory or popviz capture -o")
     return sorted(found, key=lambda e: e.path.parts)
+
+
+def _decoded(name: str) -> str:
+    """A directory name as text: bytes that are not UTF-8 (which Python keeps as lone
+    surrogates) become U+FFFD, so a name from the file system is always valid Unicode."""
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 
 
 def read_engine(engine: EngineDir) -> Report:
