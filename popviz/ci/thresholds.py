@@ -206,7 +206,7 @@ def load_config(path: str | None = None, *, cwd: Path | None = None) -> Config:
     ``[tool.popviz]`` in the working directory, else nothing."""
     if path is not None:
         p = Path(path)
-        if not p.is_file():
+        if not p.exists():
             raise UsageError(f"{shown(p)} does not exist; pass --config with a TOML file")
         doc = _read_toml(p)
         table = _popviz_table(doc, doc)
@@ -240,7 +240,7 @@ def load_config(path: str | None = None, *, cwd: Path | None = None) -> Config:
 def load_budgets(path: str) -> list[Budget]:
     """A budgets file: ``METRIC = "<= LIMIT"`` lines (top level or under ``[budgets]``)."""
     p = Path(path)
-    if not p.is_file():
+    if not p.exists():
         raise UsageError(f"{shown(p)} does not exist; pass --budget with a TOML file of METRIC = \"<= LIMIT\"")
     doc = _read_toml(p)
     table = doc.get("budgets", doc)
