@@ -257,6 +257,23 @@ def build(root: Path) -> Cases:
     c.add("hostile names through analyse", "analyse", root / "h-new", codes=(0,))
     c.add("an error quoting a hostile path", "analyse", root / "\x1b]0;title\x07[/x]", needles=("no such",))
 
+    c.add("hostile names through analyse --html", "analyse", root / "h-new", "--html", root / "page.html",
+          codes=(0,))
+    c.add("hostile names through plot", "plot", root / "h-new", "-o", root / "plots", "--only", "stages,memory",
+          codes=(0,))
+    for label, cycles in (("all-zero", 0), ("2^62-cycle", 2**62), ("2^40-cycle", 2**40)):
+        layers = testing.layer_table([1000] * 6, names=["emb", "l0", "l1", "l2", "l3", "head"],
+                                     roles=["embeddings", "layer", "layer", "layer", "layer", "head"],
+                                     pins=["first", None, None, None, None, "last"], layers_per_ipu=[2, 2],
+                                     weight_bytes=1000)
+        d = write_bundle(testing.layered_report(layers, name="t", tiles_per_ipu=1, gradient_accumulation=16),
+                         root / f"plan-{label}")
+        meta = json.loads((d / "popviz-report.json").read_text())
+        for layer in meta["layers"]["layers"]:
+            layer["fwd_cycles"], layer["bwd_cycles"] = cycles, 2 * cycles
+        (d / "popviz-report.json").write_text(json.dumps(meta))
+        c.add(f"plan with {label} layer costs", "plan", d, codes=(0, 1, 2))
+
     # --- sizes no system has; many engines
     big = testing.pipeline_report([1000, 2000], name="big", tiles_per_ipu=8)
     d = write_bundle(big, root / "tiles" / "big")
@@ -341,7 +358,7 @@ def test_inputs_are_byte_identical_and_nothing_is_written_outside_the_targets(re
     changed = {k for k in before if after.get(k) != before[k]}
     # what the successful commands were asked to write, and nothing else
     assert changed == set(), changed
-    allowed = ("lab.db", "summary.md")
+    allowed = ("lab.db", "summary.md", "page.html", "plots")
     assert all(k.startswith(allowed) for k in added), sorted(added)
 
 

@@ -189,6 +189,9 @@ def run(args: argparse.Namespace) -> int:
         report = calibrate(report, estimate)
     else:
         report = _pick(reports, args.engine, shown(args.path), need_layers=True)
+    if report.layers is not None and not any(x.fwd_cycles or x.bwd_cycles for x in report.layers):
+        raise UsageError(f"{report.label}: every layer of its layer table costs 0 cycles, so there is nothing "
+                         "to balance; is the report from a run that executed? capture it again")
     with status("planning"):
         plan: LayerPlan = make_plan(report, ipus=args.ipus, max_ipus=args.max_ipus,
                                     headroom_frac=args.headroom)
