@@ -75,8 +75,9 @@ def _r(value: Any) -> str:
 def _check_counts(counts: list[Any], where: str) -> tuple[int, ...]:
     if not counts:
         raise UsageError(f"{where}: layers_per_ipu is empty; give one count per IPU, e.g. 3,7,7,7")
-    bad = next((c for c in counts if not _int(c) or not 0 <= c <= MAX_LAYERS), None)
-    if bad is not None:
+    wrong = [c for c in counts if not _int(c) or not 0 <= c <= MAX_LAYERS]
+    if wrong:  # (a list: the wrong entry may be None itself)
+        bad = wrong[0]
         raise UsageError(f"{where}: layers_per_ipu entry {_r(bad)} is not a whole number of layers (0 to {MAX_LAYERS:,})")
     if not any(counts):
         raise UsageError(f"{where}: layers_per_ipu {list(counts)} places no layer; give at least one")
