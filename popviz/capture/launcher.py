@@ -429,6 +429,9 @@ def _engines_found(root: Path) -> list[dict[str, Any]]:
                     "output_mode": opts.get("output_mode"),
                     "calls": calls.get("count"),
                     "compile_seconds": (calls.get("compile") or {}).get("wall_seconds"),
+                    "poptorch_compile_seconds": (calls.get("compile") or {}).get("poptorch_seconds"),
+                    "later_calls_seconds": next((s.get("sum") for s in calls.get("stats") or []
+                                                 if s.get("metric") == "wall_seconds"), None),
                     "compile_error": (calls.get("compile") or {}).get("error"),
                     "poptorch": (doc.get("versions") or {}).get("poptorch"),
                 }
@@ -444,6 +447,37 @@ def _engines_found(root: Path) -> list[dict[str, Any]]:
                     entry["model"]["execution_strategy"] = cfg["execution_strategy"]
         found.append(entry)
     return found
+
+
+def _seconds(secs: float) -> str:
+    return f"{secs:.2f} s" if secs < 10 else f"{secs:.0f} s"
+
+
+def _times_text(m: Mapping[str, Any], run: Mapping[str, Any]) -> str:
+    """Where an engine's time went, truthfully: the compile (for the emulator: the trace and
+    estimate) apart from the calls' execution (on the CPU when emulated).
+
+    ``compile_seconds`` is the wall time of the call that compiled, which also ran that call;
+    ``poptorch_compile_seconds`` is the executor's own ``compilationTime()``."""
+    from popviz.emulator.calls import ENV as CALLS_ENV
+
+    wall, own = m.get("compile_seconds"), m.get("poptorch_compile_seconds")
+    if wall is None:
+        return ""
+    later = m.get("later_calls_seconds") or 0.0
+    if not run.get("emulated"):
+        if own is not None:
+            return f", compiled in {_seconds(own)}"
+        return f", compile and first call {_seconds(wall)}"
+    if own is None:
+        return f", estimate and first call {_seconds(wall)}"
+    text = f", estimated in {_seconds(own)}"
+    limit = str((run.get("environment") or {}).get(CALLS_ENV, ""))
+    first_ran = limit != "1"  # under --calls 1 the first call is estimated, not run
+    cpu = max(0.0, wall - own) * first_ran + later
+    if not first_ran and m.get("calls", 0) <= 1:
+        return text + ", not run (--calls 1)"
+    return text + f", calls run on the CPU in {_seconds(cpu)}"
 
 
 def summary_lines(run: Mapping[str, Any], root: Path) -> list[str]:
@@ -476,10 +510,7 @@ def summary_lines(run: Mapping[str, Any], root: Path) -> list[str]:
             desc.append(f"{m.get('mode') or '?'}, {strategy}, {stages}")
             desc.append(f"D={m.get('device_iterations')} G={m.get('gradient_accumulation')} "
                         f"R={m.get('replication_factor')}, output {m.get('output_mode')}")
-            calls = f"{m.get('calls')} call(s)"
-            if m.get("compile_seconds") is not None:
-                secs = m["compile_seconds"]
-                calls += f", compiled in {secs:.2f} s" if secs < 10 else f", compiled in {secs:.0f} s"
+            calls = f"{m.get('calls')} call(s)" + _times_text(m, run)
             if m.get("compile_error"):
                 calls += f", compile failed: {m['compile_error']}"
             desc.append(calls)
@@ -517,6 +548,10 @@ def run_capture(command: Sequence[str], *, output: str | None = None, new_run: b
         child_env[CALLS_ENV] = str(calls)
     if emulate and emulator_env:
         child_env.update(emulator_env)
+    if emulate:  # the child's output is a pipe (shown and logged): plain progress lines
+        from popviz.emulator.progress import ENV as PROGRESS_ENV
+
+        child_env.setdefault(PROGRESS_ENV, "plain")
     if emulate:
         from popviz.emulator.launch import check_command
 

@@ -108,4 +108,26 @@ def run(args: argparse.Namespace) -> int:
 
         env[ENV] = str(args.calls)
     env.update(layer_env(args))
+    env.setdefault(progress_env(), "rich" if _stderr_is_terminal() else "plain")
+    if env[progress_env()] != "off":
+        import shlex
+        import sys
+
+        print(f"popviz emulate: running {shlex.join(cmd)} with the emulator as poptorch (progress on "
+              "stderr)", file=sys.stderr, flush=True)
     return run_child(cmd, env)
+
+
+def progress_env() -> str:
+    from popviz.emulator.progress import ENV
+
+    return ENV
+
+
+def _stderr_is_terminal() -> bool:
+    import sys
+
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):
+        return False
