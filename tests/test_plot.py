@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 
 import pytest
@@ -329,3 +330,14 @@ def test_every_figure_draws_into_the_callers_axes(bert):
         assert ax.has_data() or ax.images, draw.__name__
     mine = Figure()
     assert plot.compare(training, bert["inference"], ax=mine.add_subplot()) is mine
+
+
+def test_html_says_once_which_figure_was_not_drawn_and_why():
+    from popviz.render.html import render
+
+    page = render(popviz.analyse(popviz.load(SAMPLES / "mnist_pipeline")), standalone=False)
+    lines = re.findall(r'<p class="muted">tiles: not drawn[^<]*</p>', page)
+    assert lines == ['<p class="muted">tiles: not drawn — engine &#x27;inference&#x27; has per-IPU memory '
+                     'only (the emulator does not estimate single tiles)</p>',
+                     '<p class="muted">tiles: not drawn — engine &#x27;training&#x27; has per-IPU memory '
+                     'only (the emulator does not estimate single tiles)</p>']
