@@ -39,6 +39,17 @@ def test_plain_steps_and_heartbeats(fast_heartbeat, capsys):
     assert after and all(b.startswith("popviz emulator: the script runs between PopTorch calls (") for b in after)
 
 
+def test_a_quick_unannounced_step_prints_nothing(fast_heartbeat, capsys):
+    rep = progress.Reporter("plain")
+    try:
+        with rep.activity("'training': running call 7 on the CPU", 4, announce=False) as act:
+            act.advance(4)
+        time.sleep(0.1)
+    finally:
+        rep.close()
+    assert capsys.readouterr().err == ""
+
+
 def test_off_prints_nothing(capsys):
     rep = progress.Reporter("off")
     rep.script_started()

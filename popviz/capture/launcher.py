@@ -72,11 +72,26 @@ def _is_empty_dir(path: Path) -> bool:
     return path.is_dir() and not any(path.iterdir())
 
 
+def failed_without_engines(path: Path) -> bool:
+    """``path`` holds only the record of a capture that failed and captured no engine (its
+    ``popviz-run.json`` and ``capture.log``): a retry may replace it, as nothing else is there."""
+    try:
+        names = {p.name for p in path.iterdir()}
+        if RUN_FILE not in names or not names <= {RUN_FILE, LOG_FILE}:
+            return False
+        doc = json.loads((path / RUN_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return (isinstance(doc, dict) and doc.get("format") == "popviz-run"
+            and doc.get("status") in ("failed", "launch_failed") and doc.get("engines") == [])
+
+
 def _check_target(path: Path, new_run: bool) -> None:
-    """Refuse, before touching anything, a DIR that is a file or not empty."""
+    """Refuse, before touching anything, a DIR that is a file or not empty (but for the record of
+    a failed capture that captured nothing, see :func:`failed_without_engines`)."""
     if path.exists() and not path.is_dir():
         raise UsageError(f"{shown(path)} exists and is not a directory; pass -o with a directory")
-    if not new_run and path.is_dir() and not _is_empty_dir(path):
+    if not new_run and path.is_dir() and not _is_empty_dir(path) and not failed_without_engines(path):
         raise UsageError(f"{shown(path)} is not empty; popviz never writes over reports: pass "
                          "--new-run to make a new timestamped run inside it, or -o a new directory")
 
@@ -124,6 +139,11 @@ def claim_dir(planned: Path, output: str | None, new_run: bool, instance: str | 
     else:
         root = planned
         root.mkdir(parents=True, exist_ok=True)
+        if failed_without_engines(root):
+            for name in (RUN_FILE, LOG_FILE):
+                (root / name).unlink(missing_ok=True)
+            manifest.setdefault("notes", []).append(
+                "replaced the record of an earlier capture here that failed and captured no engine")
     if instance:
         root = root / instance
         root.mkdir(parents=True, exist_ok=True)
@@ -622,6 +642,8 @@ def run_capture(command: Sequence[str], *, output: str | None = None, new_run: b
             raise RunError(f"{command[0]}: cannot be started ({why}); check the command after --") from None
         forwarder.after_spawn(proc)
         say(f"popviz capture: reports go to {shown(root)}/ (log: {shown(root / LOG_FILE)})")
+        for note in run["notes"]:
+            say(f"popviz capture: {note}")
         for c in conflicts:
             say("popviz capture: " + conflict_message(c.get("variable", ENGINE_OPTIONS_ENV), c))
         run["child_pid"] = proc.pid

@@ -109,12 +109,6 @@ def run(args: argparse.Namespace) -> int:
         env[ENV] = str(args.calls)
     env.update(layer_env(args))
     env.setdefault(progress_env(), "rich" if _stderr_is_terminal() else "plain")
-    if env[progress_env()] != "off":
-        import shlex
-        import sys
-
-        print(f"popviz emulate: running {shlex.join(cmd)} with the emulator as poptorch (progress on "
-              "stderr)", file=sys.stderr, flush=True)
     return run_child(cmd, env)
 
 

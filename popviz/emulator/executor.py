@@ -565,7 +565,8 @@ class PoplarExecutor:
         outputs = _Outputs(OutputMode(o.output_mode), o.output_return_period, d, g, r)
         k_of_n = f"{self._setup.calls + 1}" + (f" of {most}" if most is not None else "")
         started = time.monotonic()
-        with report.activity(f"{self.engine_name!r}: running call {k_of_n} on the CPU", len(micro)) as act:
+        with report.activity(f"{self.engine_name!r}: running call {k_of_n} on the CPU", len(micro),
+                             announce=most is not None) as act:
             if self._training:
                 self._train(micro, outputs, d, g, r, act)
             else:

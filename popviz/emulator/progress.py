@@ -99,8 +99,10 @@ class Reporter:
             self.idle = Activity(self, "the script runs (no PopTorch call yet)", None)
             self._ensure_heartbeat()
 
-    def activity(self, text: str, total: int | None = None) -> Activity:
-        """Start a step: ``with reporter.activity("tracing ...") as a: ... a.advance(k)``."""
+    def activity(self, text: str, total: int | None = None, announce: bool = True) -> Activity:
+        """Start a step: ``with reporter.activity("tracing ...") as a: ... a.advance(k)``. In
+        plain mode, ``announce=False`` prints nothing for a step shorter than the heartbeat (a
+        loop of quick calls stays quiet); a longer one gets the heartbeat's lines."""
         act = Activity(self, text, total)
         if not self.on:
             return act
@@ -109,8 +111,9 @@ class Reporter:
             if self.mode == "rich" and self._start_rich(act):
                 pass
             else:
-                line(text)
-                self.last_line = time.monotonic()
+                if announce:
+                    line(text)
+                    self.last_line = time.monotonic()
                 self._ensure_heartbeat()
         return act
 
@@ -171,7 +174,8 @@ class Reporter:
         while not self._stop.wait(min(0.5, HEARTBEAT_SECONDS / 4)):
             with self.lock:
                 act = self.current or self.idle
-                if act is None or time.monotonic() - self.last_line < HEARTBEAT_SECONDS:
+                since = max(self.last_line, act.started) if act is not None else 0.0
+                if act is None or time.monotonic() - since < HEARTBEAT_SECONDS:
                     continue
                 try:
                     line(act.describe())
