@@ -84,3 +84,25 @@ RUN = {"emulated": True, "environment": {}}
 ])
 def test_summary_times_keep_estimate_and_execution_apart(model, run, text):
     assert _times_text(model, run) == text
+
+
+def test_capture_on_a_terminal_draws_heartbeats_over_each_other():
+    import io
+
+    from popviz.capture.status_line import CLEAR, StatusLine
+
+    err, out = io.BytesIO(), io.BytesIO()
+    status = StatusLine(err, 40)
+    status.write(err, b"popviz emulator: compiling 'training'\npopviz emulator: 'training': running call 1 on t", True)
+    status.write(err, b"he CPU, micro-batch 2 of 16 (4 s)\n", True)
+    status.write(err, b"popviz emulator: 'training': running call 1 on the CPU, micro-batch 3 of 16 (8 s)\n", True)
+    status.write(out, b"step 1/2: loss 0.7\n", False)  # the script's own output clears the status line first
+    status.write(err, b"popviz emulator: the script runs between PopTorch calls (4 s)\nWarn", True)
+    status.close()
+    assert out.getvalue() == b"step 1/2: loss 0.7\n"
+    assert err.getvalue() == (b"popviz emulator: compiling 'training'\n"
+                              + CLEAR + b"popviz emulator: 'training': running..."  # cut to the width
+                              + CLEAR + b"popviz emulator: 'training': running..."
+                              + CLEAR  # before stdout's line
+                              + CLEAR + b"popviz emulator: the script runs bet..."
+                              + CLEAR + b"Warn")

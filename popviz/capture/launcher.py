@@ -365,17 +365,19 @@ def sdk_versions(env: Mapping[str, str]) -> dict[str, str]:
 class Tee:
     """Copy the child's stdout and stderr to ours, live, and to the log file."""
 
-    def __init__(self, log: IO[bytes]) -> None:
+    def __init__(self, log: IO[bytes], status: Any = None) -> None:
         self.log = log
         self.lock = threading.Lock()
         self.threads: list[threading.Thread] = []
+        self.status = status
+        """A :class:`popviz.capture.status_line.StatusLine` on a terminal (emulated runs), or None."""
 
-    def start(self, source: IO[bytes], sink: IO[bytes] | None) -> None:
-        thread = threading.Thread(target=self._pump, args=(source, sink), daemon=True)
+    def start(self, source: IO[bytes], sink: IO[bytes] | None, stderr: bool = False) -> None:
+        thread = threading.Thread(target=self._pump, args=(source, sink, stderr), daemon=True)
         thread.start()
         self.threads.append(thread)
 
-    def _pump(self, source: IO[bytes], sink: IO[bytes] | None) -> None:
+    def _pump(self, source: IO[bytes], sink: IO[bytes] | None, stderr: bool = False) -> None:
         fd = source.fileno()
         pending = b""  # the log gets whole lines, so stdout and stderr lines do not mix in it
         while True:
@@ -388,8 +390,11 @@ class Tee:
                 break
             if sink is not None:
                 try:
-                    sink.write(chunk)
-                    sink.flush()
+                    if self.status is not None:
+                        self.status.write(sink, chunk, stderr)
+                    else:
+                        sink.write(chunk)
+                        sink.flush()
                 except (OSError, ValueError):
                     sink = None  # our stdout went away (e.g. `| head`): keep logging
             pending += chunk
@@ -543,6 +548,18 @@ def summary_lines(run: Mapping[str, Any], root: Path) -> list[str]:
     return lines
 
 
+def _status_line(err: IO[bytes]) -> Any:
+    """A live status line for the emulator's heartbeats when ``err`` is a terminal, else None."""
+    try:
+        if not err.isatty():
+            return None
+    except (AttributeError, ValueError):
+        return None
+    from popviz.capture.status_line import StatusLine
+
+    return StatusLine(err, shutil.get_terminal_size().columns)
+
+
 def run_capture(command: Sequence[str], *, output: str | None = None, new_run: bool = False,
                 emulate: bool = False, pvti: bool = False, run_count: int | None = None,
                 calls: int | None = None, emulator_env: Mapping[str, str] | None = None,
@@ -628,7 +645,7 @@ def run_capture(command: Sequence[str], *, output: str | None = None, new_run: b
                                                for c in conflicts]}
         write_run_manifest(run_path, run)
         log = open(root / LOG_FILE, "ab")
-        tee = Tee(log)
+        tee = Tee(log, _status_line(err) if emulate else None)
         forwarder.before_spawn()
         try:
             proc = subprocess.Popen(command, env=child_env, stdout=subprocess.PIPE,
@@ -649,9 +666,12 @@ def run_capture(command: Sequence[str], *, output: str | None = None, new_run: b
         run["child_pid"] = proc.pid
         write_run_manifest(run_path, run)
         tee.start(proc.stdout, out)
-        tee.start(proc.stderr, err)
+        tee.start(proc.stderr, err, stderr=True)
         returncode = proc.wait()
         tee.join(TEE_JOIN_SECONDS)
+        if tee.status is not None:
+            with contextlib.suppress(OSError, ValueError):
+                tee.status.close()
         status, exit_code, signame = exit_status(returncode)
         run.update(status=status, exit_code=returncode if returncode >= 0 else None, signal=signame,
                    popviz_exit_code=exit_code)
