@@ -13,6 +13,7 @@ This module is light: rich is imported only in ``rich`` mode.
 
 from __future__ import annotations
 
+import atexit
 import os
 import sys
 import threading
@@ -163,12 +164,15 @@ class Reporter:
             return
         self._thread = threading.Thread(target=self._beat, name="popviz-progress", daemon=True)
         self._thread.start()
+        # stopped before the interpreter finalises: a daemon thread writing to stderr then can
+        # abort it (exit handlers registered later, such as the reports' writing, run before this)
+        atexit.register(self.close)
 
     def close(self) -> None:
         """Stop the heartbeat (the process's reporter lives as long as the process)."""
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=2)
 
     def _beat(self) -> None:
         while not self._stop.wait(min(0.5, HEARTBEAT_SECONDS / 4)):
