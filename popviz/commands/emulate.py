@@ -108,14 +108,11 @@ def run(args: argparse.Namespace) -> int:
 
         env[ENV] = str(args.calls)
     env.update(layer_env(args))
-    env.setdefault(progress_env(), "rich" if _stderr_is_terminal() else "plain")
+    from popviz.emulator.progress import ENV as PROGRESS_ENV
+
+    # what the emulator is doing, on stderr: a live line on a terminal, plain lines otherwise
+    env.setdefault(PROGRESS_ENV, "rich" if _stderr_is_terminal() else "plain")
     return run_child(cmd, env)
-
-
-def progress_env() -> str:
-    from popviz.emulator.progress import ENV
-
-    return ENV
 
 
 def _stderr_is_terminal() -> bool:
