@@ -75,7 +75,9 @@ class _Swap:
                     if isinstance(value, torch.Tensor) and not is_fake(value):
                         self._saved.append((table, name, value))
         for table, name, value in self._saved:
-            table[name] = mode.from_tensor(value, static_shapes=True)
+            fake = mode.from_tensor(value, static_shapes=True)
+            fake.popviz_real_tensor = value  # whose fake it is (popviz's capture hooks count tensors once)
+            table[name] = fake
 
     def restore(self) -> None:
         for table, name, value in reversed(self._saved):
