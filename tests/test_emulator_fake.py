@@ -334,6 +334,27 @@ def test_poptorch_errors_are_raised_as_they_are_not_retried(monkeypatch):
     with pytest.raises(poptorch.Error, match="No active Block, all the ops must belong to a Block"):
         executor.compile(torch.randn(2, 2))
     assert calls == [True]
+    # PopTorch's assertions (an unknown block for explicit stages) are not retried either
+    calls.clear()
+    o = poptorch.Options()
+    o.setExecutionStrategy(poptorch.ShardedExecution(poptorch.Stage("b")))
+    with pytest.raises(AssertionError, match="Unknown Block 'a'"):
+        poptorch.inferenceModel(NoBlock(), o).compile(torch.randn(2, 2))
+    assert calls == [True]
+    # the user's own assertion may be about a fake: the real trace runs instead
+    calls.clear()
+
+    class Asserts(nn.Module):
+        def forward(self, x):
+            assert not fake.is_fake(x), "values needed"
+            return x * 2
+
+    executor = poptorch.inferenceModel(Asserts())
+    executor.compile(torch.randn(2, 2))
+    assert calls == [True, False]
+    assert executor._setup.extra_notes[-1] == (
+        "The estimate traced its micro-batch with real tensors (computed on the CPU): the fake-tensor trace "
+        "stopped at AssertionError: values needed.")
 
 
 # ------------------------------------------------------------------ when the fake trace is used

@@ -394,9 +394,9 @@ class PoplarExecutor:
         if _fake.wanted(estimate_only):
             try:
                 measured = self._measure(m_args, m_kwargs, fake=True)
-            except Error:  # PopTorch's own errors (blocks, pipeline rules) do not depend on values
-                raise
             except Exception as error:  # needs values, or no fake implementation: trace for real
+                if not _fake.retry_for_real(error):  # PopTorch's own errors: as they are
+                    raise
                 notes = (_fake.fallback_note(error),)
                 if _calls.limit() is not None:
                     _calls.progress(notes[0])

@@ -114,6 +114,23 @@ _WHAT = {
 }
 
 
+def retry_for_real(error: BaseException) -> bool:
+    """Whether the fake trace's ``error`` may be the fake tensors' doing (then the real trace
+    runs), or is one the real trace would raise too: PopTorch's errors and the emulator's own
+    assertions (its block and stage rules) do not depend on values."""
+    from popviz.emulator.errors import Error
+
+    if isinstance(error, Error):
+        return False
+    if isinstance(error, AssertionError):
+        tb = error.__traceback__
+        while tb is not None and tb.tb_next is not None:
+            tb = tb.tb_next
+        if tb is not None and tb.tb_frame.f_code.co_filename.startswith(os.path.dirname(__file__) + os.sep):
+            return False
+    return True
+
+
 def fallback_note(error: BaseException) -> str:
     """The report's one note when the fake trace gave up and the real one ran instead."""
     func = getattr(error, "func", None)
@@ -135,4 +152,4 @@ def fallback_note(error: BaseException) -> str:
             f"fake-tensor trace stopped at {what}.")
 
 
-__all__ = ["CHOICES", "ENV", "choice", "faked", "fallback_note", "is_fake", "wanted"]
+__all__ = ["CHOICES", "ENV", "choice", "faked", "fallback_note", "is_fake", "retry_for_real", "wanted"]
