@@ -24,11 +24,14 @@ default) and the real one (``POPVIZ_EMULATOR_TRACE=real``, what ``--calls 1`` di
 micro-batch's forward computed on the CPU). The real path is skipped for the GPT-2-XL-sized
 decoder: one micro-batch's activations there exceed this machine's share of memory (the fake
 path's report says how much: its saved activations per IPU). Printed per model and path, medians
-over the repeats: wall time of the command; the child's peak RSS (``os.wait4``: the largest of
-the popviz process and the script's); the share of the wall time spent starting Python and
-importing torch and popviz (up to the script's first line after its imports), building the
-model and inputs (the script's own work), and tracing + estimating (the compile, as the
-emulator's progress line reports it); the rest is popviz's own start-up and writing the reports.
+over the repeats: wall time of the command; CPU time (user + system of every process, which
+other work on a shared machine does not inflate); the child's peak RSS (``os.wait4``: the
+largest of the popviz process and the script's); and where the wall time went, from the
+script's and the emulator's stderr lines time-stamped as they arrive: Python start-up and
+imports (popviz's command, then the script's ``import torch`` / ``import poptorch``), the
+script building its model and inputs, the optimizer and ``trainingModel`` (the first
+``torch.optim`` optimizer imports ``torch._dynamo``, about 2 s), trace + estimate (the
+compile), and the reports written as the script exits plus capture's summary.
 Targets (issue 24): ResNet-50 and BERT-Base under 10 s, BERT-Large SQuAD under 15 s, the
 GPT-2-XL-sized decoder under 30 s; peak RSS under the model's parameters plus 1.5 GB; and the
 report of the fake path equal to the real path's (``popviz analyse --json``, times aside).
@@ -283,6 +286,7 @@ def script(name: str) -> int:
 @dataclass
 class Run:
     wall_seconds: float
+    cpu_seconds: float
     peak_rss_bytes: int
     phases: dict[str, float]
     param_bytes: int
@@ -344,7 +348,8 @@ def run_once(case: Case, trace: str, threads: str | None) -> Run:
         if analysis.returncode != 0:
             raise SystemExit(f"{case.name} ({trace}): popviz analyse failed:\n{analysis.stderr[-2000:]}")
         phases = {what: stamps[b] - stamps[a] for a, b, what in PHASES}
-        return Run(stamps["end"], usage.ru_maxrss * 1024, phases, params, _stable(json.loads(analysis.stdout)))
+        return Run(stamps["end"], usage.ru_utime + usage.ru_stime, usage.ru_maxrss * 1024, phases, params,
+                   _stable(json.loads(analysis.stdout)))
 
 
 def _median(values) -> float:
@@ -359,6 +364,8 @@ def report(case: Case, trace: str, runs: list[Run]) -> bool:
     print(f"  {trace:4} trace: wall {wall:7.2f} s (median of {len(runs)}: "
           f"{', '.join(f'{r.wall_seconds:.2f}' for r in runs)}), peak RSS {rss / 2**30:5.2f} GiB "
           f"(parameters {params / 2**30:.2f} GiB + 1.5 = {limit / 2**30:.2f} GiB limit)")
+    print(f"        CPU time (user + system, every thread and process) {_median(r.cpu_seconds for r in runs):.2f} s; "
+          f"load average at the end {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
     for _, _, what in PHASES:
         value = _median(r.phases[what] for r in runs)
         print(f"        {value:7.2f} s {value / wall:4.0%}  {what}")
