@@ -85,7 +85,7 @@ class Recorder:
         self.saved: dict[tuple[int, int], int] = {}
         trace.listeners.append(self._on_block)
         self._trace = trace
-        self._placement: BlockPlacement | None = None
+        self._placement: BlockPlacement | None = trace.first  # first layers: IPU 0 (blocks.py)
         self._seen: dict[str, BlockPlacement] = {}
 
     # -- blocks and segments
@@ -108,7 +108,7 @@ class Recorder:
             if len(self.segments) > 1:
                 self.boundary_bytes.append(0)
         blocks = self.segments[-1].blocks
-        if placement.block not in blocks:
+        if placement.block is not None and placement.block not in blocks:
             blocks.append(placement.block)
         return len(self.segments) - 1
 
