@@ -85,25 +85,54 @@ IPU_VERSIONS = {1: "Mk1", 2: "Mk2", 21: "Bow"}
 """``Options.useOfflineIpuTarget`` versions -> architecture."""
 
 # ------------------------------------------------------------------------- modelling constants
-MATMUL_EFFICIENCY = 0.4
-"""Fraction of peak FLOP rate a matmul/convolution reaches. Assumption: large, well-shaped
-matmuls reach 50-70% of peak on the IPU, small or skinny ones much less; 0.4 is a middle value.
-Known error: about 2x either way per op (small micro-batches are slower than this)."""
+AMP_PEAK_EFFICIENCY = 0.45
+"""Fraction of the AMP units' peak that a large, well-shaped matmul or convolution reaches
+(micro-batch × sequence in the thousands). Sources: Graphcore's BERT-Base phase-1 performance
+row (P6 in shared/reference/hardware-figures.md) implies about 35-40% of Bow's FP16 peak in the
+encoder stages once the recomputed forward is counted; Graphcore's matmul guidance (the
+available-memory-proportion tech note) describes large matmuls as compute-bound on the AMP units.
+Measured error: see docs/emulator.md's fidelity table (``python benchmarks/fidelity/run.py``)."""
+
+AMP_HALF_INTENSITY = 150.0
+"""Arithmetic intensity (FLOPs per byte moved) at which a matmul reaches half of
+``AMP_PEAK_EFFICIENCY``: below it the op is limited by feeding operands to the AMP units
+(exchange and rearrangement), which is why public figures imply ~3-5% of peak at micro-batch 1
+(ViT-B/16 and BERT-Large fine-tuning, B12 and B15) and 10-15% for mid-sized products. A [M, K] ×
+[K, N] product with K = N = 768 has I ≈ 96 at M = 128 rows and ≈ 350 at M = 4096 (float16).
+Fitted over the fidelity cases together (not per case)."""
 
 MEMORY_EFFICIENCY = 0.25
 """Fraction of the on-chip memory bandwidth element-wise and data-movement ops reach (reads and
 writes of their inputs and outputs). Assumption: vectorised codelets reach about half, uneven
-tensor layouts and per-tile edge cases cost the rest. Known error: up to 4x for small tensors."""
+tensor layouts and per-tile edge cases cost the rest. Matters only for large activations
+(ResNet's early layers); small ones are dominated by ``FIXED_CYCLES``."""
 
-OP_OVERHEAD_CYCLES = 1500
-"""Fixed cycles per operation: its compute set's launch and internal sync plus the exchange that
-lays out its operands. Assumption from typical PopVision execution traces where tiny ops take
-1-3 thousand cycles. Known error: 2x; it dominates the estimate of very small models."""
+NORM_PASSES = 3
+"""Passes over the data of a normalisation or softmax (statistics, then normalise; softmax: max,
+exp-sum, divide). From PopLibs' implementations (popnn::groupNorm / layerNorm statistics then
+whitening; popnn::nonLinearity softmax's stable max-subtract form)."""
 
-BACKWARD_FACTOR = 2.0
-"""Backward cycles per forward cycle (gradients with respect to inputs and to weights: two
-matmuls per forward matmul). Standard rule of thumb; known error ±30% (more for models dominated
-by element-wise ops)."""
+FIXED_CYCLES = {"matmul": 4000, "conv": 5000, "norm": 5000, "reduce": 2500, "gather": 3000,
+                "elementwise": 1200}
+"""Fixed cycles per operation by kind: its compute sets' launches and BSP syncs and the exchange
+that lays out its operands, independent of its size. A matmul is several compute sets
+(operand rearrangement, AMP partials, partials reduction); a normalisation or softmax is two or
+three reductions and the passes between them; an element-wise op is one compute set. Sources:
+the IPU Programmer's Guide (BSP: every compute set ends in a sync and an exchange) and the
+small-model figures (B1/B9: a 12-op CNN takes ~450k cycles per training micro-batch, and the
+micro-batch-1 transformers B12/B15/B17 are dominated by these costs). Measured error: see the
+fidelity table."""
+
+BACKWARD_FACTORS = {"matmul": 2.0, "conv": 2.0, "norm": 2.0, "reduce": 1.0, "gather": 1.0,
+                    "elementwise": 1.0}
+"""Backward cycles per forward cycle by kind: two products (input and weight gradients) per
+matmul or convolution; a normalisation's gradient needs two reductions as its forward did; an
+element-wise op's gradient is one element-wise op (a gather's is a scatter-add into the whole
+dense table, counted apart)."""
+
+WEIGHT_UPDATE_CYCLES_PER_TENSOR = 1500
+"""Fixed cycles of the optimizer step per trainable tensor (one compute set each; PopART merges
+some, ``mergeVarUpdate``). Assumption from the per-op fixed costs above; known error 2x."""
 
 SYNC_CYCLES = 500
 """Fixed cycles of one cross-IPU sync (on top of waiting for the slowest IPU). Assumption; known
@@ -118,15 +147,23 @@ STREAMING_MEMORY_BYTES_PER_SECOND = 20e9
 IPU-M2000 shares its gateway's DDR among 4 IPUs; ~20 GB/s each is assumed). Known error 2x."""
 
 TILE_OVERHEAD_BYTES = 8 * 1024
-"""Always-live bytes per tile before any model code: worker and supervisor stacks, control
-code, host-exchange code and buffers. Assumption from PopVision memory reports of small models
-(4-16 KiB per tile). Known error 2x."""
+"""Always-live bytes per tile before any model code: worker and supervisor stacks, the shared
+codelets' vertex code (shared by every operation using them, so it does not grow with the op
+count), control code and host-exchange buffers. Fitted with ``CODE_BYTES_PER_OP`` to the tiny
+BERT compile profile (A1: 62.6 MB of vertex code, vertex state, exchange and control code for
+~1,000 operations on 1,472 tiles)."""
 
-CODE_BYTES_PER_OP = 96 * 1024
-"""Always-live bytes (over the whole IPU) per operation instance: vertex code and state,
-internal-exchange code. Training counts each forward op three times (forward, two backward
-ops). Assumption; known error 3x; large models are dominated by weights and activations, where
-this matters less."""
+CODE_BYTES_PER_OP = {"matmul": 160 * 1024, "conv": 160 * 1024, "norm": 160 * 1024, "reduce": 64 * 1024,
+                     "gather": 96 * 1024, "elementwise": 48 * 1024}
+"""Always-live bytes (over the whole IPU) per forward operation by kind: vertex state (one vertex
+per tile the op spreads over, each with its field pointers), exchange code and control code of
+its compute sets. Matmuls and normalisations are several compute sets; an element-wise op is
+one. Fitted to the tiny BERT compile profile (A1) together with ``TILE_OVERHEAD_BYTES``;
+measured error in the fidelity table."""
+
+BACKWARD_CODE_FACTOR = 2.0
+"""Backward programs per forward operation when training (code of the gradient ops relative to
+the forward op's): two products per matmul, and about as many for the rest."""
 
 MATMUL_TEMPORARY_FACTOR = 2.0
 """Temporary memory of a matmul/convolution relative to its inputs plus output (re-arranged
