@@ -210,31 +210,38 @@ def op_kind(op: OpCost) -> str:
     return "elementwise"
 
 
-def amp_efficiency(op: OpCost) -> float:
-    """Fraction of the AMP units' peak a matmul or convolution reaches, from its arithmetic
-    intensity I (FLOPs per byte read or written): ``AMP_PEAK_EFFICIENCY × I / (I + AMP_HALF_INTENSITY)``.
-    A [M, K] × [K, N] product has I ≈ M·K·N / (M·K + K·N + M·N) / element bytes, so I grows with
-    the rows M (tokens × micro-batch, pixels × micro-batch) until the weights stop dominating."""
-    moved = max(op.in_bytes + op.out_bytes, 1)
-    intensity = op.flops / moved
-    return hw.AMP_PEAK_EFFICIENCY * intensity / (intensity + hw.AMP_HALF_INTENSITY)
+def amp_rate(op: OpCost, spec: hw.IpuSpec, half_partials: bool) -> float:
+    """Peak FLOPs per cycle of the whole IPU for this operation's precision: float32, float16
+    with float32 partials (half the float16 peak) or float16 with half partials (the peak)."""
+    rate = spec.flops_per_cycle(op.element_bytes)
+    if op.element_bytes == 2 and not half_partials:
+        rate /= hw.HALF_PARTIALS_SPEEDUP
+    return rate
+
+
+def amp_efficiency(op: OpCost, spec: hw.IpuSpec, half_partials: bool = False) -> float:
+    """Fraction of the AMP units' peak a matmul or convolution reaches:
+    ``AMP_PEAK_EFFICIENCY × c / (c + AMP_HALF_CYCLES)`` where c is its cycles at peak. Small
+    products (micro-batch 1 transformers) reach a few percent, large ones approach the
+    efficiency of a well-shaped product; equivalently each costs its cycles at
+    ``AMP_PEAK_EFFICIENCY`` plus ``AMP_HALF_CYCLES / AMP_PEAK_EFFICIENCY`` of planning overhead
+    (operand rearrangement, partial-sum reductions across tiles)."""
+    ideal = op.flops / amp_rate(op, spec, half_partials)
+    return hw.AMP_PEAK_EFFICIENCY * ideal / (ideal + hw.AMP_HALF_CYCLES)
 
 
 def op_cycles(op: OpCost, spec: hw.IpuSpec, cap: float | None = None, half_partials: bool = False) -> float:
     """Forward cycles of one operation on one IPU (see docs/emulator.md, "Cycles per operation").
 
     Matmuls and convolutions run on the AMP units at :func:`amp_efficiency` of the peak for their
-    operands' precision (float16 with float32 partials at half the float16 peak, which is the
-    half-partials rate); a matmul whose temporaries the available memory proportion caps at
+    operands' precision; a matmul whose temporaries the available memory proportion caps at
     ``cap`` bytes runs serialised. Every other operation moves its bytes at ``MEMORY_EFFICIENCY``
-    of the on-chip bandwidth (gathers at the exchange's). Each kind adds its fixed cycles
-    (``FIXED_CYCLES``: compute-set launches, syncs and the exchange laying out operands)."""
+    of the on-chip bandwidth (normalisations in ``NORM_PASSES`` passes, gathers at the
+    exchange's bandwidth). Each kind adds its fixed cycles (``FIXED_CYCLES``: compute-set
+    launches, syncs and the exchange laying out operands)."""
     kind = op_kind(op)
     if kind in ("matmul", "conv"):
-        rate = spec.flops_per_cycle(op.element_bytes) * amp_efficiency(op)
-        if op.element_bytes == 2 and not half_partials:
-            rate /= hw.HALF_PARTIALS_SPEEDUP
-        compute = op.flops / rate
+        compute = (op.flops / amp_rate(op, spec, half_partials) + hw.AMP_HALF_CYCLES) / hw.AMP_PEAK_EFFICIENCY
         exchange = op.activation_bytes / spec.per_cycle(spec.exchange_bytes_per_second)
         cycles = (compute + exchange) * serialisation_factor(op, cap)
     elif kind == "gather":
@@ -427,9 +434,14 @@ def memory_table(stages: Sequence[StageEstimate], m: Measurement, setup: EngineS
         mine = [s for s in stages if s.ipu == ipu]
         weights = sum(s.weight_bytes for s in mine)
         elements = sum(s.trainable_elements for s in mine)
-        optimizer = elements * slot_bytes if setup.training and setup.optimizer_on_chip else 0
+        optimizer = elements * slot_bytes if setup.training else 0
         if setup.optimizer_sharded and setup.replication_factor > 1:
             optimizer = optimizer / setup.replication_factor
+        streamed = 0.0  # an offloaded state: its largest tensor's, on chip while that update runs
+        if not setup.optimizer_on_chip:
+            segs = {s.index for s in mine}
+            largest = max((p.numel for p in m.params if p.trainable and p.segment in segs), default=0)
+            streamed, optimizer = (largest * slot_bytes if setup.training else 0), 0
         accumulators = 0
         if setup.training and setup.gradient_accumulation > 1 and setup.accumulator_on_chip:
             accumulators = (elements * setup.accumulator_element_bytes if setup.accumulator_element_bytes
@@ -439,13 +451,14 @@ def memory_table(stages: Sequence[StageEstimate], m: Measurement, setup: EngineS
         boundary = sum(b for i, b in enumerate(m.boundary_bytes)
                        if ipu in (m.segments[i].ipu, m.segments[i + 1].ipu))
         code = (hw.TILE_OVERHEAD_BYTES * spec.tiles_per_ipu + sum(s.code_bytes for s in mine)
-                + boundary * (2 if setup.training else 1))
-        parts = {"weights": weights, "optimizerState": optimizer, "gradientAccumulators": accumulators,
+                + boundary * (2 if setup.training else 1)
+                + (hw.UPDATE_CODE_BYTES_PER_TENSOR * sum(s.param_tensors for s in mine) if setup.training else 0))
+        parts = {"weights": weights, "optimizerState": optimizer + streamed, "gradientAccumulators": accumulators,
                  "activationStash": stash, "temporaries": temporaries, "codeAndExchange": code}
         parts = {k: int(round(v)) for k, v in parts.items()}
-        always = parts["weights"] + parts["optimizerState"] + parts["gradientAccumulators"] + \
+        always = parts["weights"] + int(round(optimizer)) + parts["gradientAccumulators"] + \
             parts["codeAndExchange"]
-        not_always = parts["activationStash"] + parts["temporaries"]
+        not_always = parts["activationStash"] + parts["temporaries"] + int(round(streamed))
         total = always + not_always
         rows.append({"ipu": ipu, "total_bytes_including_gaps": total, "total_bytes_excluding_gaps": total,
                      "always_live_bytes": always, "not_always_live_bytes": not_always,
@@ -491,11 +504,15 @@ def weight_update_cycles(stages: Sequence[StageEstimate], setup: EngineSetup, ip
     return out
 
 
-def _transfer(nbytes: int, setup: EngineSetup):
+def _transfer(nbytes: int, setup: EngineSetup, ipus_per_replica: int):
+    """One micro-batch's host transfer on one replica: the host links of the IPU-M2000s the
+    executor uses (one per ``IPUS_PER_HOST_LINK`` IPUs) are shared by its replicas."""
     from popviz.schedule import HostTransfer
 
     clock = setup.spec.clock_hz
-    per_replica = setup.host.bytes_per_second / setup.replication_factor
+    r = setup.replication_factor
+    links = max(1, math.ceil(ipus_per_replica * r / hw.IPUS_PER_HOST_LINK))
+    per_replica = setup.host.bytes_per_second * min(links, r) / r
     return HostTransfer(wait_cycles=int(round(setup.host.latency_seconds * clock)),
                         transfer_cycles=int(round(nbytes / per_replica * clock)))
 
@@ -520,8 +537,8 @@ def schedule_plan(stages: Sequence[StageEstimate], m: Measurement, setup: Engine
         gradient_accumulation=setup.gradient_accumulation if setup.training else 1,
         device_iterations=setup.device_iterations, output_mode=setup.effective_output_mode,
         output_return_period=setup.output_return_period, copy_cycles=copies,
-        input_transfer=None if synthetic or not setup.inputs else _transfer(in_bytes, setup),
-        output_transfer=None if synthetic or not setup.outputs else _transfer(out_bytes, setup),
+        input_transfer=None if synthetic or not setup.inputs else _transfer(in_bytes, setup, len(ipus)),
+        output_transfer=None if synthetic or not setup.outputs else _transfer(out_bytes, setup, len(ipus)),
         weight_update_cycles=weight_update_cycles(stages, setup, ipus),
         sync_cycles=hw.SYNC_CYCLES,
     )

@@ -289,11 +289,20 @@ def plan(m: Measurement, setup: EngineSetup) -> RecomputePlan:
     outside the measurement (stashed)."""
     kind, note = resolve(m, setup)
     n = len(m.ops)
-    plain = tuple(StashItem(seg, index, nbytes) for seg, index, nbytes in m.saved_slots)
+    if m.saved_slots:
+        plain = tuple(StashItem(seg, index, nbytes) for seg, index, nbytes in m.saved_slots)
+    else:  # a measurement without per-tensor slots: its per-segment totals, nothing to recompute
+        first = {}
+        for j, o in enumerate(m.ops):
+            first.setdefault(o.segment, j)
+        plain = tuple(StashItem(seg, first.get(seg, 0), nbytes) for seg, nbytes in enumerate(m.saved_bytes) if nbytes)
     if kind is RecomputationType.NONE or n == 0:
         return RecomputePlan(RecomputationType.NONE, note, (False,) * n, plain, (0,) * n)
     explicit = bool(setup.options.get(EXPLICIT_OPTION, False))
     rec, interval = _intervals(m, kind, explicit)
+    if not m.saved_slots:  # per-segment totals only: the cycles are known, what is stashed is not
+        return RecomputePlan(kind, f"{note} {sum(rec):,} of {n:,} forward operations recomputed in the "
+                             "backward pass.", tuple(rec), plain, (0,) * n)
     checkpoint_keys = {k for c in m.checkpoints for k in c.keys}
     stash: list[StashItem] = []
     live_by_interval: dict[int, int] = {}
