@@ -123,6 +123,8 @@ def fmt(value: float | None, unit: str) -> str:
         return f"{value:.3g} s"
     if unit in ("cycles", "count"):
         return f"{value:,.0f}"
+    if unit == "samples_per_second":  # compact (tables fit 80 columns); --json has the exact value
+        return f"{value / 1e3:,.1f}k/s" if value >= 1e4 else f"{value:,.1f}/s"
     return f"{value:.4g}"
 
 

@@ -97,7 +97,8 @@ def _figures(engine: EngineResult, only: tuple[str, ...] | None = None) -> list[
     out = []
     for name, fig in plot.figures(engine.report, only).items():
         if isinstance(fig, plot.PlotDataError):
-            out.append(f'<p class="muted">{_e(name)}: not drawn — {_e(fig.message)}</p>')
+            why = fig.message.removeprefix(f"{name}: ")  # the message names its figure; once is enough
+            out.append(f'<p class="muted">{_e(name)}: not drawn — {_e(why)}</p>')
             continue
         out.append(f"<figure>{svg(fig)}<figcaption>{_e(name)}</figcaption></figure>")
     return out

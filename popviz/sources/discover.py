@@ -141,7 +141,7 @@ def read_engine(engine: EngineDir) -> Report:
             report = pva.read_profile(engine.path / pva.PROFILE_FILE, name=engine.name)
         if (engine.path / manifest.MODEL_FILE).is_file():
             report = manifest.merge_into(report, manifest.read_manifest(engine.path))
-    check_report(report, engine.path, _files(engine))
+    report = check_report(report, engine.path, _files(engine))
     report = infer.infer_config(report)  # a profile without popviz-model.json: labelled inferred
     if engine.kind == "pva":  # per-layer costs where PopTorch's debug contexts name the layers
         report = attribution.with_layers(report, *pva.read_operations(engine.path / pva.PROFILE_FILE))

@@ -12,6 +12,7 @@ analysis never shows an impossible figure. Analyses trust what passes.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 from pathlib import Path
@@ -60,10 +61,15 @@ MAX_BYTES_PER_TILE = 2**32
 
 def check_report(report: Report, where: Path | str,
                  files: Mapping[str, Path | str] | None = None) -> Report:
-    """Return ``report`` unchanged when every value is possible; else raise CorruptReportError
+    """Return ``report`` when every value is possible; else raise CorruptReportError
     naming the file the bad value came from: ``files`` maps a part (``tile``/``ipu`` memory,
     ``execution`` steps, ``runs``, ``provenance``, ``target``, ``config``, ``host_io``) to its
-    file; parts not in it are named by ``where`` (the directory read)."""
+    file; parts not in it are named by ``where`` (the directory read).
+
+    One value is mended rather than refused: ``setAvailableMemoryProportion`` naming IPUs the
+    model does not use (a script written for 16 IPUs run on 1; PopTorch accepts it). Those
+    entries are dropped and kept, as ``IPU<n>`` keys, in ``config.options
+    ["available_memory_proportion_ignored"]``, which the memory analysis reports."""
     c = _Check(report, where, files or {})
     p = report.provenance
     if not isinstance(p.estimated, bool):
@@ -91,7 +97,7 @@ def check_report(report: Report, where: Path | str,
     if report.execution is not None:
         _execution(c, report)
     if report.config is not None:
-        _config(c, report)
+        report = _config(c, report)
     if report.host_io is not None:
         _host_io(c, report)
     return report
@@ -153,7 +159,11 @@ def _execution(c: _Check, report: Report) -> None:
                 "run appears more than once")
 
 
-def _config(c: _Check, report: Report) -> None:
+AMP_IGNORED = "available_memory_proportion_ignored"
+"""``config.options`` key of the available memory proportions set for IPUs outside the target."""
+
+
+def _config(c: _Check, report: Report) -> Report:
     cfg = report.config
     n_ipus = _ipus(report)
     for i, st in enumerate(cfg.stages):
@@ -167,18 +177,25 @@ def _config(c: _Check, report: Report) -> None:
     if cfg.optimizer_state_on_chip is not None and not isinstance(cfg.optimizer_state_on_chip, bool):
         raise c.fail("config.optimizer_state_on_chip",
                      f"must be true, false or null, got {cfg.optimizer_state_on_chip!r}")
+    ignored: dict[str, float] = {}
     for ipu, frac in cfg.available_memory_proportion.items():
-        if ipu < 0 or (n_ipus is not None and ipu >= n_ipus):
-            raise c.fail("config.available_memory_proportion",
-                         f"names IPU {ipu}, outside the target's {n_ipus} IPU(s)")
+        if ipu < 0:
+            raise c.fail("config.available_memory_proportion", f"names IPU {ipu}, a negative index")
         if not (math.isfinite(frac) and 0 < frac <= 1):
             raise c.fail("config.available_memory_proportion",
                          f"IPU {ipu}: {frac!r} is not a proportion in (0, 1]")
+        if n_ipus is not None and ipu >= n_ipus:
+            ignored[f"IPU{ipu}"] = frac
     n, d = cfg.output_return_period, cfg.device_iterations
     if cfg.effective_output_mode == "EveryN" and n is not None and d is not None and n > d:
         raise c.fail("config.output_return_period",
                      f"EveryN period {n} exceeds device_iterations {d} (PopTorch would return "
                      "nothing)")
+    if not ignored:
+        return report
+    kept = {k: v for k, v in cfg.available_memory_proportion.items() if f"IPU{k}" not in ignored}
+    options = {**cfg.options, AMP_IGNORED: {**dict(cfg.options.get(AMP_IGNORED) or {}), **ignored}}
+    return report.replace(config=dataclasses.replace(cfg, available_memory_proportion=kept, options=options))
 
 
 def _host_io(c: _Check, report: Report) -> None:
