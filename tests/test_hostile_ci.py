@@ -12,7 +12,6 @@ byte-identical afterwards.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import sqlite3
@@ -21,6 +20,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from test_hostile_input import snapshot
 
 from popviz import testing
 from popviz.ci.baseline import document, from_reports
@@ -287,24 +287,6 @@ def build(root: Path) -> Cases:
         (many / f"e{k}" / "popviz-model.json").write_text("{}")
     c.add("1,100 engines", "analyse", many, needles=("more than 1,000 engines",))
     return c
-
-
-def snapshot(root: Path) -> dict[str, str]:
-    """Every regular file under ``root`` -> its hash (FIFOs, links and devices by kind)."""
-    seen = {}
-    for dirpath, dirnames, filenames in os.walk(root):
-        for name in dirnames + filenames:
-            p = Path(dirpath) / name
-            rel = str(p.relative_to(root))
-            if p.is_symlink():
-                seen[rel] = "-> " + os.readlink(p)
-            elif p.is_fifo():
-                seen[rel] = "fifo"
-            elif p.is_file():
-                seen[rel] = hashlib.sha256(p.read_bytes()).hexdigest()
-            else:
-                seen[rel] = "dir"
-    return seen
 
 
 @pytest.fixture(scope="module")

@@ -46,6 +46,8 @@ def snapshot(root: Path) -> dict[str, str]:
             rel = str(p.relative_to(root))
             if p.is_symlink():
                 seen[rel] = "-> " + os.readlink(p)
+            elif p.is_fifo():
+                seen[rel] = "fifo"
             elif p.is_file():
                 seen[rel] = hashlib.sha256(p.read_bytes()).hexdigest()
             else:
