@@ -428,3 +428,18 @@ def test_a_figure_that_fails_to_draw_leaves_no_file(tmp_path):
     with pytest.raises(PopvizError, match="exists"):
         write_new_bytes(tmp_path / "f.png", b"again")
     assert (tmp_path / "f.png").read_bytes() == b"ok"
+
+
+def test_history_on_a_file_nobody_may_write_is_read_immutable_and_untouched(tmp_path, monkeypatch):
+    """(Root may write anything, so the read-only case is made by saying so: os.access.)"""
+    from popviz.ci import history
+
+    rep = write_bundle(testing.pipeline_report([1000, 3000], name="train", tiles_per_ipu=8), tmp_path / "r" / "t")
+    db = history_db(tmp_path / "h.db", rep.parent)
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()}
+    monkeypatch.setattr(history.os, "access", lambda *a, **k: False)
+    h = history.read(db)
+    assert [r.label for r in h.runs] == ["a", "b"]
+    base, runs = history.median_side(db)
+    assert len(runs) == 2 and base[0].metrics
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()} == before
