@@ -159,7 +159,8 @@ class _PipeSafeStdout:
     def close_lines(self) -> None:
         """The end of the command's output (spaces still waiting for a newline are dropped)."""
         self._pending = ""
-        self.flush()
+        if not getattr(self._stream, "closed", False):  # stderr is closed after a broken pipe
+            self.flush()
 
     def _raw(self, text: str) -> None:
         if not self._dropped and text:

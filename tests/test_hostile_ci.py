@@ -255,6 +255,12 @@ def build(root: Path) -> Cases:
     c.add("hostile names through check", "check", root / "h-new", "--fail-on", "info", codes=(0, 1))
     c.add("hostile names through analyse --markdown", "analyse", "--markdown", root / "h-new", codes=(0,))
     c.add("hostile names through analyse", "analyse", root / "h-new", codes=(0,))
+    for k in range(2):
+        c.add(f"hostile names through history add {k}", "history", "add", root / ("h-base", "h-new")[k], "--db",
+              root / "hh.db", "--label", f"\x1b]0;t\x07[/x]<b>{k}", codes=(0,))
+    c.add("hostile names through history show", "history", "show", "--db", root / "hh.db", codes=(0,))
+    c.add("hostile names through history show --markdown", "history", "show", "--db", root / "hh.db",
+          "--markdown", codes=(0,))
     c.add("an error quoting a hostile path", "analyse", root / "\x1b]0;title\x07[/x]", needles=("no such",))
 
     c.add("hostile names through analyse --html", "analyse", root / "h-new", "--html", root / "page.html",
@@ -340,7 +346,7 @@ def test_inputs_are_byte_identical_and_nothing_is_written_outside_the_targets(re
     changed = {k for k in before if after.get(k) != before[k]}
     # what the successful commands were asked to write, and nothing else
     assert changed == set(), changed
-    allowed = ("lab.db", "summary.md", "page.html", "plots")
+    allowed = ("lab.db", "hh.db", "summary.md", "page.html", "plots")
     assert all(k.startswith(allowed) for k in added), sorted(added)
 
 
@@ -350,6 +356,14 @@ def test_the_one_github_annotation_per_regression_is_escaped(results):
     commands = [line for line in stdout.splitlines() if line.startswith("::")]
     assert len(commands) >= 1
     assert all("%0A" in line and "\n" not in line for line in commands)
+
+
+def test_markdown_from_the_cli_shows_names_as_text(results):
+    _, _, out, _, _ = results
+    _, md, _ = out["hostile names through history show --markdown"]
+    assert "<b>" not in md and "&lt;b&gt;" in md
+    _, md, _ = out["hostile names through analyse --markdown"]
+    assert "\n::" not in md and "\\[link=https://e.x\\]y\\[/link\\]" in md
 
 
 def test_strict_json_out(results):
