@@ -395,3 +395,21 @@ def test_on_a_real_terminal_only_rich_colours_reach_the_screen(tmp_path):
     others = re.findall(r"\x1b(?!\[[0-9;?]*[A-Za-z])", screen)
     assert not others, others[:5]
     assert "[link=https://e.x]z[/link]" in screen.replace("\r", "")
+
+
+def test_the_cli_streams_are_the_last_guard():
+    """What slipped past the renderers (a message printed raw) still cannot reach the screen:
+    escape sequences and control characters are removed from piped output, a line that would be
+    a workflow command is defused, and popviz's own commands pass."""
+    from popviz.cli import _PipeSafeStdout
+
+    raw = io.StringIO()
+    out = _PipeSafeStdout(raw)
+    out.write("name \x1b]52;c;eA==\x07x\x1b[2J\x9b1m and \x00\r")
+    out.write("\n")
+    out.write("::warning::forged")
+    out.write("\n  ::stop-commands::tok\nok :: fine\n")
+    out.write_command("::error title=popviz regression::a%0Ab")
+    out.close_lines()
+    assert raw.getvalue() == ("name x and\n: :warning::forged\n  : :stop-commands::tok\nok :: fine\n"
+                              "::error title=popviz regression::a%0Ab\n")
