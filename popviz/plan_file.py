@@ -66,10 +66,12 @@ MAX_LAYERS = 100_000
 def _check_counts(counts: list[Any], where: str) -> tuple[int, ...]:
     if not counts:
         raise UsageError(f"{where}: layers_per_ipu is empty; give one count per IPU, e.g. 3,7,7,7")
-    wrong = [c for c in counts if not _int(c) or not 0 <= c <= MAX_LAYERS]
+    wrong = [c for c in counts if not _int(c) or c < 0]
     if wrong:  # (a list: the wrong entry may be None itself)
-        bad = wrong[0]
-        raise UsageError(f"{where}: layers_per_ipu entry {brief(bad)} is not a whole number of layers (0 to {MAX_LAYERS:,})")
+        raise UsageError(f"{where}: layers_per_ipu entry {brief(wrong[0])} is not a whole number of layers (0 or more)")
+    if max(counts) > MAX_LAYERS:
+        raise UsageError(f"{where}: layers_per_ipu entry {max(counts):,} is more layers than a model has "
+                         f"({MAX_LAYERS:,} at most)")
     if not any(counts):
         raise UsageError(f"{where}: layers_per_ipu {list(counts)} places no layer; give at least one")
     if len(counts) > MAX_IPUS:
