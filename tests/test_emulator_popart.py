@@ -52,6 +52,10 @@ def test_popart_set_records_enum_members_as_poparts_integers():
     other = poptorch.Options()
     other._Popart.set("autoRecomputation", 3)
     assert other.toDict()["_Popart.autoRecomputation"] == 3
+    # and through PopTorch's JSON form (options.py from_json: '{"_Popart.set":["OptionName", 1]}'),
+    # which POPTORCH_DEFAULT_OPTIONS holds
+    assert poptorch.Options().from_json('{"_Popart.set": ["autoRecomputation", 4]}').toDict()[
+        "_Popart.autoRecomputation"] == 4
 
 
 def test_popart_is_only_importable_in_emulated_runs():
