@@ -480,9 +480,11 @@ class BlockTracer:
                     self.first_layers = True
                 return
             block = self.blocks[self.current]
-            fresh = [p for p in module.parameters(recurse=False) if id(p) not in self.seen_params]
+            # the emulator's fake-tensor trace runs with fakes of the parameters: count the real one
+            fresh = [p for p in module.parameters(recurse=False)
+                     if id(getattr(p, "popviz_real_tensor", p)) not in self.seen_params]
             if fresh:
-                self.seen_params.update(id(p) for p in fresh)
+                self.seen_params.update(id(getattr(p, "popviz_real_tensor", p)) for p in fresh)
                 n, b = _params_of(fresh)
                 block["parameters"] += n
                 block["parameter_bytes"] += b

@@ -53,6 +53,12 @@ def _finite_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
+MAX_TILES_PER_IPU = 2**16
+"""An IPU has 1,216 (Mk1) or 1,472 (Mk2) tiles; far more is a damaged file, not a target."""
+MAX_IPUS = 2**16
+MAX_BYTES_PER_TILE = 2**32
+
+
 def check_report(report: Report, where: Path | str,
                  files: Mapping[str, Path | str] | None = None) -> Report:
     """Return ``report`` when every value is possible; else raise CorruptReportError
@@ -78,6 +84,11 @@ def check_report(report: Report, where: Path | str,
             raise c.fail("target.architecture", f"must be a non-empty string, got {t.architecture!r}")
         if not math.isfinite(t.clock_hz):
             raise c.fail("target.clock_hz", f"must be a finite positive number, got {t.clock_hz!r}")
+        for field, most in (("tiles_per_ipu", MAX_TILES_PER_IPU), ("num_ipus", MAX_IPUS),
+                            ("bytes_per_tile", MAX_BYTES_PER_TILE)):
+            if getattr(t, field) > most:  # a figure sized by it would need terabytes
+                raise c.fail(f"target.{field}", f"{getattr(t, field):,} is more than any IPU system has "
+                             f"({most:,} at most)")
         if t.num_ipus % t.num_replicas:
             raise c.fail("target.num_ipus", f"{t.num_ipus} is not a multiple of num_replicas "
                          f"{t.num_replicas}")

@@ -25,3 +25,6 @@ for _name in _emulator.SUBMODULES:
     _module = _importlib.import_module(f"popviz.emulator.{_name}")
     _sys.modules[f"{__name__}.{_name}"] = _module
     globals()[_name] = _module
+
+# What the emulated run is doing goes to stderr from here on (popviz.emulator.progress).
+_importlib.import_module("popviz.emulator.progress").reporter().script_started()
