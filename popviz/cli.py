@@ -59,11 +59,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     sys.stdout = out = _PipeSafeStdout(real_stdout)
     sys.stderr = err = _PipeSafeStdout(real_stderr, strip_padding=False)
     try:
-        return _main(argv)
+        code = _main(argv)
     finally:
         for stream in (out, err):
             stream.close_lines()
         sys.stdout, sys.stderr = real_stdout, real_stderr
+    if out.failure is not None and code != EXIT_USAGE:  # e.g. `popviz analyse DIR > /dev/full`
+        err = _PipeSafeStdout(real_stderr, strip_padding=False)
+        err.write(f"popviz: error: the standard output cannot be written ({escape.term(out.failure)}); "
+                  "the output is incomplete: redirect it to a file or pipe that can take it\n")
+        err.close_lines()
+        return EXIT_USAGE
+    return code
 
 
 def _main(argv: Sequence[str] | None) -> int:
@@ -92,6 +99,13 @@ def _main(argv: Sequence[str] | None) -> int:
     except Exception as exc:  # a bug: say so in one line, traceback with --debug
         if debug:
             raise
+        if isinstance(exc, OSError) and exc.filename is not None:
+            # a path the system refuses (a name too long, no permission, no space): the user's input
+            from popviz.errors import shown
+
+            print(f"popviz: error: {escape.term(shown(exc.filename))}: {escape.term(exc.strerror or exc)}; "
+                  "choose another path", file=sys.stderr)
+            return EXIT_USAGE
         first = str(exc).splitlines()[0] if str(exc) else ""
         print(f"popviz: internal error: {type(exc).__name__}: {escape.term(first)} (this is a popviz bug; "
               "rerun with --debug for the traceback and report it)", file=sys.stderr)
@@ -126,7 +140,9 @@ class _PipeSafeStdout:
 
     def __init__(self, stream: Any, *, strip_padding: bool = True) -> None:
         self._stream = stream
-        self._dropped = False
+        self._dropped = stream is None  # started with the stream closed (`popviz ... >&-`)
+        self.failure: str | None = None
+        """Why a write failed (other than a reader that went away), e.g. no space left."""
         try:  # piped or redirected: no padding at line ends (rich pads table and panel lines)
             self._tty = bool(stream.isatty())
         except (AttributeError, ValueError):
@@ -170,12 +186,18 @@ class _PipeSafeStdout:
                 self._stream.write(text)
             except BrokenPipeError:
                 self._drop()
+            except OSError as exc:  # no space left, an I/O error: the rest is dropped, exit 2
+                self.failure = exc.strerror or str(exc)
+                self._drop()
 
     def flush(self) -> None:
         if not self._dropped:
             try:
                 self._stream.flush()
             except BrokenPipeError:
+                self._drop()
+            except OSError as exc:
+                self.failure = exc.strerror or str(exc)
                 self._drop()
 
     def _drop(self) -> None:

@@ -151,10 +151,13 @@ def refuse_existing(path: str | os.PathLike[str]) -> None:
     from popviz.errors import UsageError
 
     p = Path(path)
-    if p.exists() or p.is_symlink():
-        raise UsageError(f"{shown(p)} exists; popviz never writes over files: choose a new file name")
-    if not p.parent.is_dir():
-        raise UsageError(f"{shown(p.parent)} is not a directory; create it first or choose another path")
+    try:
+        if p.exists() or p.is_symlink():
+            raise UsageError(f"{shown(p)} exists; popviz never writes over files: choose a new file name")
+        if not p.parent.is_dir():
+            raise UsageError(f"{shown(p.parent)} is not a directory; create it first or choose another path")
+    except OSError as exc:  # e.g. a name too long for the file system
+        raise UsageError(f"{shown(p)} cannot be created ({exc.strerror}); choose another path") from None
     if not os.access(p.parent, os.W_OK | os.X_OK):
         raise UsageError(f"{shown(p.parent)} is not writable; choose a directory you can write to")
 
@@ -166,13 +169,16 @@ def check_replaceable(path: str | os.PathLike[str]) -> None:
     from popviz.errors import UsageError
 
     p = Path(path)
-    if p.is_symlink():
-        raise UsageError(f"{shown(p)} is a symbolic link; popviz does not write through links: pass the "
-                         "file itself")
-    if p.exists() and not p.is_file():
-        raise UsageError(f"{shown(p)} exists and is not a regular file; choose a file name")
-    if not p.parent.is_dir():
-        raise UsageError(f"{shown(p.parent)} is not a directory; create it first or choose another path")
+    try:
+        if p.is_symlink():
+            raise UsageError(f"{shown(p)} is a symbolic link; popviz does not write through links: pass the "
+                             "file itself")
+        if p.exists() and not p.is_file():
+            raise UsageError(f"{shown(p)} exists and is not a regular file; choose a file name")
+        if not p.parent.is_dir():
+            raise UsageError(f"{shown(p.parent)} is not a directory; create it first or choose another path")
+    except OSError as exc:  # e.g. a name too long for the file system
+        raise UsageError(f"{shown(p)} cannot be created ({exc.strerror}); choose another path") from None
     if not os.access(p.parent, os.W_OK | os.X_OK):
         raise UsageError(f"{shown(p.parent)} is not writable; choose a directory you can write to")
 

@@ -117,3 +117,39 @@ def test_usage_errors_are_one_line():
 def test_no_command_prints_help():
     proc = run_cli()
     assert proc.returncode == 2 and "analyse" in proc.stderr
+
+
+def test_a_standard_output_that_cannot_be_written_is_one_line(tmp_path):
+    """`popviz analyse DIR > /dev/full`: exit 2 and one line (was exit 3, "internal error"); a
+    closed standard output (`>&-`) keeps the command's own exit code, no traceback."""
+    import os
+    import subprocess
+    import sys
+
+    if not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full here")
+    d = write_bundle(testing.pipeline_report([1000, 3000]), tmp_path / "r" / "training")
+    for argv in (["analyse", str(d.parent)], ["analyse", "--json", str(d.parent)]):
+        with open("/dev/full", "w") as full:
+            proc = subprocess.run([sys.executable, "-m", "popviz", *argv], stdout=full, stderr=subprocess.PIPE,
+                                  text=True, timeout=120, stdin=subprocess.DEVNULL)
+        assert proc.returncode == 2, proc.stderr
+        assert proc.stderr.splitlines() == [
+            "popviz: error: the standard output cannot be written (No space left on device); the output is "
+            "incomplete: redirect it to a file or pipe that can take it"]
+    proc = subprocess.run(f"{sys.executable} -m popviz analyse --fail-on warning {d.parent} >&-", shell=True,
+                          stderr=subprocess.PIPE, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr and "error" not in proc.stderr, proc.stderr
+    assert proc.stderr.startswith("popviz: --fail-on warning: 3 findings at or above warning")
+
+
+def test_a_path_the_system_refuses_is_one_line(tmp_path):
+    """A file name longer than the file system takes (ENAMETOOLONG): exit 2, one line naming it
+    (was exit 3 for baseline save, plot, capture, history add, --html)."""
+    d = write_bundle(testing.pipeline_report([1000, 3000]), tmp_path / "r" / "training")
+    long = "a" * 300
+    for argv in (["analyse", str(d.parent), "--html", f"{long}.html"],
+                 ["baseline", "save", str(d.parent), "-o", f"{long}.json"],
+                 ["plot", str(d.parent), "-o", long], ["history", "add", str(d.parent), "--db", f"{long}.db"]):
+        assert_one_line_error(run_cli(*argv, cwd=tmp_path), long, "File name too long", "choose another path")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r"]

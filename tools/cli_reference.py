@@ -23,8 +23,10 @@ HEADER = """# Command-line reference
 Generated from popviz's argument parser by `python tools/cli_reference.py`; a test keeps it in
 sync. Exit codes for every command: 0 done, 1 the command's verdict (a finding at `--fail-on`
 severity, a regression, a broken budget), 2 bad input or usage (one line on stderr; `--debug`
-shows the traceback), 3 an internal error (a popviz bug). `popviz capture` and `popviz emulate`
-exit with the command's own exit code.
+shows the traceback), also a path the system refuses (a name too long) or a standard output that
+cannot be written (`> /dev/full`: the output is incomplete), 3 an internal error (a popviz bug).
+`popviz capture` and `popviz emulate` exit with the command's own exit code. A reader that goes
+away (`| head`) or a closed standard output drops the rest of the output and keeps the exit code.
 """
 
 
