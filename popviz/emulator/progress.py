@@ -150,7 +150,9 @@ class Reporter:
         if act.total:
             columns += [BarColumn(bar_width=20), MofNCompleteColumn(), TextColumn("micro-batches")]
         columns.append(TimeElapsedColumn())
-        progress = Progress(*columns, console=Console(file=sys.stderr), transient=True)
+        # sys.stdout and sys.stderr stay the script's own (no redirection through rich's proxy)
+        progress = Progress(*columns, console=Console(file=sys.stderr), transient=True,
+                            redirect_stdout=False, redirect_stderr=False)
         task = progress.add_task(act.text, total=act.total)
         try:
             progress.start()
