@@ -109,9 +109,7 @@ class Reporter:
             return act
         with self.lock:
             self.current = act
-            if self.mode == "rich" and self._start_rich(act):
-                pass
-            else:
+            if not (self.mode == "rich" and self._start_rich(act)):
                 if announce:
                     line(text)
                     self.last_line = time.monotonic()
