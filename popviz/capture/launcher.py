@@ -88,7 +88,15 @@ def failed_without_engines(path: Path) -> bool:
 
 def _check_target(path: Path, new_run: bool) -> None:
     """Refuse, before touching anything, a DIR that is a file or not empty (but for the record of
-    a failed capture that captured nothing, see :func:`failed_without_engines`)."""
+    a failed capture that captured nothing, see :func:`failed_without_engines`), a dangling link,
+    or one that cannot be created."""
+    if path.is_symlink() and not path.exists():
+        raise UsageError(f"{shown(path)} is a dangling symbolic link; pass -o with a directory")
+    if not path.exists():
+        parent = next((p for p in path.absolute().parents if p.exists()), None)
+        if parent is None or not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+            raise UsageError(f"{shown(path)} cannot be created ({shown(parent or path.parent)} is not a "
+                             "writable directory); pass -o with a directory you can write to")
     if path.exists() and not path.is_dir():
         raise UsageError(f"{shown(path)} exists and is not a directory; pass -o with a directory")
     if not new_run and path.is_dir() and not _is_empty_dir(path) and not failed_without_engines(path):

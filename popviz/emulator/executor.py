@@ -36,6 +36,7 @@ from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
 from popviz.emulator import calls as _calls
 from popviz.emulator import costmodel, hardware, layers, oom, profiling
+from popviz.emulator import fake as _fake
 from popviz.emulator import optim as _optim
 from popviz.emulator import progress as _progress
 from popviz.emulator.blocks import BlockTrace, tracing
@@ -377,9 +378,11 @@ class PoplarExecutor:
             return
         with _progress.reporter().activity(f"compiling {self.engine_name!r}: tracing and measuring one "
                                            "micro-batch"):
-            self._compile(*self._canonical(args, kwargs))
+            self._compile(*self._canonical(args, kwargs), estimate_only=True)
 
-    def _compile(self, args: tuple, kwargs: dict) -> None:
+    def _compile(self, args: tuple, kwargs: dict, estimate_only: bool = False) -> None:
+        """Trace, measure and estimate; ``estimate_only``: nothing runs after it (``compile()``,
+        the last call ``--calls`` allows), so the trace may use fake tensors (:mod:`.fake`)."""
         started = time.perf_counter()
         buffers = dict(self._model.named_buffers())
         for name in self._options._Popart.options.get("updatableNamedBuffers", []):
@@ -389,13 +392,27 @@ class PoplarExecutor:
         for hook in list(_precompile_hooks.values()):
             hook()
         micro = self._split(args, kwargs)
-        # measured on a copy: the model may change its inputs in place, which only the run may do
-        m_args, m_kwargs = tree_map(lambda t: t.clone() if isinstance(t, torch.Tensor) else t, micro[0])
-        measurement, outputs = self._measure(m_args, m_kwargs)
+        m_args, m_kwargs = micro[0]
+        measured, notes = None, ()
+        if _fake.wanted(estimate_only):
+            try:
+                measured = self._measure(m_args, m_kwargs, fake=True)
+            except Exception as error:  # needs values, or no fake implementation: trace for real
+                if not _fake.retry_for_real(error):  # PopTorch's own errors: as they are
+                    raise
+                notes = (_fake.fallback_note(error),)
+                _progress.reporter().say(notes[0])
+        if measured is None:
+            # measured on a copy: the model may change its inputs in place, which only the run may do
+            m_args, m_kwargs = tree_map(lambda t: t.clone() if isinstance(t, torch.Tensor) else t, micro[0])
+            measured = self._measure(m_args, m_kwargs)
+        measurement, outputs = measured
         for hook in list(_postcompile_hooks.values()):
             hook()
         self._check_pipeline(len(measurement.segments))
         self._setup = self._engine_setup(m_args, m_kwargs, outputs, len(measurement.segments))
+        if notes:
+            self._setup.extra_notes = tuple(self._setup.extra_notes) + notes
         self._estimate = costmodel.estimate(measurement, self._setup)
         ipus = self._estimate.target.num_ipus
         if ipus > MAX_IPUS_PER_INSTANCE:
@@ -428,16 +445,19 @@ class PoplarExecutor:
             written = claimed.directory if claimed is not None and claimed.written else None
         raise oom.error(self._estimate, over, written)
 
-    def _measure(self, args: tuple, kwargs: dict) -> tuple[costmodel.Measurement, list[tuple[str, Any]]]:
-        """One micro-batch forward under measurement; model state (buffers, RNG) is restored."""
+    def _measure(self, args: tuple, kwargs: dict,
+                 fake: bool = False) -> tuple[costmodel.Measurement, list[tuple[str, Any]]]:
+        """One micro-batch forward under measurement; model state (buffers, RNG) is restored.
+        ``fake``: with fake tensors (nothing computed, the model's tensors untouched)."""
         structure = layers.prepare(self._model) if isinstance(self._model, torch.nn.Module) else None
         self._structure = structure
-        buffers = [(b, b.detach().clone()) for b in self._model.buffers()]
+        buffers = [] if fake else [(b, b.detach().clone()) for b in self._model.buffers()]
         rng = torch.get_rng_state()
         trace = self._trace()
         units = layers.UnitTracker(self._model, structure, trace) if structure is not None else None
+        faking = _fake.faked(self._model, args, kwargs) if fake else contextlib.nullcontext((args, kwargs))
         try:
-            with torch.set_grad_enabled(self._training), tracing(trace), \
+            with faking as (args, kwargs), torch.set_grad_enabled(self._training), tracing(trace), \
                     units if units is not None else contextlib.nullcontext(), \
                     measuring(self._model, trace, self._training, units) as recorder:
                 if self._training:
@@ -544,7 +564,7 @@ class PoplarExecutor:
         report = _progress.reporter()
         if not self._compiled:
             with report.activity(f"compiling {self.engine_name!r}: tracing and measuring one micro-batch"):
-                self._compile(args, kwargs)
+                self._compile(args, kwargs, estimate_only=most == 1)
             report.say(f"{self.engine_name!r} estimated in {self._compile_time.total_seconds():.1f} s")
         else:
             self._validate(args, kwargs)

@@ -24,7 +24,14 @@ def ipu_print_tensor(tensor: torch.Tensor, title: str = "", print_gradient: bool
                      open_bracket: str = "(", close_bracket: str = ")") -> torch.Tensor:
     """Print ``tensor`` each time the model runs (on stderr, in the emulator); returns it."""
     if active_trace() is not None:
-        print(f"{title}{tensor}", file=sys.stderr)
+        from popviz.emulator.fake import is_fake
+
+        if is_fake(tensor):  # an estimate-only trace has shapes, not values
+            shown = (f"<tensor of shape {tuple(tensor.shape)}, {tensor.dtype}: not computed "
+                     "(estimate-only trace)>")
+        else:
+            shown = str(tensor)
+        print(f"{title}{shown}", file=sys.stderr)
     return tensor
 
 
@@ -36,7 +43,12 @@ def set_available_memory(tensor: torch.Tensor, available_memory_proportion: floa
 
 
 def recomputationCheckpoint(*tensors: torch.Tensor) -> Any:
-    """Recomputation checkpoint: identity in the emulator (recomputation is not modelled)."""
+    """Recomputation checkpoint: returns its arguments; while the emulator measures a forward
+    pass, their tensors are recorded as the stashed checkpoints (:mod:`popviz.emulator.recompute`)."""
+    from popviz.emulator.recompute import checkpoint
+
+    flat = tensors[0] if len(tensors) == 1 and isinstance(tensors[0], (list, tuple)) else tensors
+    checkpoint(list(flat))
     if len(tensors) == 1 and isinstance(tensors[0], (list, tuple)):
         return type(tensors[0])(tensors[0])
     return tensors[0] if len(tensors) == 1 else tensors

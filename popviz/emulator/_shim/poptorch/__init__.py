@@ -7,7 +7,10 @@ Submodules (``poptorch.optim``, ``poptorch.poptorch_core``, ...) are the emulato
 import importlib as _importlib
 import sys as _sys
 
+import _popviz_home
+
 try:
+    _popviz_home.ensure()
     import popviz.emulator as _emulator
     from popviz.emulator import *  # noqa: F403
     from popviz.emulator import __all__, __version__  # noqa: F401
