@@ -75,7 +75,7 @@ def test_markdown_has_tables_findings_and_code():
 
 def test_sample_json_numbers():
     doc = analyse_json(str(SAMPLES / "bert_pipeline"))
-    assert doc["analyses"] == ["pipeline", "memory", "host_io"]
+    assert doc["analyses"] == ["pipeline", "memory", "host_io", "throughput"]
     inference, training = doc["engines"]
     p = training["metrics"]["pipeline"]
     assert p["bottleneck_stage"] == 3
@@ -104,7 +104,8 @@ def test_oom_sample_json():
     assert "IPU0" in engine["findings"][0]["title"]
     checks = [(n["analysis"], n["check"]) for n in engine["not_checked"]]
     assert checks == [("pipeline", "stage cycles and balance"),
-                      ("host_io", "stream-copy share, device time per call")]
+                      ("host_io", "stream-copy share, device time per call"),
+                      ("throughput", "samples per second")]
     assert engine["metrics"]["pipeline"]["imbalance_ratio"] is None
 
 
@@ -127,7 +128,7 @@ def test_json_validates_on_partial_reports(tmp_path, case):
     write_bundle(report, tmp_path / case / report.name)
     doc = analyse_json(str(tmp_path / case))
     [engine] = doc["engines"]
-    assert set(engine["metrics"]) == {"pipeline", "memory", "host_io"}
+    assert set(engine["metrics"]) == {"pipeline", "memory", "host_io", "throughput"}
     # console and Markdown render the same result without error
     for extra in ((), ("--markdown",)):
         proc = run_cli("analyse", str(tmp_path / case), *extra, env={"COLUMNS": "80"})

@@ -98,8 +98,10 @@ def test_doubling_a_hidden_size_regresses_cycles_and_memory(runs):
     proc = run_cli("compare", str(runs["base"]), str(runs["wider"]), "--json")
     assert proc.returncode == 1
     found = regressed(proc)
+    # (the inference pipeline's pace is set by another stage: a 784-wide product at this micro-batch
+    # is mostly the cost model's fixed cost per matmul, so doubling it moves its own stage by ~2%)
     assert {("training", "memory.ipu0.used_bytes"), ("training", "pipeline.stage0.cycles_per_micro_batch"),
-            ("inference", "pipeline.cycles_per_micro_batch")} <= found
+            ("inference", "memory.ipu0.used_bytes")} <= found
     base = {m["metric"]: m for m in json.loads(proc.stdout)["metrics"] if m["engine"] == "training"}
     assert base["memory.ipu0.used_bytes"]["new"] > base["memory.ipu0.used_bytes"]["base"]
 

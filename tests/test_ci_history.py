@@ -191,7 +191,7 @@ def test_cli_add_show_and_compare_against_history(bundles, tmp_path):
         history.add(db, base, label=label)
     proc = run_cli("history", "add", str(bundles["slow"]), "--db", "perf.db", "--label", "c4", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stderr == "popviz: added run #4 (c4) to perf.db: 1 engine(s), 18 metric(s)\n"
+    assert proc.stderr == "popviz: added run #4 (c4) to perf.db: 1 engine(s), 19 metric(s)\n"
     show = run_cli("history", "show", "--db", str(db), "pipeline.*")
     assert show.returncode == 0, show.stderr
     first = show.stdout.splitlines()[0]

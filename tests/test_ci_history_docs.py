@@ -77,7 +77,7 @@ def test_the_gitlab_job_twice(tmp_path):
     first = run_script(script[1:], work, env)
     assert [p.returncode for p in first] == [0, 0, 0, 0], [p.stderr[-1500:] for p in first]
     assert not (work / "popviz-junit.xml").exists()  # no history yet: nothing to compare with
-    assert first[2].stderr == "popviz: added run #1 (c0ffee1) to perf/history.db: 2 engine(s), 42 metric(s)\n"
+    assert first[2].stderr == "popviz: added run #1 (c0ffee1) to perf/history.db: 2 engine(s), 44 metric(s)\n"
     assert first[3].stdout.startswith("popviz history: 1 run(s), #1 (c0ffee1) to #1 (c0ffee1); 0 step change(s)")
 
     # The second pipeline: a fresh checkout would capture the same model again; IPU figures (and the

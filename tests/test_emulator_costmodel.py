@@ -1,8 +1,11 @@
 """The cost model on a hand-made measurement: exact cycles and bytes from the documented rules.
 
 These numbers follow from the constants in popviz/emulator/hardware.py (Mk2): peak FP32 is
-32 FLOP/tile/cycle x 1472 tiles, matmuls reach 40% of it; other ops move bytes at 25% of
-47.5 TB/s / 1.33 GHz; each op costs 1,500 cycles more. Changing a constant must change a test.
+32 FLOP/tile/cycle x 1472 tiles; a matmul worth c cycles at peak takes (c + 18,000) / 0.6; other
+ops move bytes at 50% of 47.5 TB/s / 1.33 GHz; each op kind adds its fixed cycles (matmul 4,000,
+element-wise 1,200, reduction 2,500). Recomputation is switched off (autoRecomputation 0) except
+where a test says otherwise (tests/test_emulator_recompute.py covers it). Changing a constant
+must change a test.
 """
 
 from __future__ import annotations
@@ -22,13 +25,13 @@ def measurement() -> Measurement:
     return Measurement(
         segments=[Segment(0, ["A"]), Segment(1, ["B", "loss"])],
         ops=[
-            # 18,841,600 FLOPs = 1,000 cycles at 40% of 47,104 FLOP/cycle; 60,000 activation bytes
-            # exchanged at 8 TB/s = 9.975 cycles
+            # 18,841,600 FLOPs = 400 cycles at 47,104 FLOP/cycle: (400 + 18,000) / 0.6 = 30,666.7;
+            # 60,000 activation bytes exchanged at 8 TB/s = 9.975 cycles; + 4,000 = 34,676.6
             OpCost(0, "addmm", 18_841_600, 4, in_bytes=64_000, out_bytes=0, matmul=True, weight_bytes=4_000,
                    block="A"),
-            # 89,286 bytes at 25% of 35,714 B/cycle = 10.0 cycles
+            # 89,286 bytes at 50% of 35,714 B/cycle = 5.0 cycles, + 1,200
             OpCost(0, "relu", 0, 4, in_bytes=44_643, out_bytes=44_643, block="A"),
-            OpCost(1, "mse_loss", 0, 4, in_bytes=892_857, out_bytes=0, block="loss"),  # 100.0 cycles
+            OpCost(1, "mse_loss", 0, 4, in_bytes=892_857, out_bytes=0, block="loss"),  # 50.0 + 2,500 cycles
         ],
         params=[ParamInfo("a.weight", 0, 4_000, 1_000, 4, block="A"),
                 ParamInfo("buffer:a.stat", 0, 400, 100, 4, False, block="A"),
@@ -39,9 +42,12 @@ def measurement() -> Measurement:
     )
 
 
+NO_RECOMPUTATION = {"_Popart.autoRecomputation": 0}
+
+
 def setup(**changes) -> EngineSetup:
     base = dict(name="training", mode="training", strategy="PipelinedExecution", device_iterations=2,
-                gradient_accumulation=4, output_mode="All",
+                gradient_accumulation=4, output_mode="All", options=NO_RECOMPUTATION,
                 optimizer_slots=[("first_moment", 4), ("second_moment", 4)],
                 inputs=[HostTensor("x", "input", (4, 10), "float32", 160)],
                 outputs=[HostTensor("loss", "output", (), "float32", 4)], spec=MK2, host=HOST, calls=3)
@@ -51,34 +57,43 @@ def setup(**changes) -> EngineSetup:
 
 def test_stage_cycles():
     est = costmodel.estimate(measurement(), setup())
-    assert [(s.ipu, s.forward_cycles, s.backward_cycles) for s in est.stages] == [(0, 4020, 8040), (1, 1600, 3200)]
+    # backward: 2 x the matmul, 1 x the element-wise op and the reduction
+    assert [(s.ipu, s.forward_cycles, s.backward_cycles) for s in est.stages] == [(0, 35_882, 70_558),
+                                                                                    (1, 2_550, 2_550)]
     assert [s.stash_depth for s in est.stages] == [3, 1]  # 2(N - i) - 1 for N = 2
+    # PopTorch's default for a 2-IPU pipeline recomputes the first stage: its forward is added
+    default = costmodel.estimate(measurement(), setup(options={}))
+    assert [(s.backward_cycles, s.recompute_cycles) for s in default.stages] == [(70_558 + 35_882, 35_882), (2_550, 0)]
 
 
 def test_per_block_figures_are_recorded():
     blocks = costmodel.estimate(measurement(), setup()).config.options["emulator"]["blocks"]
     assert blocks == [
-        {"block": "A", "stage": 0, "ipu": 0, "forward_cycles": 4_020, "flops": 18_841_600.0, "ops": 2,
+        {"block": "A", "stage": 0, "ipu": 0, "forward_cycles": 35_882, "flops": 18_841_600.0, "ops": 2,
          "weight_bytes": 4_400, "saved_bytes": 10_000},
         {"block": "B", "stage": 1, "ipu": 1, "forward_cycles": 0, "flops": 0.0, "ops": 0, "weight_bytes": 2_000,
          "saved_bytes": 0},
-        {"block": "loss", "stage": 1, "ipu": 1, "forward_cycles": 1_600, "flops": 0.0, "ops": 1,
+        {"block": "loss", "stage": 1, "ipu": 1, "forward_cycles": 2_550, "flops": 0.0, "ops": 1,
          "weight_bytes": 0, "saved_bytes": 6_000}]
 
 
 def test_memory_per_ipu_by_category():
     frame = costmodel.estimate(measurement(), setup()).memory.frame.set_index("ipu")
-    tile_overhead = 8192 * 1472
+    tile_overhead = 16_384 * 1472
+    update_code = 262_144  # one trainable tensor per IPU
     assert frame.loc[0, "cat_weights_bytes"] == 4_400
     assert frame.loc[0, "cat_optimizerState_bytes"] == 1_000 * 8
     assert frame.loc[0, "cat_gradientAccumulators_bytes"] == 4_000
     assert frame.loc[0, "cat_activationStash_bytes"] == 10_000 * 3
     assert frame.loc[0, "cat_temporaries_bytes"] == 60_000 * 2  # the matmul's, twice its activations
-    assert frame.loc[0, "cat_codeAndExchange_bytes"] == tile_overhead + 98_304 * 2 * 3 + 8_000 * 2
+    # code per forward op, x 3 in training: matmul 160 KiB, element-wise 48 KiB; + the copy buffers
+    assert frame.loc[0, "cat_codeAndExchange_bytes"] == tile_overhead + (163_840 + 49_152) * 3 + 8_000 * 2 \
+        + update_code
     assert frame.loc[1].to_dict() == {
-        "total_bytes_including_gaps": 13_276_393, "total_bytes_excluding_gaps": 13_276_393,
-        "always_live_bytes": 12_377_536, "not_always_live_bytes": 898_857, "overflow_bytes": 0,
-        "cat_activationStash_bytes": 6_000, "cat_codeAndExchange_bytes": tile_overhead + 98_304 * 3 + 16_000,
+        "total_bytes_including_gaps": 25_498_857, "total_bytes_excluding_gaps": 25_498_857,
+        "always_live_bytes": 24_600_000, "not_always_live_bytes": 898_857, "overflow_bytes": 0,
+        "cat_activationStash_bytes": 6_000,
+        "cat_codeAndExchange_bytes": tile_overhead + 65_536 * 3 + 16_000 + update_code,
         "cat_gradientAccumulators_bytes": 2_000, "cat_optimizerState_bytes": 4_000,
         "cat_temporaries_bytes": 892_857, "cat_weights_bytes": 2_000}
 
@@ -86,11 +101,13 @@ def test_memory_per_ipu_by_category():
 def test_offloaded_optimizer_and_fp16_accumulators():
     est = costmodel.estimate(measurement(), setup(optimizer_on_chip=False, accumulator_element_bytes=2))
     frame = est.memory.frame.set_index("ipu")
-    assert frame.loc[0, "cat_optimizerState_bytes"] == 0 and frame.loc[0, "cat_gradientAccumulators_bytes"] == 2_000
+    # the largest tensor's state (1,000 elements x 8 bytes) is on chip while its update runs
+    assert frame.loc[0, "cat_optimizerState_bytes"] == 8_000 and frame.loc[0, "cat_gradientAccumulators_bytes"] == 2_000
+    assert frame.loc[0, "not_always_live_bytes"] == 10_000 * 3 + 120_000 + 8_000
     updates = est.steps[est.steps.program == "weightUpdate"].set_index("ipu")["cycles"].to_dict()
-    # touched bytes 8,000 + 2 x 2,000 + 16,000 = 28,000 -> 3.136 cycles, + 1,500 per tensor,
+    # touched bytes 8,000 + 2 x 2,000 + 16,000 = 28,000 -> 1.568 cycles, + 1,500 per tensor,
     # + 16,000 bytes to and from streaming memory at 20 GB/s = 1,064 cycles
-    assert updates[0] == 2_567
+    assert updates[0] == 2_566
 
 
 def test_schedule_steps():
@@ -102,7 +119,7 @@ def test_schedule_steps():
     assert set(by_program.get_group("input/begin").cycles) == {6_650}  # half of 10 us
     assert (steps.program == "output/mid").sum() == 8  # All: every micro-batch
     updates = by_program.get_group("weightUpdate").set_index("ipu")["cycles"].to_dict()
-    assert updates == {0: 1_504, 1: 1_502}
+    assert updates == {0: 1_502, 1: 1_501}
 
 
 @pytest.mark.parametrize("mode,copies", [("Final", 1), ("Sum", 1), ("Default", 1), ("EveryN", 4)])
@@ -131,10 +148,16 @@ def test_inference_holds_no_training_state():
 def test_replicas_share_the_host_link():
     est = costmodel.estimate(measurement(), setup(replication_factor=2))
     assert (est.target.num_ipus, est.target.num_replicas, est.target.ipus_per_replica) == (4, 2, 2)
-    assert set(est.steps[est.steps.program == "input/mid"].cycles) == {53}  # 160 B at 4 GB/s
+    # 4 IPUs: one IPU-M2000's link, shared by the 2 replicas: 160 B at 4 GB/s
+    assert set(est.steps[est.steps.program == "input/mid"].cycles) == {53}
     updates = est.steps[est.steps.program == "weightUpdate"].set_index("ipu")["cycles"].to_dict()
     # all-reduce: 2(R - 1)/R x 4,000 B of gradients at 64 GB/s = 83.1 cycles, + 2,000 per copy
-    assert updates[0] == 3_587
+    assert updates[0] == 3_585
+    # 8 replicas of 2 IPUs: 4 links for 8 replicas, 16 GB/s each... 160 B at 4 GB/s again
+    eight = costmodel.estimate(measurement(), setup(replication_factor=8))
+    assert set(eight.steps[eight.steps.program == "input/mid"].cycles) == {53}
+    one = costmodel.estimate(measurement(), setup(replication_factor=1))
+    assert set(one.steps[one.steps.program == "input/mid"].cycles) == {27}  # 160 B at 8 GB/s
 
 
 def test_architecture_and_host_parameters_from_the_environment(monkeypatch):
@@ -162,7 +185,9 @@ def test_report_is_estimated_and_round_trips(tmp_path):
     est = costmodel.estimate(measurement(), setup())
     report = costmodel.build_report(est, setup(), versions={"torch": "x"}, captured_at="2024-01-01T00:00:00+00:00")
     assert report.provenance.source == "emulator" and report.provenance.estimated
-    assert report.provenance.tool.endswith(" emulator") and len(report.provenance.notes) == 5
+    assert report.provenance.tool.endswith(" emulator") and len(report.provenance.notes) == 6
+    assert report.provenance.notes[5] == "Recomputation: None (autoRecomputation set by the script); " \
+        "0 recomputationCheckpoints."
     assert report.host_io.calls == 3 and report.memory.level == "ipu"
     assert report.execution.runs["duration_seconds"][0] == est.call_cycles / MK2.clock_hz
     assert report.config.stages[1].blocks == ("B", "loss")

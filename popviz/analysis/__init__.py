@@ -14,9 +14,10 @@ Analysis = Callable[[Report], AnalysisOutput]
 
 def registry() -> dict[str, Analysis]:
     """Every analysis by name, in the order they are reported."""
-    from popviz.analysis import host_io, memory, pipeline
+    from popviz.analysis import host_io, memory, pipeline, throughput
 
-    return {pipeline.NAME: pipeline.analyse, memory.NAME: memory.analyse, host_io.NAME: host_io.analyse}
+    return {pipeline.NAME: pipeline.analyse, memory.NAME: memory.analyse, host_io.NAME: host_io.analyse,
+            throughput.NAME: throughput.analyse}
 
 
 CrossCheck = Callable[[ReportSet], dict[str, AnalysisOutput]]

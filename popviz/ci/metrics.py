@@ -10,6 +10,7 @@ Names are stable; docs/ci.md lists them. ``{i}`` is a stage index, ``{k}`` an IP
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -24,7 +25,8 @@ LOWER_IS_WORSE = "lower_is_worse"
 class MetricDef:
     name: str
     unit: str
-    """``cycles``, ``bytes``, ``pct`` (0-100), ``ratio``, ``count`` or ``seconds``."""
+    """``cycles``, ``bytes``, ``pct`` (0-100), ``ratio``, ``count``, ``seconds`` or
+    ``samples_per_second``."""
     direction: str
     deterministic: bool
     description: str
@@ -53,6 +55,8 @@ DEFINITIONS: tuple[MetricDef, ...] = (
               "host transfers' share of the busiest-copying IPU's cycles"),
     MetricDef("host_io.output_bytes_per_call", "bytes", HIGHER_IS_WORSE, True, "bytes returned to the host per call"),
     MetricDef("host_io.input_bytes_per_call", "bytes", HIGHER_IS_WORSE, True, "bytes sent to the IPUs per call"),
+    MetricDef("throughput.samples_per_second", "samples_per_second", LOWER_IS_WORSE, True,
+              "samples per second of the whole system (estimated for emulated reports)"),
     MetricDef("time.compile_seconds", "seconds", HIGHER_IS_WORSE, False, "compile time (captured runs)"),
     MetricDef("time.call_wall_seconds", "seconds", HIGHER_IS_WORSE, False,
               "median wall time of an executor call (captured runs)"),
@@ -108,13 +112,14 @@ def engine_metrics(engine: EngineResult) -> dict[str, float]:
     out["host_io.stream_copy_pct"] = _pct(h.get("stream_copy_frac"))
     out["host_io.output_bytes_per_call"] = h.get("output_bytes_per_call")
     out["host_io.input_bytes_per_call"] = h.get("input_bytes_per_call")
+    out["throughput.samples_per_second"] = (m.get("throughput") or {}).get("samples_per_second")
     host = engine.report.host_io
     if host is not None and not (engine.report.provenance and engine.report.provenance.estimated):
         out["time.compile_seconds"] = host.compile_seconds
         wall = host.stat("wall_seconds")
         if wall is not None and wall.count:
             out["time.call_wall_seconds"] = wall.p50 if wall.p50 is not None else wall.mean
-    return {k: float(v) for k, v in out.items() if v is not None}
+    return {k: float(v) for k, v in out.items() if v is not None and math.isfinite(float(v))}
 
 
 def configuration(engine: EngineResult) -> dict[str, Any]:

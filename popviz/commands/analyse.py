@@ -24,7 +24,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="also write a self-contained HTML page (tables, findings, figures) to FILE")
     p.add_argument("--only", metavar="A,B",
                    help="run only these analyses, comma-separated: pipeline, memory, host_io, "
-                   "instances")
+                   "throughput, instances")
     p.add_argument("--fail-on", choices=("info", "warning", "error"),
                    help="exit 1 when a finding reaches this severity (for CI); 0 otherwise")
     p.add_argument("--ignore", metavar="CODES",

@@ -22,6 +22,7 @@ from typing import Any
 
 from popviz import __version__
 from popviz.emulator import hardware as hw
+from popviz.emulator import recompute
 from popviz.model import (
     ExecutionTable,
     HostIO,
@@ -105,6 +106,13 @@ class Measurement:
     structure: Any = None
     """The model's layer structure (:class:`popviz.emulator.layers.Structure`) when it was
     tracked; the report's per-layer table is built from it."""
+    checkpoints: list[Any] = field(default_factory=list)
+    """``recomputationCheckpoint`` calls (:class:`popviz.emulator.recompute.Checkpoint`)."""
+    saved_keys: list[int] = field(default_factory=list)
+    """Per entry of ``saved_slots``: the saved tensor's storage key."""
+    saved_producers: list[int | None] = field(default_factory=list)
+    """Per entry of ``saved_slots``: index in ``ops`` of the operation that made the tensor (None:
+    an input, a parameter or a tensor made outside the measurement)."""
 
 
 # ------------------------------------------------------------------------------ engine setup
@@ -165,21 +173,96 @@ MEMORY_CATEGORIES = ("weights", "optimizerState", "gradientAccumulators", "activ
 """The emulator's memory categories (``cat_<name>_bytes`` columns); see docs/emulator.md."""
 
 
-def op_cycles(op: OpCost, spec: hw.IpuSpec, cap: float | None = None, half_partials: bool = False) -> float:
-    """Cycles of one operation on one IPU; a matmul whose temporaries the available memory
-    proportion caps at ``cap`` bytes runs serialised (slower), and one with float16 operands runs
-    faster with half-precision partials."""
+MATMUL_OPS = frozenset({"mm", "addmm", "bmm", "baddbmm", "matmul", "linear", "_scaled_dot_product_flash_attention",
+                        "_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_efficient_attention",
+                        "scaled_dot_product_attention"})
+CONV_OPS = frozenset({"convolution", "_convolution", "conv2d", "conv1d", "conv3d", "cudnn_convolution",
+                      "convolution_backward"})
+NORM_SOFTMAX_OPS = frozenset({"native_layer_norm", "layer_norm", "native_batch_norm", "batch_norm",
+                              "_native_batch_norm_legit", "_native_batch_norm_legit_functional",
+                              "_native_batch_norm_legit_no_training", "native_group_norm", "group_norm",
+                              "_softmax", "softmax", "_log_softmax", "log_softmax", "rms_norm", "_fused_rms_norm"})
+REDUCTION_OPS = frozenset({"sum", "mean", "amax", "amin", "max", "min", "argmax", "argmin", "var", "std",
+                           "var_mean", "std_mean", "norm", "linalg_vector_norm", "nll_loss_forward",
+                           "nll_loss2d_forward", "mse_loss", "binary_cross_entropy_with_logits", "cumsum",
+                           "prod", "logsumexp", "max_pool2d_with_indices", "avg_pool2d", "_adaptive_avg_pool2d",
+                           "adaptive_avg_pool2d", "max_pool2d", "topk", "sort"})
+GATHER_OPS = frozenset({"embedding", "index_select", "gather", "index", "take_along_dim", "embedding_bag",
+                        "_embedding_bag", "scatter", "scatter_add", "index_put", "index_add", "masked_select"})
+OP_KINDS = ("matmul", "conv", "norm", "reduce", "gather", "elementwise")
+
+
+def op_kind(op: OpCost) -> str:
+    """The cost model's class of an operation: ``matmul`` / ``conv`` (FLOPs on the AMP units),
+    ``norm`` (normalisations and softmax: several reductions and passes), ``reduce``, ``gather``
+    (embeddings, indexing: exchange-bound) or ``elementwise`` (everything else, copies included)."""
+    name = op.name.split(".")[0]
+    if name in CONV_OPS:
+        return "conv"
     if op.matmul and op.flops > 0:
-        rate = spec.flops_per_cycle(op.element_bytes) * hw.MATMUL_EFFICIENCY
-        if half_partials and op.element_bytes == 2:
-            rate *= hw.HALF_PARTIALS_SPEEDUP
-        compute = op.flops / rate
+        return "matmul"
+    if name in NORM_SOFTMAX_OPS:
+        return "norm"
+    if name in REDUCTION_OPS:
+        return "reduce"
+    if name in GATHER_OPS:
+        return "gather"
+    return "elementwise"
+
+
+def amp_rate(op: OpCost, spec: hw.IpuSpec, half_partials: bool) -> float:
+    """Peak FLOPs per cycle of the whole IPU for this operation's precision: float32, float16
+    with float32 partials (half the float16 peak) or float16 with half partials (the peak)."""
+    rate = spec.flops_per_cycle(op.element_bytes)
+    if op.element_bytes == 2 and not half_partials:
+        rate /= hw.HALF_PARTIALS_SPEEDUP
+    return rate
+
+
+def amp_efficiency(op: OpCost, spec: hw.IpuSpec, half_partials: bool = False) -> float:
+    """Fraction of the AMP units' peak a matmul or convolution reaches:
+    ``AMP_PEAK_EFFICIENCY × c / (c + AMP_HALF_CYCLES)`` where c is its cycles at peak. Small
+    products (micro-batch 1 transformers) reach a few percent, large ones approach the
+    efficiency of a well-shaped product; equivalently each costs its cycles at
+    ``AMP_PEAK_EFFICIENCY`` plus ``AMP_HALF_CYCLES / AMP_PEAK_EFFICIENCY`` of planning overhead
+    (operand rearrangement, partial-sum reductions across tiles)."""
+    ideal = op.flops / amp_rate(op, spec, half_partials)
+    return hw.AMP_PEAK_EFFICIENCY * ideal / (ideal + hw.AMP_HALF_CYCLES)
+
+
+def op_cycles(op: OpCost, spec: hw.IpuSpec, cap: float | None = None, half_partials: bool = False) -> float:
+    """Forward cycles of one operation on one IPU (see docs/emulator.md, "Cycles per operation").
+
+    Matmuls and convolutions run on the AMP units at :func:`amp_efficiency` of the peak for their
+    operands' precision; a matmul whose temporaries the available memory proportion caps at
+    ``cap`` bytes runs serialised. Every other operation moves its bytes at ``MEMORY_EFFICIENCY``
+    of the on-chip bandwidth (normalisations in ``NORM_PASSES`` passes, gathers at the
+    exchange's bandwidth). Each kind adds its fixed cycles (``FIXED_CYCLES``: compute-set
+    launches, syncs and the exchange laying out operands)."""
+    kind = op_kind(op)
+    if kind in ("matmul", "conv"):
+        compute = (op.flops / amp_rate(op, spec, half_partials) + hw.AMP_HALF_CYCLES) / hw.AMP_PEAK_EFFICIENCY
         exchange = op.activation_bytes / spec.per_cycle(spec.exchange_bytes_per_second)
         cycles = (compute + exchange) * serialisation_factor(op, cap)
+    elif kind == "gather":
+        cycles = (op.in_bytes - op.weight_bytes + 2 * op.out_bytes) / (
+            spec.per_cycle(spec.exchange_bytes_per_second) * hw.MEMORY_EFFICIENCY)
     else:
-        cycles = (op.in_bytes + op.out_bytes) / (spec.per_cycle(spec.memory_bytes_per_second)
-                                                 * hw.MEMORY_EFFICIENCY)
-    return cycles + hw.OP_OVERHEAD_CYCLES
+        passes = hw.NORM_PASSES if kind == "norm" else 1
+        cycles = passes * (op.in_bytes + op.out_bytes) / (spec.per_cycle(spec.memory_bytes_per_second)
+                                                          * hw.MEMORY_EFFICIENCY)
+    return cycles + hw.FIXED_CYCLES[kind]
+
+
+def backward_cycles(op: OpCost, forward: float, spec: hw.IpuSpec) -> float:
+    """Backward cycles of one operation: ``BACKWARD_FACTORS[kind]`` × its forward cycles (two
+    matmuls per matmul: input and weight gradients; a gather's backward scatters into a dense
+    gradient of the whole table, so it also touches the table's bytes)."""
+    kind = op_kind(op)
+    cycles = forward * hw.BACKWARD_FACTORS[kind]
+    if kind == "gather" and op.weight_bytes:
+        cycles += op.weight_bytes / (hw.MEMORY_EFFICIENCY * spec.per_cycle(spec.memory_bytes_per_second))
+    return cycles
 
 
 def serialisation_factor(op: OpCost, cap: float | None) -> float:
@@ -212,6 +295,39 @@ def stash_depth(segment: int, num_segments: int, setup: EngineSetup) -> int:
     return 1
 
 
+@dataclass(frozen=True)
+class OpTable:
+    """Per operation of a measurement: forward and backward cycles (the backward's including the
+    recomputed forward), working bytes (including the recomputed activations live with it) and
+    the recomputation plan they follow."""
+
+    forward: list[float]
+    backward: list[float]
+    temporary: list[float]
+    recompute: recompute.RecomputePlan
+
+
+def _caps(m: Measurement, setup: EngineSetup) -> dict[int, float]:
+    return {i: setup.available_memory_proportion.get(seg.ipu, hw.DEFAULT_AVAILABLE_MEMORY_PROPORTION)
+            * setup.spec.bytes_per_ipu for i, seg in enumerate(m.segments)}
+
+
+def op_table(m: Measurement, setup: EngineSetup) -> OpTable:
+    """Every operation's cycles and bytes under this engine's setup (one place for stages,
+    blocks and layers)."""
+    spec = setup.spec
+    caps = _caps(m, setup)
+    plan = recompute.plan(m, setup)
+    fwd, bwd, temp = [], [], []
+    for o, again, live in zip(m.ops, plan.recomputed, plan.live_bytes, strict=True):
+        cap = caps.get(o.segment)
+        f = op_cycles(o, spec, cap, setup.half_partials)
+        fwd.append(f)
+        bwd.append((backward_cycles(o, f, spec) + (f if again else 0.0)) if setup.training else 0.0)
+        temp.append(op_temporary_bytes(o, cap if cap is not None else spec.bytes_per_ipu) + live)
+    return OpTable(fwd, bwd, temp, plan)
+
+
 @dataclass
 class StageEstimate:
     """Per forward stage (segment): cycles per micro-batch and what it holds."""
@@ -228,37 +344,53 @@ class StageEstimate:
     trainable_bytes: int
     param_tensors: int
     saved_bytes: int
+    """Bytes stashed per micro-batch (all of autograd's saved tensors without recomputation)."""
     stash_depth: int
     temporary_bytes: int
+    recompute_cycles: int = 0
+    """Part of ``backward_cycles`` that recomputes forward operations."""
+    code_bytes: float = 0.0
+    """Code, vertex state and exchange code of its operations (forward and backward)."""
 
 
-def stage_estimates(m: Measurement, setup: EngineSetup) -> list[StageEstimate]:
-    spec = setup.spec
+def stage_estimates(m: Measurement, setup: EngineSetup, table: OpTable | None = None) -> list[StageEstimate]:
+    table = table or op_table(m, setup)
+    stash = table.recompute.stash_bytes(len(m.segments))
     out = []
     for index, seg in enumerate(m.segments):
-        ops = [o for o in m.ops if o.segment == index]
+        idx = [j for j, o in enumerate(m.ops) if o.segment == index]
+        ops = [m.ops[j] for j in idx]
         params = [p for p in m.params if p.segment == index]
         trainable = [p for p in params if p.trainable]
-        amp = setup.available_memory_proportion.get(seg.ipu, hw.DEFAULT_AVAILABLE_MEMORY_PROPORTION)
-        cap = amp * spec.bytes_per_ipu
-        forward = sum(op_cycles(o, spec, cap, setup.half_partials) for o in ops)
+        forward = sum(table.forward[j] for j in idx)
+        again = sum(table.forward[j] for j in idx if table.recompute.recomputed[j])
         out.append(StageEstimate(
             index=index, ipu=seg.ipu, blocks=list(seg.blocks),
             forward_cycles=int(round(forward)),
-            backward_cycles=int(round(forward * hw.BACKWARD_FACTOR)) if setup.training else 0,
+            backward_cycles=int(round(sum(table.backward[j] for j in idx))) if setup.training else 0,
             ops=len(ops), flops=sum(o.flops for o in ops),
             weight_bytes=sum(p.bytes for p in params),
             trainable_elements=sum(p.numel for p in trainable),
             trainable_bytes=sum(p.bytes for p in trainable),
             param_tensors=len(trainable),
-            saved_bytes=m.saved_bytes[index] if index < len(m.saved_bytes) else 0,
+            saved_bytes=stash[index] if setup.training else 0,
             stash_depth=stash_depth(index, len(m.segments), setup),
-            temporary_bytes=int(max((op_temporary_bytes(o, cap) for o in ops), default=0)),
+            temporary_bytes=int(max((table.temporary[j] for j in idx), default=0)),
+            recompute_cycles=int(round(again)) if setup.training else 0,
+            code_bytes=sum(code_bytes(o, setup.training) for o in ops),
         ))
     return out
 
 
-def block_estimates(m: Measurement, setup: EngineSetup) -> list[dict[str, Any]]:
+def code_bytes(op: OpCost, training: bool) -> float:
+    """Always-live bytes over the IPU for one operation's programs: vertex state and exchange
+    code per compute set (``CODE_BYTES_PER_OP[kind]``), for its forward and, in training, its
+    backward instances (``BACKWARD_CODE_FACTOR``)."""
+    per = hw.CODE_BYTES_PER_OP[op_kind(op)]
+    return per * (1 + hw.BACKWARD_CODE_FACTOR if training else 1)
+
+
+def block_estimates(m: Measurement, setup: EngineSetup, table: OpTable | None = None) -> list[dict[str, Any]]:
     """Per block, in order of first use: where it runs and what it costs per micro-batch (the
     figures that say how far to move a block boundary)."""
     out: dict[str, dict[str, Any]] = {}
@@ -267,10 +399,11 @@ def block_estimates(m: Measurement, setup: EngineSetup) -> list[dict[str, Any]]:
             out.setdefault(block, {"block": block, "stage": index, "ipu": seg.ipu, "forward_cycles": 0,
                                    "flops": 0.0, "ops": 0, "weight_bytes": 0,
                                    "saved_bytes": m.saved_bytes_by_block.get(block, 0)})
-    for op in m.ops:
+    table = table or op_table(m, setup)
+    for op, cycles in zip(m.ops, table.forward, strict=True):
         row = out.get(op.block) if op.block is not None else None
         if row is not None:
-            row["forward_cycles"] += op_cycles(op, setup.spec)
+            row["forward_cycles"] += cycles
             row["flops"] += op.flops
             row["ops"] += 1
     for p in m.params:
@@ -301,26 +434,31 @@ def memory_table(stages: Sequence[StageEstimate], m: Measurement, setup: EngineS
         mine = [s for s in stages if s.ipu == ipu]
         weights = sum(s.weight_bytes for s in mine)
         elements = sum(s.trainable_elements for s in mine)
-        optimizer = elements * slot_bytes if setup.training and setup.optimizer_on_chip else 0
+        optimizer = elements * slot_bytes if setup.training else 0
         if setup.optimizer_sharded and setup.replication_factor > 1:
             optimizer = optimizer / setup.replication_factor
+        streamed = 0.0  # an offloaded state: its largest tensor's, on chip while that update runs
+        if not setup.optimizer_on_chip:
+            segs = {s.index for s in mine}
+            largest = max((p.numel for p in m.params if p.trainable and p.segment in segs), default=0)
+            streamed, optimizer = (largest * slot_bytes if setup.training else 0), 0
         accumulators = 0
         if setup.training and setup.gradient_accumulation > 1 and setup.accumulator_on_chip:
             accumulators = (elements * setup.accumulator_element_bytes if setup.accumulator_element_bytes
                             else sum(s.trainable_bytes for s in mine))
         stash = sum(s.saved_bytes * s.stash_depth for s in mine)
         temporaries = max((s.temporary_bytes for s in mine), default=0)
-        op_instances = sum(s.ops for s in mine) * (1 + int(hw.BACKWARD_FACTOR) if setup.training else 1)
         boundary = sum(b for i, b in enumerate(m.boundary_bytes)
                        if ipu in (m.segments[i].ipu, m.segments[i + 1].ipu))
-        code = (hw.TILE_OVERHEAD_BYTES * spec.tiles_per_ipu + hw.CODE_BYTES_PER_OP * op_instances
-                + boundary * (2 if setup.training else 1))
-        parts = {"weights": weights, "optimizerState": optimizer, "gradientAccumulators": accumulators,
+        code = (hw.TILE_OVERHEAD_BYTES * spec.tiles_per_ipu + sum(s.code_bytes for s in mine)
+                + boundary * (2 if setup.training else 1)
+                + (hw.UPDATE_CODE_BYTES_PER_TENSOR * sum(s.param_tensors for s in mine) if setup.training else 0))
+        parts = {"weights": weights, "optimizerState": optimizer + streamed, "gradientAccumulators": accumulators,
                  "activationStash": stash, "temporaries": temporaries, "codeAndExchange": code}
         parts = {k: int(round(v)) for k, v in parts.items()}
-        always = parts["weights"] + parts["optimizerState"] + parts["gradientAccumulators"] + \
+        always = parts["weights"] + int(round(optimizer)) + parts["gradientAccumulators"] + \
             parts["codeAndExchange"]
-        not_always = parts["activationStash"] + parts["temporaries"]
+        not_always = parts["activationStash"] + parts["temporaries"] + int(round(streamed))
         total = always + not_always
         rows.append({"ipu": ipu, "total_bytes_including_gaps": total, "total_bytes_excluding_gaps": total,
                      "always_live_bytes": always, "not_always_live_bytes": not_always,
@@ -349,7 +487,7 @@ def weight_update_cycles(stages: Sequence[StageEstimate], setup: EngineSetup, ip
         grad_bytes = elements * (setup.accumulator_element_bytes or 4)
         touched = 2 * wbytes + grad_bytes * (2 if setup.gradient_accumulation > 1 else 1) \
             + 2 * elements * slot_bytes
-        cycles = touched / mem + hw.OP_OVERHEAD_CYCLES * tensors
+        cycles = touched / mem + hw.WEIGHT_UPDATE_CYCLES_PER_TENSOR * tensors
         if not setup.optimizer_on_chip:
             cycles += 2 * elements * slot_bytes / spec.per_cycle(hw.STREAMING_MEMORY_BYTES_PER_SECOND)
         r = setup.replication_factor
@@ -366,11 +504,15 @@ def weight_update_cycles(stages: Sequence[StageEstimate], setup: EngineSetup, ip
     return out
 
 
-def _transfer(nbytes: int, setup: EngineSetup):
+def _transfer(nbytes: int, setup: EngineSetup, ipus_per_replica: int):
+    """One micro-batch's host transfer on one replica: the host links of the IPU-M2000s the
+    executor uses (one per ``IPUS_PER_HOST_LINK`` IPUs) are shared by its replicas."""
     from popviz.schedule import HostTransfer
 
     clock = setup.spec.clock_hz
-    per_replica = setup.host.bytes_per_second / setup.replication_factor
+    r = setup.replication_factor
+    links = max(1, math.ceil(ipus_per_replica * r / hw.IPUS_PER_HOST_LINK))
+    per_replica = setup.host.bytes_per_second * min(links, r) / r
     return HostTransfer(wait_cycles=int(round(setup.host.latency_seconds * clock)),
                         transfer_cycles=int(round(nbytes / per_replica * clock)))
 
@@ -395,8 +537,8 @@ def schedule_plan(stages: Sequence[StageEstimate], m: Measurement, setup: Engine
         gradient_accumulation=setup.gradient_accumulation if setup.training else 1,
         device_iterations=setup.device_iterations, output_mode=setup.effective_output_mode,
         output_return_period=setup.output_return_period, copy_cycles=copies,
-        input_transfer=None if synthetic or not setup.inputs else _transfer(in_bytes, setup),
-        output_transfer=None if synthetic or not setup.outputs else _transfer(out_bytes, setup),
+        input_transfer=None if synthetic or not setup.inputs else _transfer(in_bytes, setup, len(ipus)),
+        output_transfer=None if synthetic or not setup.outputs else _transfer(out_bytes, setup, len(ipus)),
         weight_update_cycles=weight_update_cycles(stages, setup, ipus),
         sync_cycles=hw.SYNC_CYCLES,
     )
@@ -406,9 +548,10 @@ def notes(setup: EngineSetup) -> tuple[str, ...]:
     spec = setup.spec
     return (
         "Estimated by popviz's emulator from one CPU forward pass per micro-batch; not measured on an IPU.",
-        f"Cycles: matmuls at {hw.MATMUL_EFFICIENCY:.0%} of {spec.architecture} peak FLOPs, other ops at "
-        f"{hw.MEMORY_EFFICIENCY:.0%} of on-chip bandwidth, {hw.OP_OVERHEAD_CYCLES:,} cycles per op; "
-        f"backward = {hw.BACKWARD_FACTOR:g} x forward.",
+        f"Cycles: matmuls and convolutions at up to {hw.AMP_PEAK_EFFICIENCY:.0%} of {spec.architecture} "
+        f"peak FLOPs (less for small products), other ops at {hw.MEMORY_EFFICIENCY:.0%} of on-chip bandwidth, "
+        f"plus fixed cycles per op by kind ({hw.FIXED_CYCLES['elementwise']:,} element-wise to "
+        f"{hw.FIXED_CYCLES['conv']:,}); backward per op kind, plus the recomputed forward.",
         "Memory per IPU (no per-tile figures, so tile imbalance is not modelled): weights, optimizer state, "
         "gradient accumulators, activation stash for micro-batches in flight, largest op's temporaries, "
         "code and exchange overhead.",
@@ -431,6 +574,8 @@ class Estimate:
     target: Target
     config: ModelConfig
     layers: LayerTable | None = None
+    recompute_note: str = ""
+    """Which recomputation applied and why (a report note; empty for inference)."""
 
     def timeline(self) -> dict[str, list[tuple[float, float]]]:
         """(start, end) seconds of each input and output transfer in one call (one replica)."""
@@ -449,7 +594,8 @@ def estimate(m: Measurement, setup: EngineSetup) -> Estimate:
     """The estimated stages, memory, execution steps, target and config of one engine."""
     from popviz.schedule import simulate
 
-    stages = stage_estimates(m, setup)
+    table = op_table(m, setup)
+    stages = stage_estimates(m, setup, table)
     spec = setup.spec
     n_ipus = num_ipus(stages, setup)
     ipus = sorted({s.ipu for s in stages})
@@ -469,16 +615,16 @@ def estimate(m: Measurement, setup: EngineSetup) -> Estimate:
         optimizer_state_on_chip=setup.optimizer_on_chip if setup.training else None,
         available_memory_proportion=dict(setup.available_memory_proportion),
         options={**setup.options, "emulator": {**dict(setup.options.get("emulator", {})),
-                                               "blocks": block_estimates(m, setup)}},
+                                               "blocks": block_estimates(m, setup, table)}},
     )
     memory = memory_table(stages, m, setup)
     layers = None
     if m.structure is not None:
         from popviz.emulator.layers import layer_table
 
-        layers = layer_table(m, setup, stages)
+        layers = layer_table(m, setup, stages, table)
     return Estimate(stages=stages, memory=memory, steps=steps, call_cycles=call_cycles, target=target,
-                    config=config, layers=layers)
+                    config=config, layers=layers, recompute_note=table.recompute.note)
 
 
 def build_report(est: Estimate, setup: EngineSetup, *, versions: Mapping[str, str] | None = None,
@@ -493,7 +639,8 @@ def build_report(est: Estimate, setup: EngineSetup, *, versions: Mapping[str, st
         name=setup.name,
         provenance=Provenance(source="emulator", estimated=True, tool=f"popviz {__version__} emulator",
                               versions={"popviz": __version__, **(versions or {})}, captured_at=when,
-                              notes=notes(setup) + tuple(setup.extra_notes)),
+                              notes=notes(setup) + ((est.recompute_note,) if est.recompute_note else ())
+                              + tuple(setup.extra_notes)),
         target=est.target,
         memory=est.memory,
         execution=ExecutionTable(est.steps, runs),

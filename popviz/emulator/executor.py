@@ -38,6 +38,7 @@ from popviz.emulator import calls as _calls
 from popviz.emulator import costmodel, hardware, layers, oom, profiling
 from popviz.emulator import fake as _fake
 from popviz.emulator import optim as _optim
+from popviz.emulator import progress as _progress
 from popviz.emulator.blocks import BlockTrace, tracing
 from popviz.emulator.enums import ConnectionType, MeanReductionStrategy, OutputMode, ReductionType
 from popviz.emulator.errors import CPP_ERROR, Error
@@ -375,7 +376,9 @@ class PoplarExecutor:
 
             log.warn("Call to compile() ignored: the executable is already compiled")
             return
-        self._compile(*self._canonical(args, kwargs), estimate_only=True)
+        with _progress.reporter().activity(f"compiling {self.engine_name!r}: tracing and measuring one "
+                                           "micro-batch"):
+            self._compile(*self._canonical(args, kwargs), estimate_only=True)
 
     def _compile(self, args: tuple, kwargs: dict, estimate_only: bool = False) -> None:
         """Trace, measure and estimate; ``estimate_only``: nothing runs after it (``compile()``,
@@ -398,8 +401,7 @@ class PoplarExecutor:
                 if not _fake.retry_for_real(error):  # PopTorch's own errors: as they are
                     raise
                 notes = (_fake.fallback_note(error),)
-                if _calls.limit() is not None:
-                    _calls.progress(notes[0])
+                _progress.reporter().say(notes[0])
         if measured is None:
             # measured on a copy: the model may change its inputs in place, which only the run may do
             m_args, m_kwargs = tree_map(lambda t: t.clone() if isinstance(t, torch.Tensor) else t, micro[0])
@@ -559,12 +561,11 @@ class PoplarExecutor:
             "instead of model(inputs)")
         args, kwargs = self._canonical(args, kwargs)
         most = _calls.limit()
+        report = _progress.reporter()
         if not self._compiled:
-            if most is not None:
-                _calls.progress(f"compiling {self.engine_name!r}: tracing and measuring one micro-batch")
-            self._compile(args, kwargs, estimate_only=most == 1)
-            if most is not None:
-                _calls.progress(f"{self.engine_name!r} estimated in {self._compile_time.total_seconds():.1f} s")
+            with report.activity(f"compiling {self.engine_name!r}: tracing and measuring one micro-batch"):
+                self._compile(args, kwargs, estimate_only=most == 1)
+            report.say(f"{self.engine_name!r} estimated in {self._compile_time.total_seconds():.1f} s")
         else:
             self._validate(args, kwargs)
             if not self._attached:
@@ -572,8 +573,8 @@ class PoplarExecutor:
         if most is not None and self._setup.calls + 1 >= most:
             self._setup.calls += 1
             self._last_call_start = time.time()
-            _calls.progress(f"{self.engine_name!r}: call {self._setup.calls} of {most} estimated, not run; "
-                            f"stopping the script (--calls {most}); reports are written as it exits")
+            report.say(f"{self.engine_name!r}: call {self._setup.calls} of {most} estimated, not run; "
+                       f"stopping the script (--calls {most}); reports are written as it exits")
             raise _calls.CallLimitReached(self.engine_name, self._setup.calls)
         self._last_call_start = time.time()
         micro = self._split(args, kwargs)
@@ -582,17 +583,23 @@ class PoplarExecutor:
         g = o.Training.gradient_accumulation if self._training else 1
         r = o.replication_factor // o.input_group_size
         outputs = _Outputs(OutputMode(o.output_mode), o.output_return_period, d, g, r)
-        if self._training:
-            self._train(micro, outputs, d, g, r)
-        else:
-            with torch.no_grad(), self._on_device_buffers():
-                for i, (a, k) in enumerate(micro):
-                    with tracing(self._trace()), upcasting():
-                        out = self._model(*a, **k)
-                    outputs.add(i // (g * r), (i // r) % g, i % r, out)
+        k_of_n = f"{self._setup.calls + 1}" + (f" of {most}" if most is not None else "")
+        started = time.monotonic()
+        with report.activity(f"{self.engine_name!r}: running call {k_of_n} on the CPU", len(micro),
+                             announce=most is not None) as act:
+            if self._training:
+                self._train(micro, outputs, d, g, r, act)
+            else:
+                with torch.no_grad(), self._on_device_buffers():
+                    for i, (a, k) in enumerate(micro):
+                        with tracing(self._trace()), upcasting():
+                            out = self._model(*a, **k)
+                        outputs.add(i // (g * r), (i // r) % g, i % r, out)
+                        act.advance(i + 1)
         self._setup.calls += 1
-        if most is not None:
-            _calls.progress(f"{self.engine_name!r}: call {self._setup.calls} of {most} done")
+        seconds = time.monotonic() - started
+        if most is not None or seconds >= _progress.SLOW_CALL_SECONDS:
+            report.say(f"{self.engine_name!r}: call {k_of_n} done" + (f" in {seconds:.1f} s" if most is None else ""))
         self._update_anchors()
         result = outputs.result()
         for leaf in tree_flatten(result)[0]:
@@ -600,7 +607,8 @@ class PoplarExecutor:
                 leaf.backward = _no_backward
         return result
 
-    def _train(self, micro: list, outputs: _Outputs, d: int, g: int, r: int) -> None:
+    def _train(self, micro: list, outputs: _Outputs, d: int, g: int, r: int,
+               act: _progress.Activity | None = None) -> None:
         o = self._options
         mean = o.Training.accumulation_and_replication_reduction_type == ReductionType.Mean
         scale = 1.0 / (g * r) if mean else 1.0
@@ -621,6 +629,8 @@ class PoplarExecutor:
                     if loss.requires_grad:
                         loss.backward(torch.full_like(loss, scale))
                     outputs.add(iteration, step, replica, out)
+                    if act is not None:
+                        act.advance(index)
             if max_norm != float("inf"):
                 torch.nn.utils.clip_grad_norm_(params, max_norm)
             _optim.native_step(optimizer)

@@ -85,25 +85,58 @@ IPU_VERSIONS = {1: "Mk1", 2: "Mk2", 21: "Bow"}
 """``Options.useOfflineIpuTarget`` versions -> architecture."""
 
 # ------------------------------------------------------------------------- modelling constants
-MATMUL_EFFICIENCY = 0.4
-"""Fraction of peak FLOP rate a matmul/convolution reaches. Assumption: large, well-shaped
-matmuls reach 50-70% of peak on the IPU, small or skinny ones much less; 0.4 is a middle value.
-Known error: about 2x either way per op (small micro-batches are slower than this)."""
+AMP_PEAK_EFFICIENCY = 0.6
+"""Fraction of the AMP units' peak a very large matmul or convolution approaches (the limit of
+``AMP_PEAK_EFFICIENCY x c / (c + AMP_HALF_CYCLES)``). BERT-Base phase 1 (P6: 32 x 128 tokens,
+products of 4.8-19 GFLOP) implies about 35-40% of Bow's FP16 peak in its encoder stages once the
+recomputed forward is counted, and the products there are 0.3-0.8 of the way up the curve.
+Fitted with ``AMP_HALF_CYCLES`` over the fidelity cases together (a grid over 0.4-0.7 and
+6,000-24,000 cycles; this pair gave the lowest median error). Measured error per case:
+docs/emulator.md's fidelity table."""
 
-MEMORY_EFFICIENCY = 0.25
+AMP_HALF_CYCLES = 18_000
+"""Cycles at peak at which a matmul or convolution reaches half of ``AMP_PEAK_EFFICIENCY``: a
+product worth c cycles at peak takes ``(c + AMP_HALF_CYCLES) / AMP_PEAK_EFFICIENCY``. So small
+products are dominated by a fixed cost (operand rearrangement and the partial-sum reduction
+across tiles: ~42,000 cycles, ~32 us on a Mk2) and large ones approach ``AMP_PEAK_EFFICIENCY``.
+Public figures imply ~3% of peak for micro-batch-1 transformers (B12 ViT-B/16, B17 GPT, 128-197
+tokens x 768) and ~13% for BERT-Large at 384 tokens (B15), ~35% for BERT-Base at 32 x 128 tokens
+(P6): ``AMP_PEAK_EFFICIENCY x c / (c + AMP_HALF_CYCLES)`` with c the product's cycles at peak
+follows all four within ~20% (fitted over the fidelity cases together, not per case)."""
+
+MEMORY_EFFICIENCY = 0.5
 """Fraction of the on-chip memory bandwidth element-wise and data-movement ops reach (reads and
-writes of their inputs and outputs). Assumption: vectorised codelets reach about half, uneven
-tensor layouts and per-tile edge cases cost the rest. Known error: up to 4x for small tensors."""
+writes of their inputs and outputs): vectorised codelets reach about half (uneven layouts and
+per-tile edge cases cost the rest). Matters only for large activations (ResNet's early layers,
+P1); small ones are dominated by ``FIXED_CYCLES``. Fitted with the AMP constants (0.25 and 0.5
+change the fidelity cases by under 3%)."""
 
-OP_OVERHEAD_CYCLES = 1500
-"""Fixed cycles per operation: its compute set's launch and internal sync plus the exchange that
-lays out its operands. Assumption from typical PopVision execution traces where tiny ops take
-1-3 thousand cycles. Known error: 2x; it dominates the estimate of very small models."""
+NORM_PASSES = 3
+"""Passes over the data of a normalisation or softmax (statistics, then normalise; softmax: max,
+exp-sum, divide). From PopLibs' implementations (popnn::groupNorm / layerNorm statistics then
+whitening; popnn::nonLinearity softmax's stable max-subtract form)."""
 
-BACKWARD_FACTOR = 2.0
-"""Backward cycles per forward cycle (gradients with respect to inputs and to weights: two
-matmuls per forward matmul). Standard rule of thumb; known error ±30% (more for models dominated
-by element-wise ops)."""
+FIXED_CYCLES = {"matmul": 4000, "conv": 5000, "norm": 5000, "reduce": 2500, "gather": 3000,
+                "elementwise": 1200}
+"""Fixed cycles per operation by kind: its compute sets' launches and BSP syncs and the exchange
+that lays out its operands, independent of its size. A matmul is several compute sets
+(operand rearrangement, AMP partials, partials reduction); a normalisation or softmax is two or
+three reductions and the passes between them; an element-wise op is one compute set. Sources:
+the IPU Programmer's Guide (BSP: every compute set ends in a sync and an exchange) and the
+small-model figures (B1/B9: a 12-op CNN takes ~450k cycles per training micro-batch, and the
+micro-batch-1 transformers B12/B15/B17 are dominated by these costs). Measured error: see the
+fidelity table."""
+
+BACKWARD_FACTORS = {"matmul": 2.0, "conv": 2.0, "norm": 2.0, "reduce": 1.0, "gather": 1.0,
+                    "elementwise": 1.0}
+"""Backward cycles per forward cycle by kind: two products (input and weight gradients) per
+matmul or convolution; a normalisation's gradient needs two reductions as its forward did; an
+element-wise op's gradient is one element-wise op (a gather's is a scatter-add into the whole
+dense table, counted apart)."""
+
+WEIGHT_UPDATE_CYCLES_PER_TENSOR = 1500
+"""Fixed cycles of the optimizer step per trainable tensor (one compute set each; PopART merges
+some, ``mergeVarUpdate``). Assumption from the per-op fixed costs above; known error 2x."""
 
 SYNC_CYCLES = 500
 """Fixed cycles of one cross-IPU sync (on top of waiting for the slowest IPU). Assumption; known
@@ -117,16 +150,37 @@ STREAMING_MEMORY_BYTES_PER_SECOND = 20e9
 """Bandwidth from one IPU to streaming memory, where offloaded optimizer state lives (an
 IPU-M2000 shares its gateway's DDR among 4 IPUs; ~20 GB/s each is assumed). Known error 2x."""
 
-TILE_OVERHEAD_BYTES = 8 * 1024
-"""Always-live bytes per tile before any model code: worker and supervisor stacks, control
-code, host-exchange code and buffers. Assumption from PopVision memory reports of small models
-(4-16 KiB per tile). Known error 2x."""
+TILE_OVERHEAD_BYTES = 16 * 1024
+"""Always-live bytes per tile before any model code: worker and supervisor stacks, the shared
+codelets' vertex code (shared by every operation using them, so it does not grow with the op
+count), control code and host-exchange buffers. Fitted with ``CODE_BYTES_PER_OP`` to the tiny
+BERT compile profile (A1: 62.6 MB of vertex code, vertex state, exchange and control code for
+~1,000 operations on 1,472 tiles)."""
 
-CODE_BYTES_PER_OP = 96 * 1024
-"""Always-live bytes (over the whole IPU) per operation instance: vertex code and state,
-internal-exchange code. Training counts each forward op three times (forward, two backward
-ops). Assumption; known error 3x; large models are dominated by weights and activations, where
-this matters less."""
+CODE_BYTES_PER_OP = {"matmul": 160 * 1024, "conv": 160 * 1024, "norm": 160 * 1024, "reduce": 64 * 1024,
+                     "gather": 96 * 1024, "elementwise": 48 * 1024}
+"""Always-live bytes (over the whole IPU) per forward operation by kind: vertex state (one vertex
+per tile the op spreads over, each with its field pointers), exchange code and control code of
+its compute sets. Matmuls and normalisations are several compute sets; an element-wise op is
+one. Fitted to the tiny BERT compile profile (A1) together with ``TILE_OVERHEAD_BYTES``;
+measured error in the fidelity table."""
+
+UPDATE_CODE_BYTES_PER_TENSOR = 256 * 1024
+"""Always-live bytes (over the IPU) of the optimizer step's programs per trainable tensor when
+training: an Adam/LAMB update is several element-wise compute sets per tensor (PopART's
+VarUpdate ops; the tiny BERT profile counts 1,025 operations for 78 forward ones). Fitted to A1
+together with the two constants above."""
+
+# An offloaded optimizer state is loaded from streaming memory next to each tensor's VarUpdate and
+# stored back (PopART's RemoteLoad / RemoteStore), one tensor at a time; spread over every tile,
+# each tile's peak holds its slice of one tensor's state, so the IPU's total (the sum of its
+# tiles' peaks, as Poplar reports it) holds the largest tensor's state once, not-always-live. For
+# the tiny BERT profile (A1) that is the word embeddings' AdamW state, 15.6 MB of the 40.4 MB of
+# variables (weights and accumulators are 12.8 MB). No constant: the emulator counts it so.
+
+BACKWARD_CODE_FACTOR = 2.0
+"""Backward programs per forward operation when training (code of the gradient ops relative to
+the forward op's): two products per matmul, and about as many for the rest."""
 
 MATMUL_TEMPORARY_FACTOR = 2.0
 """Temporary memory of a matmul/convolution relative to its inputs plus output (re-arranged
@@ -155,9 +209,12 @@ HOST_BANDWIDTH_ENV = "POPVIZ_EMULATOR_HOST_GBPS"
 HOST_LATENCY_ENV = "POPVIZ_EMULATOR_HOST_LATENCY_US"
 ARCH_ENV = "POPVIZ_EMULATOR_ARCH"
 DEFAULT_HOST_GBPS = 8.0
-"""Effective host->IPU bandwidth, GB/s, shared by all replicas of an executor. A parameter: PCIe
-Gen4 x16 is 32 GB/s per direction in theory, an IPU-M2000 reaches its host over 100 GbE RoCE
-(12.5 GB/s); what PopTorch achieves is not published. Known error: 2x."""
+"""Effective host->IPU bandwidth, GB/s, of one IPU-M2000's host link (``IPUS_PER_HOST_LINK`` IPUs),
+shared by the replicas on it; an executor on more IPUs has one link per 4 IPUs (a Pod16's four
+IPU-M2000s each reach the host over their own 100 GbE RoCE link, 12.5 GB/s in theory). A
+parameter: what PopTorch achieves is not published. Known error: 2x."""
+IPUS_PER_HOST_LINK = 4
+"""IPUs behind one host link: an IPU-M2000 (and a Bow-2000) holds 4 IPUs (datasheets)."""
 DEFAULT_HOST_LATENCY_US = 10.0
 """Time the IPU waits for the host per transfer (StreamCopyBegin + End), microseconds. A
 parameter: it depends on the host's data loading and PopTorch's callbacks. Known error: 5x."""

@@ -39,7 +39,7 @@ from popviz.model import Layer, LayerTable
 if TYPE_CHECKING:
     import torch
 
-    from popviz.emulator.costmodel import EngineSetup, Measurement, StageEstimate
+    from popviz.emulator.costmodel import EngineSetup, Measurement, OpTable, StageEstimate
 
 DEPTH_ENV = "POPVIZ_EMULATOR_LAYER_DEPTH"
 SPLIT_ENV = "POPVIZ_EMULATOR_SPLIT"
@@ -157,9 +157,10 @@ def discover(model: torch.nn.Module, depth: int | None = None) -> Structure:
     if movable == [""]:
         units = [""]
     else:
-        _cover(model, "", movable_set, units)
+        _cover(model, "", movable_set, units, set())
+    every_name = dict(model.named_modules(remove_duplicate=False))  # a shared module under each name
     return Structure(depth=d, units=tuple(units), movable=movable_set,
-                     roles=_roles(model, modules, units, movable_set), tied=_tied(model, units), how=how)
+                     roles=_roles(model, every_name, units, movable_set), tied=_tied(model, units), how=how)
 
 
 def _movable_at(modules: dict[str, torch.nn.Module], d: int) -> list[str]:
@@ -170,15 +171,19 @@ def _movable_at(modules: dict[str, torch.nn.Module], d: int) -> list[str]:
     return out
 
 
-def _cover(module: torch.nn.Module, path: str, movable: frozenset[str], units: list[str]) -> None:
+def _cover(module: torch.nn.Module, path: str, movable: frozenset[str], units: list[str],
+           seen: set[int]) -> None:
+    """The layer-level modules under ``module``, in order. A module registered under several
+    names (T5's shared embedding: ``shared``, ``encoder.embed_tokens``, ``decoder.embed_tokens``)
+    is one layer, under the first name it is reached by."""
     for name, child in module.named_children():
         p = _join(path, name)
-        if p in movable:
-            units.append(p)
+        if p in movable or (not any(m.startswith(p + ".") for m in movable) and _has_params(child)):
+            if id(child) not in seen:
+                seen.add(id(child))
+                units.append(p)
         elif any(m.startswith(p + ".") for m in movable):
-            _cover(child, p, movable, units)
-        elif _has_params(child):
-            units.append(p)
+            _cover(child, p, movable, units, seen)
 
 
 def _unit_of(path: str, units: Sequence[str]) -> str | None:
@@ -257,11 +262,13 @@ class UnitTracker:
         return self._stack[-1] if self._stack else None
 
     def __enter__(self) -> UnitTracker:
-        modules = dict(self._model.named_modules())
+        modules = dict(self._model.named_modules(remove_duplicate=False))
+        hooked: set[int] = set()
         for unit in self.structure.units:
             module = modules.get(unit)
-            if module is None:
+            if module is None or id(module) in hooked:
                 continue
+            hooked.add(id(module))
             self._handles.append(module.register_forward_pre_hook(self._make_pre(unit)))
             self._handles.append(module.register_forward_hook(self._post, always_call=True))
         return self
@@ -304,21 +311,17 @@ def _apportion(values: Sequence[float], total: int) -> list[int]:
     return floors
 
 
-def layer_table(m: Measurement, setup: EngineSetup, stages: Sequence[StageEstimate]) -> LayerTable | None:
+def layer_table(m: Measurement, setup: EngineSetup, stages: Sequence[StageEstimate],
+                table: OpTable | None = None) -> LayerTable | None:
     """The per-layer table of an estimate whose measurement tracked layer-level modules."""
-    from popviz.emulator import hardware as hw
-    from popviz.emulator.costmodel import op_cycles, op_temporary_bytes
+    from popviz.emulator.costmodel import op_table
 
     st: Structure | None = m.structure
     if st is None or not m.ops:
         return None
-    spec = setup.spec
-    caps = {}
-    for s in stages:
-        amp = setup.available_memory_proportion.get(s.ipu, hw.DEFAULT_AVAILABLE_MEMORY_PROPORTION)
-        caps[s.index] = amp * spec.bytes_per_ipu
+    table = table or op_table(m, setup)
     ops = m.ops
-    cycles = [op_cycles(o, spec, caps[o.segment], setup.half_partials) for o in ops]
+    cycles = table.forward
 
     # each module's home stage: where most of its cycles are
     per: dict[tuple[str, int], float] = {}
@@ -368,21 +371,23 @@ def layer_table(m: Measurement, setup: EngineSetup, stages: Sequence[StageEstima
         return first_in_seg.get(segment, names[0])
 
     fwd: dict[str, float] = dict.fromkeys(names, 0.0)
+    bwd: dict[str, float] = dict.fromkeys(names, 0.0)
     temp: dict[str, int] = dict.fromkeys(names, 0)
-    for i, (o, c) in enumerate(zip(ops, cycles, strict=True)):
+    for i, c in enumerate(cycles):
         fwd[owner[i]] += c
-        temp[owner[i]] = max(temp[owner[i]], int(op_temporary_bytes(o, caps[o.segment])))
+        bwd[owner[i]] += table.backward[i]
+        temp[owner[i]] = max(temp[owner[i]], int(table.temporary[i]))
     fwd_int: dict[str, int] = {}
     bwd_int: dict[str, int] = {}
     for s in stages:
         mine = [n for n in names if seg_of[n] == s.index]
         fwd_int.update(zip(mine, _apportion([fwd[n] for n in mine], s.forward_cycles), strict=True))
-        bwd_int.update(zip(mine, _apportion([fwd[n] * hw.BACKWARD_FACTOR for n in mine], s.backward_cycles),
-                           strict=True))
+        bwd_int.update(zip(mine, _apportion([bwd[n] for n in mine], s.backward_cycles), strict=True))
 
     weights = dict.fromkeys(names, 0)
     elements = dict.fromkeys(names, 0)
     tbytes = dict.fromkeys(names, 0)
+    largest: dict[int, tuple[int, str]] = {}  # IPU -> its largest trainable tensor and the layer holding it
     for p in m.params:
         index = m.param_ops.get(p.name)
         name = at(index, p.segment) if index is not None else first_in_seg.get(p.segment, names[0])
@@ -390,6 +395,9 @@ def layer_table(m: Measurement, setup: EngineSetup, stages: Sequence[StageEstima
         if p.trainable:
             elements[name] += p.numel
             tbytes[name] += p.bytes
+            ipu = m.segments[p.segment].ipu
+            if p.numel > largest.get(ipu, (0, ""))[0]:
+                largest[ipu] = (p.numel, name)
     slot_bytes = sum(b for _, b in setup.optimizer_slots)
     optimizer = dict.fromkeys(names, 0)
     if setup.training and setup.optimizer_on_chip:
@@ -400,14 +408,17 @@ def layer_table(m: Measurement, setup: EngineSetup, stages: Sequence[StageEstima
         for mine in by_ipu.values():
             values = [elements[n] * slot_bytes / r for n in mine]
             optimizer.update(zip(mine, _apportion(values, int(round(sum(values)))), strict=True))
+    elif setup.training:  # offloaded: the largest tensor's state, on chip while its update runs
+        for numel, name in largest.values():
+            optimizer[name] += numel * slot_bytes
     accumulators = dict.fromkeys(names, 0)
     if setup.training and setup.gradient_accumulation > 1 and setup.accumulator_on_chip:
         for n in names:
             accumulators[n] = (elements[n] * setup.accumulator_element_bytes if setup.accumulator_element_bytes
                                else tbytes[n])
     activations = dict.fromkeys(names, 0)
-    for segment, index, nbytes in m.saved_slots:
-        activations[at(index, segment)] += nbytes
+    for item in table.recompute.stash:
+        activations[at(item.position, item.segment)] += item.bytes
 
     ipus = [seg.ipu for seg in m.segments]
     max_ipu = max(ipus)
@@ -433,9 +444,11 @@ def layer_table(m: Measurement, setup: EngineSetup, stages: Sequence[StageEstima
              "Operations outside every layer-level module count with the nearest layer before them in the "
              "same stage; per-layer cycles and bytes add up to each stage's compute and each IPU's layer "
              "memory (inter-IPU copies, syncs and code belong to no layer).",
-             f"Backward cycles = {hw.BACKWARD_FACTOR:g} x forward (the cost model's); optimizer state "
+             "Backward cycles per operation kind (the cost model's), with the recomputed forward added; "
+             "activation bytes are what each layer stashes per micro-batch; optimizer state "
              f"{slot_bytes} bytes per trainable element"
-             + (" (offloaded: 0)" if not setup.optimizer_on_chip else "")
+             + (" (offloaded: only the IPU's largest tensor's, held while its update runs)"
+                if not setup.optimizer_on_chip else "")
              + ("; inference: no optimizer state or stash" if not setup.training else "") + "."]
     if spanning:
         notes.append(f"{', '.join(spanning[:3])}{' ...' if len(spanning) > 3 else ''} run in more than one "

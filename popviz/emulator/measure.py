@@ -24,6 +24,7 @@ from torch.utils.flop_counter import flop_registry
 
 from popviz.emulator.blocks import BlockTrace
 from popviz.emulator.costmodel import Measurement, OpCost, ParamInfo, Segment
+from popviz.emulator.recompute import CheckpointLog, tracking
 from popviz.emulator.strategy import BlockPlacement
 
 _aten = torch.ops.aten
@@ -85,8 +86,10 @@ class Recorder:
         self.saved: dict[tuple[int, int], int] = {}
         trace.listeners.append(self._on_block)
         self._trace = trace
-        self._placement: BlockPlacement | None = None
+        self._placement: BlockPlacement | None = trace.first  # first layers: IPU 0 (blocks.py)
         self._seen: dict[str, BlockPlacement] = {}
+        self.recompute = CheckpointLog(self)
+        """recomputationCheckpoint calls and each tensor's producing operation."""
 
     # -- blocks and segments
     def _block(self) -> str | None:
@@ -108,7 +111,7 @@ class Recorder:
             if len(self.segments) > 1:
                 self.boundary_bytes.append(0)
         blocks = self.segments[-1].blocks
-        if placement.block not in blocks:
+        if placement.block is not None and placement.block not in blocks:
             blocks.append(placement.block)
         return len(self.segments) - 1
 
@@ -161,6 +164,7 @@ class Recorder:
                                flops=flops, element_bytes=elem, in_bytes=in_bytes, out_bytes=out_bytes,
                                matmul=formula is not None, weight_bytes=weight_bytes, block=self._block(),
                                module=self.units.current if self.units is not None else None))
+        self.recompute.produced([_key(t) for t in outputs], len(self.ops) - 1)
         for t in outputs:
             key = _key(t)
             if key is not None and key not in self.producers and key not in self.param_keys:
@@ -204,7 +208,9 @@ class Recorder:
         return Measurement(segments=list(self.segments), ops=ops, params=list(params.values()),
                            saved_bytes=saved, boundary_bytes=list(self.boundary_bytes),
                            saved_bytes_by_block=saved_by_block, param_ops=dict(self.param_ops),
-                           saved_slots=slots,
+                           saved_slots=slots, checkpoints=list(self.recompute.checkpoints),
+                           saved_keys=[key for (_, _, key) in self.saved],
+                           saved_producers=[self.recompute.producer_op.get(key) for (_, _, key) in self.saved],
                            structure=self.units.structure if self.units is not None else None)
 
 
@@ -228,15 +234,18 @@ class measuring:
         self.training = training
         self._mode = _CostMode(self.recorder)
         self._hooks = torch.autograd.graph.saved_tensors_hooks(self.recorder.pack, lambda t: t)
+        self._checkpoints = tracking(self.recorder.recompute)
 
     def __enter__(self) -> Recorder:
         if self.training:
             self._hooks.__enter__()
+        self._checkpoints.__enter__()
         self._mode.__enter__()
         return self.recorder
 
     def __exit__(self, *exc: Any) -> None:
         self._mode.__exit__(*exc)
+        self._checkpoints.__exit__(*exc)
         if self.training:
             self._hooks.__exit__(*exc)
 

@@ -43,7 +43,12 @@ def set_available_memory(tensor: torch.Tensor, available_memory_proportion: floa
 
 
 def recomputationCheckpoint(*tensors: torch.Tensor) -> Any:
-    """Recomputation checkpoint: identity in the emulator (recomputation is not modelled)."""
+    """Recomputation checkpoint: returns its arguments; while the emulator measures a forward
+    pass, their tensors are recorded as the stashed checkpoints (:mod:`popviz.emulator.recompute`)."""
+    from popviz.emulator.recompute import checkpoint
+
+    flat = tensors[0] if len(tensors) == 1 and isinstance(tensors[0], (list, tuple)) else tensors
+    checkpoint(list(flat))
     if len(tensors) == 1 and isinstance(tensors[0], (list, tuple)):
         return type(tensors[0])(tensors[0])
     return tensors[0] if len(tensors) == 1 else tensors

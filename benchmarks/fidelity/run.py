@@ -1,0 +1,143 @@
+"""Hold the emulator's estimates against public hardware figures: one case per figure.
+
+    python benchmarks/fidelity/run.py [CASE ...] [--keep DIR]
+
+Each case is a PopTorch script in this directory (random weights, synthetic data, the model
+rebuilt in plain PyTorch from its published configuration) run under
+``popviz capture --emulate --calls 1``; the estimated report is then measured the way the
+hardware figure was (throughput of the whole system, a memory total, whether it fits) and the
+error printed: ``(estimate - hardware) / hardware``. The figures and their sources are in
+``shared/reference/hardware-figures.md`` (ids A1, B9, ...). The last line is the median of the
+absolute errors. To add a figure: write the script, then add a ``Case`` below with the figure's
+id, what to measure and its value.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+@dataclass(frozen=True)
+class Case:
+    figure: str
+    script: str
+    metric: str
+    """``samples_per_second`` (whole system), ``total_bytes`` / ``code_bytes`` (IPU 0) or
+    ``fits`` (the hardware value is 1: it ran)."""
+    hardware: float
+    what: str
+    args: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+
+
+BOW = (("POPVIZ_EMULATOR_ARCH", "Bow"),)
+CASES = [
+    Case("A1", "a1_tiny_bert_squad.py", "total_bytes", 103_077_866, "tiny BERT compile profile, total"),
+    Case("A1", "a1_tiny_bert_squad.py", "code_bytes", 24_414_353 + 11_348_758 + 9_779_604 + 17_100_804,
+         "tiny BERT: vertex code + state + exchange + control"),
+    Case("B9", "b9_small_cnn.py", "samples_per_second", 47_323.53, "small CNN, 1 IPU, synthetic"),
+    Case("B3", "b9_small_cnn.py", "samples_per_second", 46_384.23, "small CNN, 2 replicas, synthetic",
+         args=("2",)),
+    Case("B7", "b9_small_cnn.py", "samples_per_second", 138_005.99, "small CNN, 4 replicas, SDK 2.5",
+         args=("4",)),
+    Case("B10", "b10_mnist_pipeline.py", "samples_per_second", 60_160, "MNIST CNN, 4-IPU pipeline"),
+    Case("B12", "b12_vit_pipeline.py", "samples_per_second", 307.745, "ViT-B/16, [3,3,3,3], mb 1"),
+    Case("B15", "b15_bert_large_squad.py", "samples_per_second", 419.265, "BERT-Large SQuAD, 4x[3,7,7,7]"),
+    Case("B17", "b17_gpt_lm.py", "samples_per_second", 951.618, "GPT-style LM, 4x[0,4,4,4]"),
+    Case("P1", "p1_resnet50.py", "samples_per_second", 37_061, "ResNet-50, mb 18, 16 replicas (Bow)", env=BOW),
+    Case("P1", "p1_resnet50.py", "fits", 1, "ResNet-50, mb 18, AMP 0.16: fits", env=BOW),
+    Case("P3", "p3_vit_finetune.py", "samples_per_second", 7_319, "ViT-B/16, mb 17, 4x[3,3,3,3] (Bow)", env=BOW),
+    Case("P6", "p6_bert_base_pretrain.py", "samples_per_second", 15_911, "BERT-Base phase 1, 4x[0,4,4,4] (Bow)",
+         env=BOW),
+    Case("P6", "p6_bert_base_pretrain.py", "fits", 1, "BERT-Base phase 1, mb 32: fits", env=BOW),
+]
+
+
+def capture(script: str, args: tuple[str, ...], env: tuple[tuple[str, str], ...], out: Path) -> float:
+    """Run one case under the emulator (estimate only); returns the seconds it took."""
+    started = time.perf_counter()
+    cmd = [sys.executable, "-m", "popviz", "capture", "-o", str(out), "--emulate", "--calls", "1", "--",
+           sys.executable, str(HERE / script), *args]
+    full_env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"), **dict(env)}
+    done = subprocess.run(cmd, env=full_env, capture_output=True, text=True)
+    if done.returncode != 0 and "Out of memory" not in done.stderr:  # an OOM still leaves its report
+        raise RuntimeError(f"{script}: exit {done.returncode}\n{done.stderr[-2000:]}")
+    return time.perf_counter() - started
+
+
+def measure(report, metric: str) -> float:
+    from popviz.analysis.throughput import throughput
+
+    frame = report.memory.frame.set_index("ipu")
+    if metric == "samples_per_second":
+        t = throughput(report)
+        return t.samples_per_second if t is not None else 0.0  # 0: estimated out of memory
+    if metric == "total_bytes":
+        return float(frame["total_bytes_including_gaps"].max())
+    if metric == "code_bytes":
+        return float(frame["cat_codeAndExchange_bytes"].max())
+    if metric == "fits":
+        return float((frame["overflow_bytes"] == 0).all())
+    raise ValueError(metric)
+
+
+def fmt(metric: str, value: float) -> str:
+    if metric == "fits":
+        return "fits" if value else "OOM"
+    if metric.endswith("_bytes"):
+        return f"{value / 1e6:,.1f} MB"
+    return f"{value:,.1f}/s" if value else "OOM"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("figures", nargs="*", help="figure ids to run (default: all), e.g. A1 P6")
+    parser.add_argument("--keep", type=Path, help="keep the captured reports under this directory")
+    ns = parser.parse_args(argv)
+    import popviz
+
+    cases = [c for c in CASES if not ns.figures or c.figure in ns.figures]
+    root = ns.keep or Path(tempfile.mkdtemp(prefix="popviz-fidelity-"))
+    reports: dict[tuple, object] = {}
+    errors = []
+    print(f"{'figure':6}  {'what':45}  {'estimate':>14}  {'hardware':>14}  {'error':>8}")
+    for c in cases:
+        key = (c.script, c.args, c.env)
+        if key not in reports:
+            out = root / f"{Path(c.script).stem}{'-' + '-'.join(c.args) if c.args else ''}"
+            env = dict(c.env)
+            if out.exists() and ns.keep:
+                pass
+            else:
+                capture(c.script, c.args, c.env, out)
+            loaded = popviz.load(out)
+            reports[key] = (loaded[0] if isinstance(loaded, (list, tuple)) else
+                            next(iter(loaded)) if hasattr(loaded, "__iter__") else loaded)
+            del env
+        value = measure(reports[key], c.metric)
+        if c.metric == "fits":
+            error = 0.0 if value == c.hardware else 1.0
+            shown = "ok" if value == c.hardware else "WRONG"
+        else:
+            error = (value - c.hardware) / c.hardware
+            shown = f"{error:+.0%}"
+        errors.append(abs(error))
+        print(f"{c.figure:6}  {c.what:45}  {fmt(c.metric, value):>14}  {fmt(c.metric, c.hardware):>14}  {shown:>8}",
+              flush=True)
+    if errors:
+        print(f"median |error| over {len(errors)} figures: {statistics.median(errors):.0%}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
