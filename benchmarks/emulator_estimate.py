@@ -333,10 +333,10 @@ def run_once(case: Case, trace: str, threads: str | None) -> Run:
                 stamps[parts[1]] = now
                 if parts[1] == "built":
                     params = int(parts[2])
-            elif "popviz emulator: compiling" in line:
-                stamps["compiling"] = now
+            elif "popviz emulator: compiling" in line:  # the first line; later ones are heartbeats
+                stamps.setdefault("compiling", now)
             elif "popviz emulator:" in line and "estimated in " in line:
-                stamps["estimated"] = now
+                stamps.setdefault("estimated", now)
         _, status, usage = os.wait4(proc.pid, 0)
         stamps["end"] = time.time() - started
         proc.returncode = os.waitstatus_to_exitcode(status)
