@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from popviz.ci.baseline import EngineMetrics
-from popviz.errors import CorruptReportError, UnsupportedFormatError, UsageError, shown
+from popviz.errors import CorruptReportError, UnsupportedFormatError, UsageError, brief, shown
 
 FORMAT = "popviz-history"
 SCHEMA_VERSION = 1
@@ -321,7 +321,7 @@ def _run(p: Path, run_id: object, label: object, added_at: object) -> Run:
     from popviz.ci import validate as v
 
     if isinstance(run_id, bool) or not isinstance(run_id, int) or run_id < 1:
-        raise _fail(p, f"has a run with an invalid id ({v._short(run_id)})")
+        raise _fail(p, f"has a run with an invalid id ({brief(run_id)})")
     fail = lambda what: _fail(p, what)  # noqa: E731
     return Run(run_id, v.name(label, fail, f"label of run #{run_id}", optional=True),
                v.name(added_at, fail, f"time of run #{run_id}") or "")
@@ -346,7 +346,7 @@ def _read_engines(con: sqlite3.Connection, p: Path, first: int) -> dict[tuple[in
         except (ValueError, RecursionError):
             raise _fail(p, f"has a damaged configuration for {where}") from None
         if estimated not in (0, 1):
-            raise _fail(p, f"has an invalid estimated flag for {where} ({v._short(estimated)})")
+            raise _fail(p, f"has an invalid estimated flag for {where} ({brief(estimated)})")
         engines[(int(run_id), label)] = EngineMetrics(
             name=v.name(name, fail, f"name of {where}"), instance=v.name(instance, fail, f"instance of {where}",
                                                                      optional=True),

@@ -78,9 +78,12 @@ def md(value: object, *, starts_line: bool = False) -> str:
     or a heading. ``starts_line``: the value begins a line, so a leading ``-``, ``+``, ``>``, ``#``,
     ``1.`` cannot make a list, a quote or a heading either."""
     out = []
-    for c in term(value):
+    text = term(value)
+    for i, c in enumerate(text):
         if c in _HTML:
             out.append(_HTML[c])
+        elif c == "_" and 0 < i < len(text) - 1 and text[i - 1].isalnum() and text[i + 1].isalnum():
+            out.append(c)  # inside a word (qa_outputs, used_pct) "_" never makes emphasis
         elif c in _MD_SPECIAL:
             out.append("\\" + c)
         else:
