@@ -14,6 +14,7 @@ from test_samples_captured import REGEN, _differences, _stable
 from conftest import ROOT, run_cli
 
 pytest.importorskip("torch")
+pytestmark = pytest.mark.slow  # a few minutes: every sample's script captured twice, two whole runs twice
 
 
 def capture(sample, trace: str, into: Path) -> tuple[dict, str]:
