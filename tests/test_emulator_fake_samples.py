@@ -41,7 +41,6 @@ def test_fake_trace_gives_the_real_traces_report(sample, tmp_path):
     assert [e["name"] for e in faked["engines"]] == [e["name"] for e in real["engines"]] != []
 
 
-@pytest.mark.slow  # whole runs of the examples, like test_samples_captured's regeneration
 @pytest.mark.parametrize("sample", ["mnist_pipeline", "cnn_replicated"])
 def test_whole_runs_with_every_compilation_faked_give_the_real_traces_capture(sample, tmp_path, monkeypatch):
     """POPVIZ_EMULATOR_TRACE=fake: every compilation traces with fake tensors, also when its call
