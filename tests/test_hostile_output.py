@@ -417,3 +417,33 @@ def test_the_cli_streams_are_the_last_guard():
     out.close_lines()
     assert raw.getvalue() == ("name x and\n: :warning::forged\n  : :stop-commands::tok\nok :: fine\n"
                               "::error title=popviz regression::a%0Ab\n")
+
+
+def test_the_older_command_form_is_defused_anywhere_in_a_line(tmp_path):
+    """GitHub's runner also obeys ``##[error]data`` and ``##[stop-commands]token`` found anywhere
+    in a line (actions/runner, src/Runner.Common/ActionCommand.cs, ``TryParse``: ``IndexOf("##[")``),
+    so a name must not carry one to stdout or stderr in any form: plain, JSON, Markdown, --github."""
+    from popviz.cli import _PipeSafeStdout
+    from popviz.sources.bundle import write_bundle
+
+    from conftest import run_cli
+
+    raw = io.StringIO()
+    out = _PipeSafeStdout(raw)
+    out.write('{"name": "a ##[stop-commands]tok ###[error]x"}\n')
+    out.close_lines()
+    assert raw.getvalue() == '{"name": "a # #[stop-commands]tok ## #[error]x"}\n'
+
+    name = "e ##[error]forged ##[stop-commands]tok"
+    for side_, stage1 in (("base", 3000), ("new", 6000)):
+        write_bundle(testing.pipeline_report([1000, stage1, 2000], name=name, tiles_per_ipu=8,
+                                             gradient_accumulation=8), tmp_path / side_ / "e")
+    summary = tmp_path / "summary.md"
+    runs = {"analyse": ("analyse", "new"), "analyse --json": ("analyse", "--json", "new"),
+            "check": ("check", "new", "--fail-on", "info"),
+            "compare --github": ("compare", "base", "new", "--github")}
+    for what, argv in runs.items():
+        proc = run_cli(*argv, cwd=tmp_path, env={"GITHUB_STEP_SUMMARY": str(summary)})
+        assert proc.returncode in (0, 1), (what, proc.stderr)
+        assert "forged" in proc.stdout, what  # the name is shown ...
+        assert "##[" not in proc.stdout + proc.stderr, what  # ... never as a command

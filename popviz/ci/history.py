@@ -234,6 +234,12 @@ def _check_schema(con: sqlite3.Connection, path: Path, create: bool, *, empty_ok
             if _has_table(con, "meta") else None
         if row is None or row[0] != FORMAT:
             raise _fail(path, "is a SQLite database but not a popviz history (no format marker)")
+        # popviz creates no trigger and no view: one planted in a downloaded history would run
+        # (a trigger on every history add) or stand in for a table; checked before any write
+        planted = [f"{kind} {name!r}" for kind, name in con.execute(
+            "SELECT type, name FROM sqlite_master WHERE type IN ('trigger', 'view') ORDER BY name")]
+        if planted:
+            raise _fail(path, f"has {', '.join(planted[:3])}, which popviz never creates")
 
 
 def _has_table(con: sqlite3.Connection, name: str) -> bool:
