@@ -2,8 +2,10 @@
 
 Everything the emulator's estimates depend on lives here, so one file answers "where does this
 number come from?". ``docs/emulator.md`` explains how the cost model combines them. Hardware
-facts come from Graphcore's public specifications; the modelling constants are engineering
-assumptions, marked as such, with the error we expect from them. Sources a reader can open:
+facts come from Graphcore's public specifications; each modelling constant says where it comes
+from: a documented PopTorch/PopART behaviour, or a fit over the public hardware figures of
+``benchmarks/fidelity/`` taken together (``python benchmarks/fidelity/run.py`` prints every case's
+measured error; docs/emulator.md's "Fidelity" table is its output). Sources a reader can open:
 
 * IPU Programmer's Guide, IPU hardware overview (tiles, In-Processor Memory, exchange):
   https://docs.graphcore.ai/projects/ipu-programmers-guide/en/latest/about_ipu.html
