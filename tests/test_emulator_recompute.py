@@ -99,7 +99,7 @@ def test_no_default_on_one_ipu_and_checkpoints_are_inert():
     assert plan.type is RecomputationType.NONE and not plan.active
     assert plan.note == ("Recomputation: None (autoRecomputation not set, and PopTorch sets Pipeline only for a "
                          "pipeline over more than one IPU, here a single IPU); the 1 recomputationCheckpoint "
-                         "have no effect without it.")
+                         "has no effect without it.")
     assert plan.stash_bytes(2) == [600, 1500]
 
 

@@ -217,7 +217,7 @@ def resolve(m: Measurement, setup: EngineSetup) -> tuple[RecomputationType, str]
                     f"Recomputation: Pipeline, PopTorch's default for a pipelined model on {ipus} IPUs "
                     f"(autoRecomputation not set; poptorch Compiler.cpp); {cps} kept as stashed tensors.")
         why = ("a single IPU" if ipus == 1 else f"{setup.strategy or 'no strategy'}")
-        extra = f"; the {cps} have no effect without it" if n_cp else ""
+        extra = f"; the {cps} {'has' if n_cp == 1 else 'have'} no effect without it" if n_cp else ""
         return (RecomputationType.NONE,
                 f"Recomputation: None (autoRecomputation not set, and PopTorch sets Pipeline only for a "
                 f"pipeline over more than one IPU, here {why}){extra}.")
