@@ -20,6 +20,7 @@ from typing import Any
 
 from popviz import __version__
 from popviz.errors import PopvizError
+from popviz.render import escape
 
 COMMANDS = ("analyse", "export", "emulate", "capture", "plot", "plan", "compare", "check", "baseline",
             "history")
@@ -54,12 +55,15 @@ def build_parser() -> Parser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    real_stdout = sys.stdout
-    sys.stdout = _PipeSafeStdout(real_stdout)
+    real_stdout, real_stderr = sys.stdout, sys.stderr
+    sys.stdout = out = _PipeSafeStdout(real_stdout)
+    sys.stderr = err = _PipeSafeStdout(real_stderr, strip_padding=False)
     try:
         return _main(argv)
     finally:
-        sys.stdout = real_stdout
+        for stream in (out, err):
+            stream.close_lines()
+        sys.stdout, sys.stderr = real_stdout, real_stderr
 
 
 def _main(argv: Sequence[str] | None) -> int:
@@ -75,7 +79,7 @@ def _main(argv: Sequence[str] | None) -> int:
     except PopvizError as exc:
         if debug:
             raise
-        print(f"popviz: error: {exc.message}", file=sys.stderr)
+        print(f"popviz: error: {escape.term(exc.message)}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         if debug:
@@ -89,41 +93,80 @@ def _main(argv: Sequence[str] | None) -> int:
         if debug:
             raise
         first = str(exc).splitlines()[0] if str(exc) else ""
-        print(f"popviz: internal error: {type(exc).__name__}: {first} (this is a popviz bug; "
+        print(f"popviz: internal error: {type(exc).__name__}: {escape.term(first)} (this is a popviz bug; "
               "rerun with --debug for the traceback and report it)", file=sys.stderr)
         return EXIT_INTERNAL
 
 
 _LINE_END_PADDING = re.compile(r" +\n")
+_PIPED_CONTROLS = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|[\]PX^_].*?(?:\x07|\x1b\\|$)|.?)"
+                             r"|[\x00-\x08\x0b-\x1f\x7f-\x9f]", re.S)
+"""Piped or redirected output: every escape sequence and control character but tab and newline
+(rich writes none there; anything found is from a file and slipped past escape.term)."""
+_TTY_CONTROLS = re.compile(r"\x1b[\]PX^_].*?(?:\x07|\x1b\\|$)|\x1b(?![\[(])"
+                           r"|[\x00-\x08\x0b\x0c\x0e-\x1a\x1c-\x1f\x7f-\x9f]", re.S)
+"""On a terminal rich draws with CSI sequences (colours, the spinner): those stay; operating
+system commands (OSC: clipboard, title), device control strings and C1 controls never pass."""
 
 
 class _PipeSafeStdout:
-    """``sys.stdout`` for the CLI: once the reader goes away (``popviz analyse DIR | head``) the
-    rest of the output is dropped, and the command still finishes with its own exit code (a CI
-    gate's verdict counts; rich alone would exit 1 on the spot, JSON printing would raise)."""
+    """``sys.stdout`` (and ``sys.stderr``) for the CLI.
 
-    def __init__(self, stream: Any) -> None:
+    Once the reader goes away (``popviz analyse DIR | head``) the rest of the output is dropped,
+    and the command still finishes with its own exit code (a CI gate's verdict counts; rich alone
+    would exit 1 on the spot, JSON printing would raise).
+
+    It is also the last guard of the terminal channel (renderers escape names with
+    ``popviz.render.escape`` first): control sequences that are not rich's own are removed, and
+    a line that GitHub Actions would read as a workflow command (``::warning::``) is defused
+    unless popviz wrote it on purpose with :meth:`write_command`.
+    """
+
+    def __init__(self, stream: Any, *, strip_padding: bool = True) -> None:
         self._stream = stream
         self._dropped = False
         try:  # piped or redirected: no padding at line ends (rich pads table and panel lines)
-            self._strip = not stream.isatty()
+            self._tty = bool(stream.isatty())
         except (AttributeError, ValueError):
-            self._strip = False
+            self._tty = False
+        self._strip = strip_padding and not self._tty
+        self._controls = _TTY_CONTROLS if self._tty else _PIPED_CONTROLS
         self._pending = ""
+        self._line_start = True
 
     def write(self, text: str) -> int:
         n = len(text)
+        text = self._controls.sub("", text)
+        text = escape.defuse_commands(text, at_line_start=self._line_start)
+        if text:
+            self._line_start = text.endswith("\n")
         if self._strip:
             text = self._pending + text
             kept = len(text.rstrip(" "))  # spaces at the end wait: a newline may follow them
             text, self._pending = text[:kept], text[kept:]
             text = _LINE_END_PADDING.sub("\n", text)
+        self._raw(text)
+        return n
+
+    def write_command(self, line: str) -> None:
+        """A GitHub Actions workflow command popviz means to give (built by escape.gh_command)."""
+        if not self._line_start:
+            self._raw("\n")
+        self._raw(self._pending + line + "\n")
+        self._pending = ""
+        self._line_start = True
+
+    def close_lines(self) -> None:
+        """The end of the command's output (spaces still waiting for a newline are dropped)."""
+        self._pending = ""
+        self.flush()
+
+    def _raw(self, text: str) -> None:
         if not self._dropped and text:
             try:
                 self._stream.write(text)
             except BrokenPipeError:
                 self._drop()
-        return n
 
     def flush(self) -> None:
         if not self._dropped:

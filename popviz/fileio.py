@@ -5,9 +5,12 @@ Imports only the standard library: capture hooks use it inside the user's proces
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import secrets
+import shutil
+import stat
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -40,6 +43,64 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
         raise
 
 
+MAX_JSON_BYTES = 64 * 2**20
+"""The largest popviz JSON file read (bundle metadata, popviz-model.json, baselines, plan files):
+far above any real one, far below what would exhaust memory."""
+
+
+def _kind(mode: int) -> str:
+    return ("a directory" if stat.S_ISDIR(mode) else "a FIFO (named pipe)" if stat.S_ISFIFO(mode)
+            else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a socket" if stat.S_ISSOCK(mode)
+            else "not a regular file")
+
+
+def check_regular(path: str | os.PathLike[str], what: str = "") -> None:
+    """CorruptReportError unless ``path`` (links followed) is a regular file: popviz never opens
+    a FIFO, a device or a socket (it would wait forever or read without end). For files that a
+    library opens (profile.pop, Parquet tables, SQLite)."""
+    p = Path(path)
+    try:
+        mode = os.stat(p).st_mode
+    except OSError as exc:
+        raise CorruptReportError(f"{shown(p)}: cannot be read ({exc.strerror})") from None
+    if not stat.S_ISREG(mode):
+        raise CorruptReportError(f"{shown(p)} is {_kind(mode)}, not a file{what}; popviz reads only regular "
+                                 "files: replace it with the file itself")
+
+
+def read_regular_bytes(path: str | os.PathLike[str], max_bytes: int = MAX_JSON_BYTES) -> bytes:
+    """The bytes of ``path``, which must be a regular file (links followed) of at most
+    ``max_bytes``: a FIFO is refused without waiting for a writer, a device (``/dev/zero``)
+    without reading it. CorruptReportError with one line otherwise."""
+    p = Path(path)
+    try:
+        fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
+    except OSError as exc:
+        raise CorruptReportError(f"{shown(p)}: cannot be read ({exc.strerror})") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise CorruptReportError(f"{shown(p)} is {_kind(st.st_mode)}, not a file; popviz reads only "
+                                     "regular files: replace it with the file itself")
+        if st.st_size > max_bytes:
+            raise CorruptReportError(f"{shown(p)} is {st.st_size:,} bytes, more than the {max_bytes:,} popviz "
+                                     "reads from such a file; is it the right file?")
+        with os.fdopen(os.dup(fd), "rb") as fh:
+            data = fh.read(max_bytes + 1)
+    except OSError as exc:
+        raise CorruptReportError(f"{shown(p)}: cannot be read ({exc.strerror})") from None
+    finally:
+        os.close(fd)
+    if len(data) > max_bytes:
+        raise CorruptReportError(f"{shown(p)} grew past the {max_bytes:,} bytes popviz reads from such a file")
+    return data
+
+
+def read_regular_text(path: str | os.PathLike[str], max_bytes: int = MAX_JSON_BYTES) -> str:
+    """:func:`read_regular_bytes` decoded as UTF-8 (UnicodeDecodeError when it is not)."""
+    return read_regular_bytes(path, max_bytes).decode("utf-8")
+
+
 def read_versioned_json(path: Path, *, format_name: str, format_version: int, kind: str,
                         fail: Callable[[str], CorruptReportError]) -> dict[str, Any]:
     """The JSON object in ``path`` whose ``format`` is ``format_name`` and whose
@@ -52,11 +113,9 @@ def read_versioned_json(path: Path, *, format_name: str, format_version: int, ki
     from popviz import __version__
 
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_regular_text(path)
     except UnicodeDecodeError:
         raise fail("is not UTF-8 text") from None
-    except OSError as exc:
-        raise CorruptReportError(f"{shown(path)}: cannot be read ({exc.strerror})") from None
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -67,6 +126,11 @@ def read_versioned_json(path: Path, *, format_name: str, format_version: int, ki
         raise fail(f"holds a value popviz cannot read ({str(exc).split(';')[0]})") from None
     if not isinstance(doc, dict):
         raise fail("is not a JSON object")
+    if "\\u" in text:
+        try:  # a \ud800 escape decodes to a lone surrogate: not text, and no output can hold it
+            json.dumps(doc, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            raise fail("holds a string that is not valid Unicode (a lone surrogate such as \\ud800)") from None
     if doc.get("format") != format_name:
         raise fail(f"is not a popviz {kind} (\"format\" is {doc.get('format')!r}, expected {format_name!r})")
     version = doc.get("format_version")
@@ -81,7 +145,9 @@ def read_versioned_json(path: Path, *, format_name: str, format_version: int, ki
 
 
 def refuse_existing(path: str | os.PathLike[str]) -> None:
-    """UsageError when ``path`` exists: popviz never writes over a file the user already has."""
+    """UsageError when ``path`` exists (or is a link, even a dangling one), or cannot be created
+    (no such directory, no permission): checked before any work, so a long analysis never ends
+    in an output that cannot be written."""
     from popviz.errors import UsageError
 
     p = Path(path)
@@ -89,18 +155,101 @@ def refuse_existing(path: str | os.PathLike[str]) -> None:
         raise UsageError(f"{shown(p)} exists; popviz never writes over files: choose a new file name")
     if not p.parent.is_dir():
         raise UsageError(f"{shown(p.parent)} is not a directory; create it first or choose another path")
+    if not os.access(p.parent, os.W_OK | os.X_OK):
+        raise UsageError(f"{shown(p.parent)} is not writable; choose a directory you can write to")
 
 
-def write_new_text(path: str | os.PathLike[str], text: str) -> None:
-    """Write ``text`` to a file that must not exist yet (created exclusively, so a file that
-    appears in the meantime is not overwritten either)."""
+def check_replaceable(path: str | os.PathLike[str]) -> None:
+    """UsageError unless ``path`` can be written by an atomic replace (``--force``): its
+    directory exists and is writable, and ``path`` is absent or a regular file (never a link, a
+    directory, a FIFO or a device)."""
+    from popviz.errors import UsageError
+
+    p = Path(path)
+    if p.is_symlink():
+        raise UsageError(f"{shown(p)} is a symbolic link; popviz does not write through links: pass the "
+                         "file itself")
+    if p.exists() and not p.is_file():
+        raise UsageError(f"{shown(p)} exists and is not a regular file; choose a file name")
+    if not p.parent.is_dir():
+        raise UsageError(f"{shown(p.parent)} is not a directory; create it first or choose another path")
+    if not os.access(p.parent, os.W_OK | os.X_OK):
+        raise UsageError(f"{shown(p.parent)} is not writable; choose a directory you can write to")
+
+
+def check_appendable(path: str | os.PathLike[str], what: str) -> None:
+    """UsageError unless text can be appended to ``path`` (``what`` names it in the message): a
+    writable regular file, or a new file in a writable directory."""
     from popviz.errors import UsageError
 
     p = Path(path)
     try:
-        with open(p, "x", encoding="utf-8") as fh:
-            fh.write(text)
-    except FileExistsError:
-        raise UsageError(f"{shown(p)} exists; popviz never writes over files: choose a new file name") from None
+        mode = os.stat(p).st_mode
+    except FileNotFoundError:
+        if p.is_symlink():
+            raise UsageError(f"{what} ({shown(p)}) is a dangling symbolic link; point it at a file") from None
+        if not p.parent.is_dir() or not os.access(p.parent, os.W_OK | os.X_OK):
+            raise UsageError(f"{what} ({shown(p)}) cannot be created: {shown(p.parent)} is not a writable "
+                             "directory") from None
+        return
+    except OSError as exc:
+        raise UsageError(f"{what} ({shown(p)}) cannot be written ({exc.strerror})") from None
+    if not stat.S_ISREG(mode):
+        raise UsageError(f"{what} ({shown(p)}) is {_kind(mode)}; popviz appends only to regular files")
+    if not os.access(p, os.W_OK):
+        raise UsageError(f"{what} ({shown(p)}) is not writable")
+
+
+def append_text(path: str | os.PathLike[str], text: str) -> None:
+    """Append ``text`` to the regular file ``path`` (created when absent); never opens a FIFO."""
+    from popviz.errors import UsageError
+
+    p = Path(path)
+    try:
+        fd = os.open(p, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NONBLOCK", 0), 0o666)
     except OSError as exc:
         raise UsageError(f"{shown(p)}: cannot be written ({exc.strerror})") from None
+    with os.fdopen(fd, "a", encoding="utf-8") as fh:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise UsageError(f"{shown(p)} is not a regular file; popviz appends only to regular files")
+        fh.write(text)
+
+
+def write_new_text(path: str | os.PathLike[str], text: str) -> None:
+    """Write ``text`` to a file that must not exist yet. The text goes to a temporary file beside
+    it first, which is then linked into place (a link is never made over an existing file): a
+    failed write leaves no partial file, and a file that appears in the meantime is not
+    overwritten either."""
+    write_new_bytes(path, text.encode("utf-8", "surrogateescape"))
+
+
+def write_new_bytes(path: str | os.PathLike[str], data: bytes | Callable[[Any], None]) -> None:
+    """:func:`write_new_text` for bytes, or for a ``writer(fh)`` that writes into a binary file
+    (a figure's ``savefig``): all or nothing, never over an existing file."""
+    from popviz.errors import UsageError
+
+    p = Path(path)
+    try:
+        fd, tmp = temp_file(p)
+    except OSError as exc:
+        raise UsageError(f"{shown(p)}: cannot be written ({exc.strerror})") from None
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            if callable(data):
+                data(fh)
+            else:
+                fh.write(data)
+        try:
+            os.link(tmp, p)
+        except FileExistsError:
+            raise UsageError(f"{shown(p)} exists; popviz never writes over files: choose a new file name") from None
+        except OSError as exc:
+            if exc.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.ENOSYS, errno.EXDEV):
+                raise UsageError(f"{shown(p)}: cannot be written ({exc.strerror})") from None
+            # a file system without hard links: exclusive create, then the bytes copied in
+            with open(tmp, "rb") as src, open(p, "xb") as dst:
+                shutil.copyfileobj(src, dst)
+    except OSError as exc:
+        raise UsageError(f"{shown(p)}: cannot be written ({exc.strerror})") from None
+    finally:
+        Path(tmp).unlink(missing_ok=True)

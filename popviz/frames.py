@@ -143,9 +143,18 @@ def steps(report: Report, run: int | None = None) -> pd.DataFrame:
     return out.reset_index(drop=True)
 
 
+def _cycle_types(frame: pd.DataFrame) -> pd.DataFrame:
+    """Cycles are whole numbers (per micro-batch rounded to the nearest cycle; null when
+    unknown); ``idle_pct`` a float."""
+    frame["cycles_per_micro_batch"] = frame["cycles_per_micro_batch"].astype("float64").round().astype("Int64")
+    frame["idle_pct"] = frame["idle_pct"].astype("float64")
+    frame["total_cycles"] = frame["total_cycles"].astype("Int64")
+    return frame
+
+
 def stage_cycles(report: Report) -> pd.DataFrame:
-    """Per pipeline stage: ``stage``, ``ipu``, ``blocks``, ``cycles_per_micro_batch`` (null when
-    the batching is unknown), ``total_cycles`` (over the calls counted), ``idle_pct`` and
+    """Per pipeline stage: ``stage``, ``ipu``, ``blocks``, ``cycles_per_micro_batch`` (whole
+    cycles, rounded; null when the batching is unknown), ``total_cycles`` (over the calls counted), ``idle_pct`` and
     ``bottleneck``. Empty when the report has no stages. When stages share an IPU the profile
     cannot split that IPU's cycles between them: their cycles are null, ``bottleneck`` marks every
     stage on the busiest IPU, and :func:`ipu_cycles` has the per-IPU figures."""
@@ -160,10 +169,7 @@ def stage_cycles(report: Report) -> pd.DataFrame:
             for s in m["stages"]]
     columns = ["stage", "ipu", "blocks", "cycles_per_micro_batch", "total_cycles", "idle_pct", "bottleneck"]
     frame = pd.DataFrame(rows, columns=columns)
-    for col in ("cycles_per_micro_batch", "idle_pct"):
-        frame[col] = frame[col].astype("float64")
-    frame["total_cycles"] = frame["total_cycles"].astype("Int64")
-    return frame
+    return _cycle_types(frame)
 
 
 def ipu_cycles(report: Report) -> pd.DataFrame:
@@ -188,10 +194,7 @@ def ipu_cycles(report: Report) -> pd.DataFrame:
             for ipu, st, c, t, f in source]
     columns = ["ipu", "stages", "blocks", "cycles_per_micro_batch", "total_cycles", "idle_pct", "bottleneck"]
     frame = pd.DataFrame(rows, columns=columns)
-    for col in ("cycles_per_micro_batch", "idle_pct"):
-        frame[col] = frame[col].astype("float64")
-    frame["total_cycles"] = frame["total_cycles"].astype("Int64")
-    return frame
+    return _cycle_types(frame)
 
 
 def memory_by_ipu(report: Report) -> pd.DataFrame:

@@ -59,12 +59,25 @@ def _int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+MAX_LAYERS = 100_000
+"""More layers than this on one IPU is not a model's split."""
+
+
+def _r(value: Any) -> str:
+    """A value from the file for a message: its repr, at most 40 characters."""
+    try:
+        text = repr(value)
+    except (ValueError, RecursionError):
+        text = "(a value too large to show)"
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
 def _check_counts(counts: list[Any], where: str) -> tuple[int, ...]:
     if not counts:
         raise UsageError(f"{where}: layers_per_ipu is empty; give one count per IPU, e.g. 3,7,7,7")
-    bad = next((c for c in counts if not _int(c) or c < 0), None)
+    bad = next((c for c in counts if not _int(c) or not 0 <= c <= MAX_LAYERS), None)
     if bad is not None:
-        raise UsageError(f"{where}: layers_per_ipu entry {bad!r} is not a whole number of layers (0 or more)")
+        raise UsageError(f"{where}: layers_per_ipu entry {_r(bad)} is not a whole number of layers (0 to {MAX_LAYERS:,})")
     if not any(counts):
         raise UsageError(f"{where}: layers_per_ipu {list(counts)} places no layer; give at least one")
     if len(counts) > MAX_IPUS:
@@ -81,9 +94,9 @@ def parse_layers_per_ipu(text: str) -> PlanFile:
         try:
             counts.append(int(part))
         except ValueError:
-            raise UsageError(f"--split {text!r}: {part!r} is not a whole number; expected e.g. "
+            raise UsageError(f"--split {_r(text)}: {_r(part)} is not a whole number; expected e.g. "
                              "layers_per_ipu=3,7,7,7 or a plan file") from None
-    spec = f"--split {text!r}"
+    spec = f"--split {_r(text)}"
     counts_t = _check_counts(counts, spec)
     return PlanFile(ipus=len(counts_t), layers_per_ipu=counts_t,
                     source=f"layers_per_ipu={','.join(map(str, counts_t))}")
@@ -94,34 +107,34 @@ def plan_from_dict(doc: Any, where: str) -> PlanFile:
     if not isinstance(doc, dict):
         raise UsageError(f"{where}: expected a JSON object written by popviz plan --write")
     if doc.get("format") != FORMAT:
-        raise UsageError(f"{where}: not a popviz plan (format is {doc.get('format')!r}, expected {FORMAT!r})")
+        raise UsageError(f"{where}: not a popviz plan (format is {_r(doc.get('format'))}, expected {FORMAT!r})")
     version = doc.get("format_version")
     if version != FORMAT_VERSION:
-        raise UsageError(f"{where}: plan format_version {version!r} is not supported (this popviz reads "
+        raise UsageError(f"{where}: plan format_version {_r(version)} is not supported (this popviz reads "
                          f"{FORMAT_VERSION}); write it again with this popviz")
     ipus = doc.get("ipus")
     if not _int(ipus) or not 1 <= ipus <= MAX_IPUS:
-        raise UsageError(f"{where}: ipus {ipus!r} is not a whole number from 1 to {MAX_IPUS}")
+        raise UsageError(f"{where}: ipus {_r(ipus)} is not a whole number from 1 to {MAX_IPUS}")
     counts = doc.get("layers_per_ipu")
     if not isinstance(counts, list):
-        raise UsageError(f"{where}: layers_per_ipu {counts!r} is not a list of counts")
+        raise UsageError(f"{where}: layers_per_ipu {_r(counts)} is not a list of counts")
     counts_t = _check_counts(counts, where)
     if len(counts_t) != ipus:
         raise UsageError(f"{where}: layers_per_ipu {list(counts_t)} has {len(counts_t)} entries for "
                          f"ipus {ipus}; they must agree")
     raw = doc.get("placements", [])
     if not isinstance(raw, list):
-        raise UsageError(f"{where}: placements {raw!r} is not a list of {{\"layer\": ..., \"ipu\": ...}}")
+        raise UsageError(f"{where}: placements {_r(raw)} is not a list of {{\"layer\": ..., \"ipu\": ...}}")
     placements: list[tuple[str, int]] = []
     seen: set[str] = set()
     for item in raw:
         if not isinstance(item, dict) or not isinstance(item.get("layer"), str) or not item.get("layer"):
-            raise UsageError(f"{where}: placement {item!r} needs a \"layer\" (module path) and an \"ipu\"")
+            raise UsageError(f"{where}: placement {_r(item)} needs a \"layer\" (module path) and an \"ipu\"")
         name, ipu = item["layer"], item.get("ipu")
         if not _int(ipu) or not 0 <= ipu < ipus:
-            raise UsageError(f"{where}: placement of {name!r} on IPU {ipu!r}: expected 0 to {ipus - 1}")
+            raise UsageError(f"{where}: placement of {_r(name)} on IPU {_r(ipu)}: expected 0 to {ipus - 1}")
         if name in seen:
-            raise UsageError(f"{where}: layer {name!r} is placed twice")
+            raise UsageError(f"{where}: layer {_r(name)} is placed twice")
         seen.add(name)
         placements.append((name, ipu))
     if placements and len(placements) != sum(counts_t):
@@ -129,7 +142,7 @@ def plan_from_dict(doc: Any, where: str) -> PlanFile:
                          f"counts {sum(counts_t)} layers; they must agree")
     engine = doc.get("engine")
     if engine is not None and not isinstance(engine, str):
-        raise UsageError(f"{where}: engine {engine!r} is not a string")
+        raise UsageError(f"{where}: engine {_r(engine)} is not a string")
     return PlanFile(ipus=ipus, layers_per_ipu=counts_t, placements=tuple(placements), engine=engine,
                     source=where)
 
@@ -138,35 +151,43 @@ def read_plan(path: str | Path) -> PlanFile:
     """Read and validate a plan file."""
     p = Path(path)
     where = shown(p)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise UsageError(f"{where}: no such plan file (write one with popviz plan REPORT --write FILE)") from None
-    except IsADirectoryError:
-        raise UsageError(f"{where}: is a directory, not a plan file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"{where}: cannot be read ({getattr(exc, 'strerror', None) or exc})") from None
+    from popviz.errors import PopvizError
+    from popviz.fileio import read_regular_text
+
+    if not p.exists():
+        raise UsageError(f"{where}: no such plan file (write one with popviz plan REPORT --write FILE)")
+    if p.is_dir():
+        raise UsageError(f"{where}: is a directory, not a plan file")
+    try:  # a regular file of at most MAX_PLAN_BYTES: a FIFO given to --split is never waited on
+        text = read_regular_text(p, MAX_PLAN_BYTES)
+    except PopvizError as exc:
+        raise UsageError(exc.message) from None
+    except UnicodeDecodeError:
+        raise UsageError(f"{where}: cannot be read (it is not UTF-8 text)") from None
     try:
         doc = json.loads(text)
-    except ValueError as exc:
+    except json.JSONDecodeError as exc:
         raise UsageError(f"{where}: not valid JSON ({exc.msg} at line {exc.lineno}); expected a plan written "
                          "by popviz plan --write") from None
+    except RecursionError:
+        raise UsageError(f"{where}: nests JSON too deeply to be a plan file") from None
+    except ValueError as exc:  # e.g. an integer longer than Python's digit limit
+        raise UsageError(f"{where}: holds a value popviz cannot read ({str(exc).split(';')[0]})") from None
     return plan_from_dict(doc, where)
+
+
+MAX_PLAN_BYTES = 16 * 2**20
+"""A plan file larger than this is not one (a plan of 100,000 layers is a few MiB)."""
 
 
 def write_plan(plan: PlanFile, path: str | Path) -> Path:
     """Write ``plan`` to ``path`` (refusing to replace an existing file)."""
+    from popviz.fileio import write_new_text
+
     p = Path(path)
-    if p.exists():
+    if p.exists() or p.is_symlink():
         raise UsageError(f"{shown(p)}: already exists; choose another file or remove it first")
-    try:
-        with p.open("x", encoding="utf-8") as fh:
-            json.dump(plan.to_dict(), fh, indent=1)
-            fh.write("\n")
-    except FileExistsError:
-        raise UsageError(f"{shown(p)}: already exists; choose another file or remove it first") from None
-    except OSError as exc:
-        raise UsageError(f"{shown(p)}: cannot be written ({exc.strerror})") from None
+    write_new_text(p, json.dumps(plan.to_dict(), indent=1) + "\n")
     return p
 
 

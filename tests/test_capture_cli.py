@@ -132,6 +132,29 @@ def test_non_empty_dir_refused_untouched(tmp_path):
     assert not marker.exists()
 
 
+def test_a_failed_capture_that_captured_nothing_does_not_block_the_retry(tmp_path):
+    """docs/getting-started.md's path: the IPU command run where there is no IPU fails; the
+    corrected command (here a script that succeeds) may use the same -o."""
+    failed = capture("-o", "out", "--", PY, "-c", "import sys; print('no poptorch here'); sys.exit(1)",
+                     cwd=tmp_path)
+    assert failed.returncode == 1
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["capture.log", "popviz-run.json"]
+    retry = capture("-o", "out", "--", PY, "-c", "print('second try')", cwd=tmp_path)
+    assert retry.returncode == 0, retry.stderr
+    assert ("popviz capture: replaced the record of an earlier capture here that failed and captured no "
+            "engine") in retry.stderr.splitlines()
+    assert (tmp_path / "out" / "capture.log").read_text() == "second try\n"
+    record = json.loads((tmp_path / "out" / "popviz-run.json").read_text())
+    assert record["status"] == "succeeded" and record["notes"][0].startswith("replaced the record")
+    # a succeeded run, or a failed one beside anything else, is still never written over
+    assert_one_line_error(capture("-o", "out", "--", PY, "-c", "pass", cwd=tmp_path), "out is not empty")
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "mine.txt").write_text("keep me")
+    capture("-o", "other2", "--", PY, "-c", "import sys; sys.exit(3)", cwd=tmp_path)
+    os.replace(tmp_path / "other" / "mine.txt", tmp_path / "other2" / "mine.txt")
+    assert_one_line_error(capture("-o", "other2", "--", PY, "-c", "pass", cwd=tmp_path), "other2 is not empty")
+
+
 def test_new_run_makes_timestamped_subdirectory(tmp_path):
     out = tmp_path / "out"
     out.mkdir()

@@ -88,6 +88,7 @@ def outcomes(result) -> dict[str, int]:
     return {k: v for k, v in result.parseoutcomes().items() if k in ("passed", "failed", "errors")}
 
 
+@pytest.mark.slow  # four inner pytest runs, each capturing under the emulator
 @pytest.mark.timeout(600)
 def test_fixture_budgets_and_baselines_under_the_emulator(pytester):
     pytest.importorskip("torch")

@@ -434,9 +434,12 @@ def test_begin_block_and_repr():
         poptorch.BeginBlock(chain.l1, "again")
     model = poptorch.inferenceModel(chain, opts(d=3))
     model(torch.ones(3, 4))
-    # l0 runs before the first block: it joins the first stage; l2's block got the automatic id "0"
-    assert [(s.ipu, s.blocks) for s in model.popvizEstimate().config.stages] == [(1, ("mid",)), (2, ("0",))]
-    assert [s.weight_bytes for s in model.popvizEstimate().stages] == [160, 80]
+    # l0 runs before the first block: on IPU 0, a stage of its own (PopTorch's user guide,
+    # overview.rst: "PopTorch places the first layers on ipu_id 0 by default", relied on by its
+    # docs/user_guide/pipeline_simple.py); l2's block got the automatic id "0"
+    assert [(s.ipu, s.blocks) for s in model.popvizEstimate().config.stages] == [
+        (0, ()), (1, ("mid",)), (2, ("0",))]
+    assert [s.weight_bytes for s in model.popvizEstimate().stages] == [80, 80, 80]
     poptorch.removeBlocks(chain)
     assert not chain.l1._forward_pre_hooks
 

@@ -274,3 +274,49 @@ def test_a_block_boundary_inside_a_layer():
     assert [(x.name, x.stage) for x in table] == [("body.0", 0), ("body.1", 0), ("body.2", 1)]
     assert "body.1 run in more than one stage" in table.notes[-1]
     check_sums(ex)
+
+
+class SharedEmbedding(torch.nn.Module):
+    """T5's layout (transformers' T5ForConditionalGeneration): one embedding registered as
+    ``shared``, ``encoder.embed_tokens`` and ``decoder.embed_tokens``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.shared = torch.nn.Embedding(V, H)
+        self.encoder = torch.nn.Module()
+        self.encoder.embed_tokens = self.shared
+        self.encoder.block = torch.nn.ModuleList(Block() for _ in range(2))
+        self.decoder = torch.nn.Module()
+        self.decoder.embed_tokens = self.shared
+        self.decoder.block = torch.nn.ModuleList(Block() for _ in range(2))
+        self.decoder.final_layer_norm = torch.nn.LayerNorm(H)  # unlike the encoder, as in T5
+        poptorch.BeginBlock(self.decoder.block[0], "decoder", ipu_id=1)
+
+    def forward(self, ids):
+        x = self.encoder.embed_tokens(ids)
+        for b in self.encoder.block:
+            x = b(x)
+        y = self.decoder.embed_tokens(ids) + x
+        for b in self.decoder.block:
+            y = b(y)
+        return self.decoder.final_layer_norm(y)
+
+
+def test_a_module_under_two_names_is_one_layer():
+    """Was ``KeyError: 'decoder.embed_tokens'`` (issue 21): the shared embedding is one layer,
+    under its first name, and both of its calls count there."""
+    from popviz.emulator.layers import discover
+
+    model = SharedEmbedding()
+    structure = discover(model)
+    assert structure.units == ("shared", "encoder.block.0", "encoder.block.1", "decoder.block.0",
+                               "decoder.block.1", "decoder.final_layer_norm")
+    assert structure.roles["shared"] == "embeddings"
+    opts = poptorch.Options()
+    opts.deviceIterations(2)
+    ex = poptorch.inferenceModel(model, opts)
+    ex.compile(torch.randint(0, V, (2, SEQ), generator=torch.Generator().manual_seed(0)))
+    layers = {x.name: x for x in ex.popvizReport().layers}
+    assert list(layers) == list(structure.units)
+    assert (layers["shared"].ipu, layers["decoder.block.0"].ipu) == (0, 1)
+    assert layers["shared"].weight_bytes == V * H * 4

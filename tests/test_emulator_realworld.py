@@ -6,6 +6,7 @@ to the ``autoReport.directory`` the program itself set gathered into the capture
 from __future__ import annotations
 
 import json
+import re
 import sys
 import textwrap
 
@@ -177,13 +178,21 @@ def test_calls_stops_the_script_cleanly_at_the_nth_call(calls_run):
     assert [line.split(":")[0] for line in proc.stdout.splitlines() if line.startswith("step")] == [
         "step 0", "step 1"]
     assert "cleanup ran" in proc.stdout and "after the loop" not in proc.stdout
-    progress = [line for line in proc.stderr.splitlines()
-                if line.startswith("popviz emulator: ") and "report" not in line.split(":")[1]]
-    assert progress[0] == "popviz emulator: compiling 'training': tracing and measuring one micro-batch"
-    assert progress[-3:-1] == ["popviz emulator: 'training': call 1 of 3 done",
-                               "popviz emulator: 'training': call 2 of 3 done"]
-    assert progress[-1] == ("popviz emulator: 'training': call 3 of 3 estimated, not run; stopping the "
-                            "script (--calls 3); reports are written as it exits")
+    # each step as it starts and ends (heartbeats, "... (N s)", come only while one lasts 4 s)
+    progress = [re.sub(r"[0-9.]+ s$", "N s", line) for line in proc.stderr.splitlines()
+                if line.startswith("popviz emulator: ") and "report" not in line.split(":")[1]
+                and not re.search(r"\(\d+ s\)$", line)]
+    assert progress == ["popviz emulator: compiling 'training': tracing and measuring one micro-batch",
+                        "popviz emulator: 'training' estimated in N s",
+                        "popviz emulator: 'training': running call 1 of 3 on the CPU",
+                        "popviz emulator: 'training': call 1 of 3 done",
+                        "popviz emulator: 'training': running call 2 of 3 on the CPU",
+                        "popviz emulator: 'training': call 2 of 3 done",
+                        "popviz emulator: 'training': call 3 of 3 estimated, not run; stopping the "
+                        "script (--calls 3); reports are written as it exits"]
+    summary = [line for line in proc.stderr.splitlines() if line.startswith("  training ")]
+    assert len(summary) == 1 and " 3 call(s), estimated in " in summary[0], proc.stderr
+    assert summary[0].split(", estimated in ")[1].split(", ")[1].startswith("calls run on the CPU in ")
     doc = json.loads((tmp / "cap" / "training" / "popviz-model.json").read_text())
     assert (doc["status"], doc["calls"]["count"], doc["calls"]["compile"]["error"]) == ("final", 3, None)
     bundle = json.loads((tmp / "cap" / "training" / "popviz-report.json").read_text())

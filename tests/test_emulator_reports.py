@@ -51,7 +51,8 @@ print("trained", flush=True)
 def run(tmp_path: Path, *args: str, env: dict[str, str] | None = None):
     script = tmp_path / "train.py"
     script.write_text(SCRIPT)
-    environment = {"OMP_NUM_THREADS": "1", **(env or {})}
+    # progress lines (tests/test_progress.py) off: these tests read the report messages exactly
+    environment = {"OMP_NUM_THREADS": "1", "POPVIZ_PROGRESS": "off", **(env or {})}
     if "POPLAR_ENGINE_OPTIONS" not in environment:
         environment["POPLAR_ENGINE_OPTIONS"] = ""
     proc = run_cli("emulate", "--", sys.executable, str(script), *args, cwd=tmp_path, env=environment)

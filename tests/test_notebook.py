@@ -37,4 +37,5 @@ def test_notebook_executes(monkeypatch):
     assert "PIPE001 up to +30% throughput" in texts  # the plan, ranked by gain
     frames = [o["data"]["text/html"] for o in html if "<table" in o["data"]["text/html"]
               and "worst finding" not in o["data"]["text/html"]]
-    assert any("cycles_per_micro_batch" in t and "idle_pct" in t for t in frames)  # Report.stage_cycles()
+    stage_frame = next(t for t in frames if "cycles_per_micro_batch" in t and "idle_pct" in t)  # stage_cycles()
+    assert "e+0" not in stage_frame and "<td>1247083</td>" in stage_frame  # whole cycles, not 1.247083e+06

@@ -199,3 +199,35 @@ def test_a_tied_projection_back_on_the_first_ipu_is_a_stage_of_its_own() -> None
     best = refine(costs, evaluate(costs, [3, 2, 2], s), s, 16)
     assert best.layers_per_ipu == [2, 3, 2]
     assert pipeline_cycles(stage_work(costs, best.layers_per_ipu, s), 16, True) < even
+
+
+def test_a_head_returning_to_ipu0_is_an_extra_stage_not_an_extra_ipu() -> None:
+    """optimum-graphcore's BERT pre-training model (models/bert/modeling_bert.py, parallelize):
+    embeddings and the first layers on IPU 0, the encoder over IPUs 0-3, then the pooler and the
+    classifier back on IPU 0 (`BeginBlock(self.bert.pooler, "Pooler", ipu_id=0)`). The plan keeps
+    4 IPUs (the heads run in a fifth stage on IPU 0), never proposes ipus_per_replica=5."""
+    from dataclasses import replace
+
+    from popviz.analysis.layer_plan import current_counts, make_plan, planned_layers
+    from popviz.analysis.planner import extra_stages, layer_costs, returning_heads
+    from popviz.model import LayerTable
+    from popviz.testing import layer_table, layered_report
+
+    t = layer_table([100, 1000, 1000, 1000, 1000, 30, 200],
+                    names=["emb", "l0", "l1", "l2", "l3", "pooler", "cls"],
+                    roles=["embeddings", *["layer"] * 4, "head", "head"],
+                    pins=["first", *[None] * 6], layers_per_ipu=[1, 1, 1, 1], weight_bytes=1000)
+    # the report's placement: the heads in stage 4, on IPU 0
+    layers = tuple(replace(x, ipu=0, stage=4, block="Classifier") if x.role == "head" else x for x in t.layers)
+    t = LayerTable(layers=layers, source=t.source, micro_batch_size=t.micro_batch_size, notes=t.notes)
+    assert returning_heads(t) == {"pooler", "cls"} and extra_stages(t) == 1
+    costs = layer_costs(t)
+    [emb] = [c for c in costs if c.name == "emb"]
+    assert [c.name for c in costs] == ["emb", "l0", "l1", "l2", "l3"]
+    assert (emb.fwd_cycles, emb.tail_fwd_cycles) == (330, 230)
+    assert current_counts(planned_layers(t, costs)) == [2, 1, 1, 1]
+    report = layered_report(replace(t, layers=tuple(replace(x, stage=x.ipu) for x in t.layers)),
+                            gradient_accumulation=16).replace(layers=t)
+    plan = make_plan(report)
+    assert len(plan.proposed.stages) == 4
+    assert plan.proposed.layers_per_ipu == [1, 1, 1, 1]

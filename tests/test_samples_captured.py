@@ -124,6 +124,7 @@ def test_bert_planned_is_the_split_popviz_plan_proposes_and_it_is_faster():
             "each IPU's own code size, the same on both sides of the comparison") in plan.notes
 
 
+@pytest.mark.slow  # minutes: each sample's example runs whole under the emulator
 @pytest.mark.parametrize("sample", [s.name for s in REGEN.SAMPLES])
 def test_regenerating_a_sample_gives_the_same_analysis(sample, tmp_path):
     chosen = next(s for s in REGEN.SAMPLES if s.name == sample)

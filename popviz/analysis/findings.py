@@ -18,6 +18,20 @@ def severity_rank(severity: str) -> int:
     return SEVERITIES.index(severity)
 
 
+def severity_counts(findings: list[Finding]) -> str:
+    """``1 error, 2 warnings, 1 info`` (most severe first), or ``no findings``."""
+    counts = {s: 0 for s in SEVERITIES}
+    for f in findings:
+        counts[f.severity] += 1
+    parts = [f"{n} {s}{'s' if n != 1 and s != 'info' else ''}" for s, n in reversed(counts.items()) if n]
+    return ", ".join(parts) or "no findings"
+
+
+def _clip(text: str, width: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[:width - 3].rsplit(" ", 1)[0] + " ..."
+
+
 @dataclass(frozen=True)
 class Finding:
     """One thing an analysis found, with the numbers behind it and what to do."""
@@ -108,6 +122,17 @@ class EngineResult:
     def metrics(self) -> dict[str, dict[str, Any]]:
         return {name: out.metrics for name, out in self.outputs.items()}
 
+    def summary_line(self) -> str:
+        """``training (estimated): 1 warning, 2 info; top: PIPE001 Unbalanced ...``"""
+        found = self.findings
+        estimated = " (estimated)" if self.report.provenance.estimated else ""
+        top = f"; top: {found[0].code} {_clip(found[0].title, 80)}" if found else ""
+        return f"{self.report.label}{estimated}: {severity_counts(found)}{top}"
+
+    def __repr__(self) -> str:
+        return (f"<EngineResult {self.summary_line()}; data: .findings, .metrics, .not_checked, "
+                ".outputs, .plan, .report>")
+
 
 @dataclass
 class Result:
@@ -128,6 +153,21 @@ class Result:
         from popviz.render.html import notebook
 
         return notebook(self)
+
+    def __repr__(self) -> str:
+        """A short summary for a REPL: engines, findings by severity, each engine's top finding
+        (the full data is in ``engines``, ``findings`` and ``warnings``)."""
+        n = len(self.engines)
+        where = f" of {self.root}" if self.root else ""
+        worst = self.worst_severity()
+        lines = [f"<popviz Result{where}: {n} engine{'s' if n != 1 else ''}, "
+                 f"{severity_counts(self.findings)}" + (f" (worst: {worst})" if worst else "")]
+        lines += [f"  {e.summary_line()}" for e in self.engines]
+        if self.warnings:
+            lines.append(f"  {len(self.warnings)} input warning(s): .warnings")
+        lines.append("  data: .engines[i].findings / .metrics / .plan / .not_checked; all of it as text: "
+                     "popviz.render.console.render(result)>")
+        return "\n".join(lines)
 
     def worst_severity(self) -> str | None:
         ranks = [severity_rank(f.severity) for f in self.findings]

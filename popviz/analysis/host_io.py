@@ -121,7 +121,11 @@ def _outputs(report: Report, o: Collector) -> str | None:
     host = report.host_io
     out_bytes = sum(t.bytes for t in host.outputs) if host is not None and host.outputs else None
     in_bytes = sum(t.bytes for t in host.inputs) if host is not None and host.inputs else None
-    if out_bytes is None:
+    if out_bytes is None and "stages_from" in cfg.options:  # recorded by popviz capture's hooks
+        o.skip("output bytes per call", "output tensor sizes not recorded: no call of this engine "
+               "returned while it was captured (`--calls N` stops the script at its N-th call, "
+               "before the outputs exist); capture with a larger --calls, or without it, to record them")
+    elif out_bytes is None:
         o.skip("output bytes per call", "output tensor sizes not recorded (run under `popviz capture` "
                "to record them)")
     m["output_bytes_per_micro_batch"] = out_bytes

@@ -52,6 +52,11 @@ def analyse(report: Report) -> AnalysisOutput:
         m["capacity_bytes_per_ipu"] = t.bytes_per_ipu
     rows = _per_ipu(report)
     m["ipus"] = rows
+    ignored = report.cfg.options.get("available_memory_proportion_ignored")
+    if ignored:  # set by sources.validate
+        o.skip("available memory proportion of unused IPUs",
+               f"setAvailableMemoryProportion named {', '.join(sorted(ignored, key=lambda k: int(k[3:])))}, "
+               "which this model does not use: ignored (the proportions of the IPUs it uses are kept)")
     if mem.level == "ipu":
         o.skip(TILE_CHECK, "the memory figures are per IPU only"
                + (" (an estimate)" if report.provenance.estimated else "")

@@ -191,6 +191,12 @@ def _ramp(report: Report, o: Collector) -> None:
                f"Set {setter.format(s)} or more; {setter.format(target)} reaches "
                f"{pct(RAMP_EFFICIENCY_TARGET_FRAC, 0)} ramp efficiency.")
         return
+    host = report.host_io
+    if (report.execution is None and report.memory is None and host is not None
+            and host.compile_seconds is None and not host.calls):
+        o.skip("ramp efficiency", "this engine never compiled (no profile, no compile time and no call "
+               "recorded): no pipeline ran to fill or drain")
+        return
     if eff < RAMP_EFFICIENCY_TARGET_FRAC:
         severity = "warning" if eff < RAMP_EFFICIENCY_WARN_FRAC else "info"
         lost = s - 1

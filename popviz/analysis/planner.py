@@ -407,17 +407,23 @@ def layer_costs(layers: Sequence) -> list[LayerCost]:
 
     A layer ``tied_to`` another (a projection sharing the embeddings' weights) must run on that
     layer's IPU, wherever it comes in the sequence: its cycles, stash and temporaries are added to
-    that layer's (its shared weights are already counted there). Gradient accumulators
+    that layer's (its shared weights are already counted there). A head placed back on the first
+    layer's IPU after the last movable layer (:func:`returning_heads`) is folded into the first
+    layer the same way. Gradient accumulators
     (``accumulator_bytes``) stay on the IPU like the weights, so they count in ``weight_bytes``."""
     names = {x.name for x in layers}
     folded = {x.name: x for x in layers if x.tied_to is not None and x.tied_to in names}
+    layers = list(layers)
+    returning = returning_heads(layers)
     movable = [i for i, x in enumerate(layers) if getattr(x, "role", "layer") == "layer"]
     after_last = {x.name for i, x in enumerate(layers) if movable and i > movable[-1]}
     out = []
-    for x in layers:
-        if x.name in folded:
+    for index, x in enumerate(layers):
+        if x.name in folded or x.name in returning:
             continue
         extra = [t for t in folded.values() if t.tied_to == x.name]
+        if index == 0:
+            extra += [t for t in layers if t.name in returning]
         tail = [t for t in extra if t.name in after_last]
         out.append(LayerCost(
             tail_fwd_cycles=sum(t.fwd_cycles for t in tail),
@@ -438,7 +444,8 @@ def layer_costs(layers: Sequence) -> list[LayerCost]:
 def extra_stages(layers: Sequence) -> int:
     """1 when a layer ``tied_to`` one before the first movable layer (role ``layer``) comes after
     the last one (a tied projection that takes the pipeline back to the first IPU, as BERT's
-    masked-LM head does): the pipeline then has one forward stage more than it has IPUs."""
+    masked-LM head does), or a head returns to the first IPU (:func:`returning_heads`): the
+    pipeline then has one forward stage more than it has IPUs."""
     roles = [getattr(x, "role", "layer") for x in layers]
     movable = [i for i, r in enumerate(roles) if r == "layer"]
     if not movable:
@@ -448,7 +455,26 @@ def extra_stages(layers: Sequence) -> int:
         partner = index.get(x.tied_to) if x.tied_to is not None else None
         if partner is not None and partner < movable[0] and i > movable[-1]:
             return 1
-    return 0
+    return 1 if returning_heads(layers) else 0
+
+
+def returning_heads(layers: Sequence) -> set[str]:
+    """Names of the layers after the last movable one (role ``layer``) that the report places back
+    on the first layer's IPU while the last movable layer is on another: a head returning to
+    IPU 0 (optimum-graphcore's BERT puts its pooler and classifier there). They run in an extra
+    stage on that IPU, like a tied projection, and do not make another IPU. Layers ``tied_to``
+    another are left to :func:`layer_costs`' tying."""
+    layers = list(layers)
+    roles = [getattr(x, "role", "layer") for x in layers]
+    movable = [i for i, r in enumerate(roles) if r == "layer"]
+    if not movable:
+        return set()
+    first_ipu = getattr(layers[0], "ipu", None)
+    last_ipu = getattr(layers[movable[-1]], "ipu", None)
+    if first_ipu is None or last_ipu is None or first_ipu == last_ipu:
+        return set()
+    return {x.name for x in layers[movable[-1] + 1:]
+            if getattr(x, "ipu", None) == first_ipu and getattr(x, "tied_to", None) is None}
 
 
 # ------------------------------------------------------------------------------ time per pipeline

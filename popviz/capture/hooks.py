@@ -437,6 +437,10 @@ class BlockTracer:
         self.current: str | None = None
         self.auto_id = 0
         self.seen_params: set[int] = set()
+        self.first_layers = False
+        """Whether a leaf module (or one with its own parameters) ran before the first block of
+        a pass: PopTorch places those first layers on IPU 0 (user guide, overview.rst)."""
+        self.entered = False
         self.in_enter = False
         self.depth = 0
         """Module forwards running now: 0 between passes. Each pass (the emulator runs one per
@@ -453,6 +457,7 @@ class BlockTracer:
         if isinstance(ipu_id, int) and block["ipu"] is None:
             block["ipu"] = ipu_id
         self.current = name
+        self.entered = True
 
     def _post_hook(self, _module: Any, _inputs: Any, _output: Any) -> None:
         self.depth = max(0, self.depth - 1)
@@ -464,15 +469,22 @@ class BlockTracer:
             if module is self.root or top:
                 self.auto_id = 0
                 self.current = None
+                self.entered = False
             hook = _begin_block_hook(module)
             if hook is not None:
                 self._enter(getattr(hook, "_user_id", None), getattr(hook, "_ipu_id", None))
             if self.current is None:
+                if not self.entered and module is not self.root and not top and (
+                        next(module.children(), None) is None
+                        or next(module.parameters(recurse=False), None) is not None):
+                    self.first_layers = True
                 return
             block = self.blocks[self.current]
-            fresh = [p for p in module.parameters(recurse=False) if id(p) not in self.seen_params]
+            # the emulator's fake-tensor trace runs with fakes of the parameters: count the real one
+            fresh = [p for p in module.parameters(recurse=False)
+                     if id(getattr(p, "popviz_real_tensor", p)) not in self.seen_params]
             if fresh:
-                self.seen_params.update(id(p) for p in fresh)
+                self.seen_params.update(id(getattr(p, "popviz_real_tensor", p)) for p in fresh)
                 n, b = _params_of(fresh)
                 block["parameters"] += n
                 block["parameter_bytes"] += b
@@ -669,6 +681,8 @@ class Recorder:
         self.report_directory: str | None = None
         """Absolute ``autoReport.directory`` of the engine options when it compiled (None: unset)."""
         self.traced_blocks: list[dict[str, Any]] = []
+        self.first_layers = False
+        """Whether layers ran before the first block (they are on IPU 0)."""
         self.wall = Stat()
         self.figures: dict[str, Stat] = {}
         self.signatures: dict[Any, dict[str, Any]] = {}
@@ -740,6 +754,7 @@ class Recorder:
         self.report_directory = _report_directory()
         if tracer is not None:
             self.traced_blocks = tracer.ordered()
+            self.first_layers = tracer.first_layers
         with contextlib.suppress(Exception):
             self.compile_poptorch = float(executor.compilationTime().total_seconds())
 
@@ -873,7 +888,12 @@ class Recorder:
                     s["ipu"] = known[0] if known else s["index"]
             return explicit, "options"
         if self.traced_blocks:
-            return derive_stages(self.traced_blocks, self.opts["auto_stage"]), "traced"
+            stages = derive_stages(self.traced_blocks, self.opts["auto_stage"])
+            if self.first_layers and stages and stages[0]["ipu"] != 0:
+                # Layers before the first block run on IPU 0 (PopTorch's default placement).
+                stages = [{"index": 0, "ipu": 0, "blocks": []},
+                          *({**s, "index": s["index"] + 1} for s in stages)]
+            return stages, "traced"
         named = [b for b in self.summary.get("begin_blocks", []) if b["name"] is not None]
         if named:
             return derive_stages(named, self.opts["auto_stage"]), "BeginBlock"

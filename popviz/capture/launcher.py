@@ -72,11 +72,34 @@ def _is_empty_dir(path: Path) -> bool:
     return path.is_dir() and not any(path.iterdir())
 
 
+def failed_without_engines(path: Path) -> bool:
+    """``path`` holds only the record of a capture that failed and captured no engine (its
+    ``popviz-run.json`` and ``capture.log``): a retry may replace it, as nothing else is there."""
+    try:
+        names = {p.name for p in path.iterdir()}
+        if RUN_FILE not in names or not names <= {RUN_FILE, LOG_FILE}:
+            return False
+        doc = json.loads((path / RUN_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return (isinstance(doc, dict) and doc.get("format") == "popviz-run"
+            and doc.get("status") in ("failed", "launch_failed") and doc.get("engines") == [])
+
+
 def _check_target(path: Path, new_run: bool) -> None:
-    """Refuse, before touching anything, a DIR that is a file or not empty."""
+    """Refuse, before touching anything, a DIR that is a file or not empty (but for the record of
+    a failed capture that captured nothing, see :func:`failed_without_engines`), a dangling link,
+    or one that cannot be created."""
+    if path.is_symlink() and not path.exists():
+        raise UsageError(f"{shown(path)} is a dangling symbolic link; pass -o with a directory")
+    if not path.exists():
+        parent = next((p for p in path.absolute().parents if p.exists()), None)
+        if parent is None or not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+            raise UsageError(f"{shown(path)} cannot be created ({shown(parent or path.parent)} is not a "
+                             "writable directory); pass -o with a directory you can write to")
     if path.exists() and not path.is_dir():
         raise UsageError(f"{shown(path)} exists and is not a directory; pass -o with a directory")
-    if not new_run and path.is_dir() and not _is_empty_dir(path):
+    if not new_run and path.is_dir() and not _is_empty_dir(path) and not failed_without_engines(path):
         raise UsageError(f"{shown(path)} is not empty; popviz never writes over reports: pass "
                          "--new-run to make a new timestamped run inside it, or -o a new directory")
 
@@ -124,6 +147,11 @@ def claim_dir(planned: Path, output: str | None, new_run: bool, instance: str | 
     else:
         root = planned
         root.mkdir(parents=True, exist_ok=True)
+        if failed_without_engines(root):
+            for name in (RUN_FILE, LOG_FILE):
+                (root / name).unlink(missing_ok=True)
+            manifest.setdefault("notes", []).append(
+                "replaced the record of an earlier capture here that failed and captured no engine")
     if instance:
         root = root / instance
         root.mkdir(parents=True, exist_ok=True)
@@ -345,17 +373,19 @@ def sdk_versions(env: Mapping[str, str]) -> dict[str, str]:
 class Tee:
     """Copy the child's stdout and stderr to ours, live, and to the log file."""
 
-    def __init__(self, log: IO[bytes]) -> None:
+    def __init__(self, log: IO[bytes], status: Any = None) -> None:
         self.log = log
         self.lock = threading.Lock()
         self.threads: list[threading.Thread] = []
+        self.status = status
+        """A :class:`popviz.capture.status_line.StatusLine` on a terminal (emulated runs), or None."""
 
-    def start(self, source: IO[bytes], sink: IO[bytes] | None) -> None:
-        thread = threading.Thread(target=self._pump, args=(source, sink), daemon=True)
+    def start(self, source: IO[bytes], sink: IO[bytes] | None, stderr: bool = False) -> None:
+        thread = threading.Thread(target=self._pump, args=(source, sink, stderr), daemon=True)
         thread.start()
         self.threads.append(thread)
 
-    def _pump(self, source: IO[bytes], sink: IO[bytes] | None) -> None:
+    def _pump(self, source: IO[bytes], sink: IO[bytes] | None, stderr: bool = False) -> None:
         fd = source.fileno()
         pending = b""  # the log gets whole lines, so stdout and stderr lines do not mix in it
         while True:
@@ -368,8 +398,11 @@ class Tee:
                 break
             if sink is not None:
                 try:
-                    sink.write(chunk)
-                    sink.flush()
+                    if self.status is not None:
+                        self.status.write(sink, chunk, stderr)
+                    else:
+                        sink.write(chunk)
+                        sink.flush()
                 except (OSError, ValueError):
                     sink = None  # our stdout went away (e.g. `| head`): keep logging
             pending += chunk
@@ -429,6 +462,9 @@ def _engines_found(root: Path) -> list[dict[str, Any]]:
                     "output_mode": opts.get("output_mode"),
                     "calls": calls.get("count"),
                     "compile_seconds": (calls.get("compile") or {}).get("wall_seconds"),
+                    "poptorch_compile_seconds": (calls.get("compile") or {}).get("poptorch_seconds"),
+                    "later_calls_seconds": next((s.get("sum") for s in calls.get("stats") or []
+                                                 if s.get("metric") == "wall_seconds"), None),
                     "compile_error": (calls.get("compile") or {}).get("error"),
                     "poptorch": (doc.get("versions") or {}).get("poptorch"),
                 }
@@ -444,6 +480,37 @@ def _engines_found(root: Path) -> list[dict[str, Any]]:
                     entry["model"]["execution_strategy"] = cfg["execution_strategy"]
         found.append(entry)
     return found
+
+
+def _seconds(secs: float) -> str:
+    return f"{secs:.2f} s" if secs < 10 else f"{secs:.0f} s"
+
+
+def _times_text(m: Mapping[str, Any], run: Mapping[str, Any]) -> str:
+    """Where an engine's time went, truthfully: the compile (for the emulator: the trace and
+    estimate) apart from the calls' execution (on the CPU when emulated).
+
+    ``compile_seconds`` is the wall time of the call that compiled, which also ran that call;
+    ``poptorch_compile_seconds`` is the executor's own ``compilationTime()``."""
+    from popviz.emulator.calls import ENV as CALLS_ENV
+
+    wall, own = m.get("compile_seconds"), m.get("poptorch_compile_seconds")
+    if wall is None:
+        return ""
+    later = m.get("later_calls_seconds") or 0.0
+    if not run.get("emulated"):
+        if own is not None:
+            return f", compiled in {_seconds(own)}"
+        return f", compile and first call {_seconds(wall)}"
+    if own is None:
+        return f", estimate and first call {_seconds(wall)}"
+    text = f", estimated in {_seconds(own)}"
+    limit = str((run.get("environment") or {}).get(CALLS_ENV, ""))
+    first_ran = limit != "1"  # under --calls 1 the first call is estimated, not run
+    cpu = max(0.0, wall - own) * first_ran + later
+    if not first_ran and m.get("calls", 0) <= 1:
+        return text + ", not run (--calls 1)"
+    return text + f", calls run on the CPU in {_seconds(cpu)}"
 
 
 def summary_lines(run: Mapping[str, Any], root: Path) -> list[str]:
@@ -476,10 +543,7 @@ def summary_lines(run: Mapping[str, Any], root: Path) -> list[str]:
             desc.append(f"{m.get('mode') or '?'}, {strategy}, {stages}")
             desc.append(f"D={m.get('device_iterations')} G={m.get('gradient_accumulation')} "
                         f"R={m.get('replication_factor')}, output {m.get('output_mode')}")
-            calls = f"{m.get('calls')} call(s)"
-            if m.get("compile_seconds") is not None:
-                secs = m["compile_seconds"]
-                calls += f", compiled in {secs:.2f} s" if secs < 10 else f", compiled in {secs:.0f} s"
+            calls = f"{m.get('calls')} call(s)" + _times_text(m, run)
             if m.get("compile_error"):
                 calls += f", compile failed: {m['compile_error']}"
             desc.append(calls)
@@ -490,6 +554,18 @@ def summary_lines(run: Mapping[str, Any], root: Path) -> list[str]:
     if engines:
         lines.append(f"next: popviz analyse {shown(root)}")
     return lines
+
+
+def _status_line(err: IO[bytes]) -> Any:
+    """A live status line for the emulator's heartbeats when ``err`` is a terminal, else None."""
+    try:
+        if not err.isatty():
+            return None
+    except (AttributeError, ValueError):
+        return None
+    from popviz.capture.status_line import StatusLine
+
+    return StatusLine(err, shutil.get_terminal_size().columns)
 
 
 def run_capture(command: Sequence[str], *, output: str | None = None, new_run: bool = False,
@@ -517,6 +593,10 @@ def run_capture(command: Sequence[str], *, output: str | None = None, new_run: b
         child_env[CALLS_ENV] = str(calls)
     if emulate and emulator_env:
         child_env.update(emulator_env)
+    if emulate:  # the child's output is a pipe (shown and logged): plain progress lines
+        from popviz.emulator.progress import ENV as PROGRESS_ENV
+
+        child_env.setdefault(PROGRESS_ENV, "plain")
     if emulate:
         from popviz.emulator.launch import check_command
 
@@ -573,7 +653,7 @@ def run_capture(command: Sequence[str], *, output: str | None = None, new_run: b
                                                for c in conflicts]}
         write_run_manifest(run_path, run)
         log = open(root / LOG_FILE, "ab")
-        tee = Tee(log)
+        tee = Tee(log, _status_line(err) if emulate else None)
         forwarder.before_spawn()
         try:
             proc = subprocess.Popen(command, env=child_env, stdout=subprocess.PIPE,
@@ -587,14 +667,19 @@ def run_capture(command: Sequence[str], *, output: str | None = None, new_run: b
             raise RunError(f"{command[0]}: cannot be started ({why}); check the command after --") from None
         forwarder.after_spawn(proc)
         say(f"popviz capture: reports go to {shown(root)}/ (log: {shown(root / LOG_FILE)})")
+        for note in run["notes"]:
+            say(f"popviz capture: {note}")
         for c in conflicts:
             say("popviz capture: " + conflict_message(c.get("variable", ENGINE_OPTIONS_ENV), c))
         run["child_pid"] = proc.pid
         write_run_manifest(run_path, run)
         tee.start(proc.stdout, out)
-        tee.start(proc.stderr, err)
+        tee.start(proc.stderr, err, stderr=True)
         returncode = proc.wait()
         tee.join(TEE_JOIN_SECONDS)
+        if tee.status is not None:
+            with contextlib.suppress(OSError, ValueError):
+                tee.status.close()
         status, exit_code, signame = exit_status(returncode)
         run.update(status=status, exit_code=returncode if returncode >= 0 else None, signal=signame,
                    popviz_exit_code=exit_code)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -54,13 +55,19 @@ def from_reports(path: str | os.PathLike[str]) -> list[EngineMetrics]:
 
 
 def is_baseline_file(path: Path) -> bool:
+    """Whether ``path`` is a baseline file (by its first bytes; never opens a FIFO or device)."""
     if not path.is_file():
         return False
     try:
-        with open(path, "rb") as fh:
-            head = fh.read(4096)
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except OSError:
         return False
+    try:
+        head = os.read(fd, 4096) if stat.S_ISREG(os.fstat(fd).st_mode) else b""
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
     return FORMAT.encode() in head
 
 
@@ -72,24 +79,33 @@ def read(path: Path) -> list[EngineMetrics]:
         return CorruptReportError(f"{shown(path)} {what}; save a new one with popviz baseline save")
 
     doc = read_versioned_json(path, format_name=FORMAT, format_version=FORMAT_VERSION, kind="baseline", fail=fail)
+    from popviz.ci import validate as v
+
     engines = doc.get("engines")
     if not isinstance(engines, list) or not engines:
         raise fail("has no engines")
+    if len(engines) > v.MAX_ENGINES:
+        raise fail(f"has more than {v.MAX_ENGINES:,} engines")
     out = []
     for i, e in enumerate(engines):
         if not isinstance(e, dict) or not isinstance(e.get("name"), str) or not isinstance(e.get("metrics"), dict):
             raise fail(f"has a malformed engine #{i} (needs name and metrics)")
-        metrics = {}
-        for k, v in e["metrics"].items():
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v or v in (float("inf"), float("-inf")):
-                raise fail(f"has a non-numeric value for metric {k!r} of engine {e['name']!r}")
-            metrics[str(k)] = float(v)
-        prov = e.get("provenance") if isinstance(e.get("provenance"), dict) else {}
-        out.append(EngineMetrics(name=e["name"], instance=e.get("instance") if isinstance(e.get("instance"), str) else None,
-                                 source=str(prov.get("source", "unknown")), estimated=prov.get("estimated") is True,
-                                 config=e.get("config") if isinstance(e.get("config"), dict) else {},
-                                 metrics=metrics,
-                                 findings=e.get("findings") if isinstance(e.get("findings"), list) else []))
+        name = v.name(e["name"], fail, f"name of engine #{i}")
+        instance = v.name(e.get("instance"), fail, f"instance of engine {name!r}", optional=True)
+        where = f"engine {name!r}"
+        prov = e.get("provenance", {})
+        if not isinstance(prov, dict) or not isinstance(prov.get("source", "unknown"), str) or \
+                not isinstance(prov.get("estimated", False), bool):
+            raise fail(f"has an invalid provenance for {where} (expected source and estimated true/false)")
+        out.append(EngineMetrics(name=name, instance=instance,
+                                 source=v.name(prov.get("source", "unknown"), fail, f"source of {where}"),
+                                 estimated=prov.get("estimated") is True,
+                                 config=v.config(e.get("config"), fail, where),
+                                 metrics=v.metrics(e["metrics"], fail, where),
+                                 findings=v.findings(e.get("findings"), fail, where)))
+    keys = [(e.instance or "", e.name) for e in out]
+    if len(set(keys)) != len(keys):
+        raise fail("names an engine twice")
     return out
 
 
@@ -117,15 +133,17 @@ def document(engines: list[EngineMetrics], source: str) -> dict[str, Any]:
 
 def save(report: str | os.PathLike[str], out: str | os.PathLike[str], *, force: bool = False) -> list[EngineMetrics]:
     """Write the baseline of ``report`` to ``out`` (an existing file only with ``force``)."""
-    from popviz.fileio import atomic_write_bytes
+    from popviz.fileio import atomic_write_bytes, check_replaceable
 
     target = Path(out)
-    if target.exists() and not force:
+    if (target.exists() or target.is_symlink()) and not force:
         raise UsageError(f"{shown(target)} exists; popviz never writes over files: pass --force to replace "
                          "the baseline, or choose another file")
-    if not target.parent.is_dir():
-        raise UsageError(f"{shown(target.parent)} is not a directory; create it first")
+    check_replaceable(target)
     engines = load_side(report)
     text = json.dumps(document(engines, str(report)), indent=1, sort_keys=False) + "\n"
-    atomic_write_bytes(target, text.encode())
+    try:
+        atomic_write_bytes(target, text.encode())
+    except OSError as exc:
+        raise UsageError(f"{shown(target)}: cannot be written ({exc.strerror})") from None
     return engines

@@ -37,6 +37,10 @@ def check_outputs(args: argparse.Namespace) -> None:
     if (args.summary or args.github) and not os.environ.get("GITHUB_STEP_SUMMARY"):
         raise UsageError("--summary/--github append to $GITHUB_STEP_SUMMARY, which is not set (GitHub Actions "
                          "sets it); use --markdown to print the Markdown instead")
+    if args.summary or args.github:
+        from popviz.fileio import check_appendable
+
+        check_appendable(os.environ["GITHUB_STEP_SUMMARY"], "$GITHUB_STEP_SUMMARY")
 
 
 def emit(c: Comparison, args: argparse.Namespace) -> int:
@@ -49,16 +53,32 @@ def emit(c: Comparison, args: argparse.Namespace) -> int:
     else:
         render.console(c, all_rows=args.all)
     if args.summary or args.github:
-        with open(os.environ["GITHUB_STEP_SUMMARY"], "a", encoding="utf-8") as fh:
-            fh.write(render.markdown(c, all_rows=args.all) + "\n")
+        from popviz.fileio import append_text
+
+        append_text(os.environ["GITHUB_STEP_SUMMARY"], render.markdown(c, all_rows=args.all) + "\n")
     if args.github:
+        from popviz.ci.compare import fmt
+        from popviz.render.escape import gh_command
+
         for r in c.regressions:
-            print(f"::error title=popviz regression::{r.engine} {r.metric}: {r.base} → {r.new} ({r.change})")
+            command(gh_command("error", f"{r.engine} {r.metric}: {fmt(r.base, r.unit)} → {fmt(r.new, r.unit)} "
+                                        f"({r.change})", title="popviz regression"))
         for b in c.broken_budgets:
-            print(f"::error title=popviz budget::{b['engine']} {b['metric']} = {b['value']} ({b['budget']})")
+            command(gh_command("error", f"{b['engine']} {b['metric']} = {fmt(b['value'], b['unit'])} "
+                                        f"({b['budget']})", title="popviz budget"))
     if args.junit:
         from popviz.fileio import write_new_text
 
         write_new_text(args.junit, render.junit(c))
     return 1 if c.failed else 0
+
+
+def command(line: str) -> None:
+    """Print a GitHub Actions workflow command popviz means to give (the CLI's stdout defuses any
+    other line that looks like one)."""
+    write = getattr(sys.stdout, "write_command", None)
+    if write is not None:
+        write(line)
+    else:
+        print(line)
 

@@ -206,12 +206,46 @@ def _metric_order(name: str) -> tuple[int, str]:
 
 
 def check_budgets(engines: list[EngineMetrics], budgets: list[Budget]) -> list[dict[str, Any]]:
+    """Every (engine, metric) a budget matches, with whether it holds. A budget that matches no
+    metric of any engine, or that no value of a metric it matches could break (``<= 100`` on a
+    share of time), checks nothing: UsageError, never a silent pass."""
+    from popviz.ci.thresholds import cannot_fail
+
     out = []
-    for e in engines:
-        for budget in budgets:
+    for budget in budgets:
+        hits = 0
+        for e in engines:
             matched = [m for m in sorted(e.metrics, key=_metric_order) if fnmatch.fnmatchcase(m, budget.pattern)]
             for m in matched:
+                try:
+                    unit = definition(m).unit
+                except KeyError:
+                    continue  # a metric this popviz does not know: not checked
+                if cannot_fail(budget, m):
+                    raise UsageError(f"budget {budget.pattern} = \"{budget.text}\" cannot fail for {m} (its values "
+                                     "never break it): a gate that cannot fail is not a gate; tighten the limit")
                 value = e.metrics[m]
-                out.append({"engine": e.label, "metric": m, "unit": definition(m).unit, "value": value,
+                hits += 1
+                out.append({"engine": e.label, "metric": m, "unit": unit, "value": value,
                             "budget": budget.text, "ok": bool(math.isfinite(value) and budget.holds(value))})
+        if not hits:
+            names = sorted({m for e in engines for m in e.metrics})
+            raise UsageError(f"budget {budget.pattern} matches no metric of the run (it has "
+                             f"{', '.join(names[:4]) or 'none'}{', ...' if len(names) > 4 else ''}); "
+                             "docs/ci.md lists the names")
     return out
+
+
+def check_gate(c: Comparison, rules: list[Rule]) -> None:
+    """A comparison that compared nothing, or a ``--fail`` rule that matches no metric compared,
+    is a gate that cannot fail: UsageError naming it (never "OK: no regression")."""
+    if not c.rows and not c.budgets:
+        if c.only_base or c.only_new:
+            raise UsageError(f"no engine is on both sides (base: {', '.join(c.only_base) or 'none'}; new: "
+                             f"{', '.join(c.only_new) or 'none'}): nothing was compared")
+        raise UsageError("no metric is on both sides: nothing was compared")
+    names = {r.metric for r in c.rows}
+    for rule in rules:
+        if rule.origin == "--fail" and not any(fnmatch.fnmatchcase(n, rule.pattern) for n in names):
+            raise UsageError(f"--fail {rule.pattern}:{rule.threshold.spec} matches no metric compared; "
+                             "docs/ci.md lists the names")

@@ -105,11 +105,18 @@ def _retry_locked(fn: Callable[[], T], path: Path) -> T:
 @contextmanager
 def open_db(path: str | os.PathLike[str], *, create: bool = False) -> Iterator[sqlite3.Connection]:
     """A connection to the history in ``path`` (created when ``create`` and absent), checked to be
-    a popviz history of a schema this popviz reads. One-line errors for anything else."""
+    a popviz history of a schema this popviz reads. One-line errors for anything else.
+
+    Without ``create`` the file is opened read-only (a history on a read-only file or in a
+    read-only directory, e.g. a downloaded CI artifact, can be read). With it, an existing file
+    is first checked read-only and only then opened for writing and put in WAL mode: a file
+    popviz refuses is never modified."""
     p = Path(path)
     if p.is_dir():
         raise UsageError(f"{shown(p)} is a directory; --db takes a file (e.g. perf/history.db)")
     if not p.exists():
+        if p.is_symlink():
+            raise UsageError(f"{shown(p)} is a dangling symbolic link; --db takes a file")
         if not create:
             raise UsageError(f"{shown(p)} does not exist; start a history with popviz history add REPORT "
                              f"--db {shown(p)}")
@@ -117,28 +124,65 @@ def open_db(path: str | os.PathLike[str], *, create: bool = False) -> Iterator[s
             raise UsageError(f"{shown(p.parent)} is not a directory; create it first")
     else:
         try:
-            with open(p, "rb") as fh:
-                head = fh.read(len(SQLITE_MAGIC))
-        except OSError as exc:
-            raise UsageError(f"{shown(p)}: cannot be read ({exc.strerror})") from None
+            head = _head(p)
+        except CorruptReportError as exc:
+            raise UsageError(exc.message) from None
         if head and head != SQLITE_MAGIC:
             raise _fail(p, "is not a SQLite database")
+        if not create or head:
+            with _connect(p, readonly=True) as ro:
+                _check_schema(ro, p, create=False, empty_ok=create)
+                if not create:
+                    yield ro
+                    return
+    with _connect(p, readonly=False) as con:
+        mode = _retry_locked(lambda: con.execute("PRAGMA journal_mode = WAL").fetchone()[0], p)
+        if str(mode).lower() != "wal":
+            raise UsageError(f"{shown(p)}: SQLite could not switch it to WAL mode (got {mode!r}); "
+                             "put the history on a local file system")
+        con.execute("PRAGMA foreign_keys = ON")
+        _check_schema(con, p, create=True)
+        yield con
+
+
+def _head(p: Path) -> bytes:
+    """The first bytes of ``p``, which must be a regular file (a FIFO is never waited on)."""
+    from popviz.fileio import check_regular
+
+    check_regular(p)
     try:
-        con = sqlite3.connect(p, timeout=BUSY_TIMEOUT_SECONDS, isolation_level=None)
+        with open(p, "rb") as fh:
+            return fh.read(len(SQLITE_MAGIC))
+    except OSError as exc:
+        raise UsageError(f"{shown(p)}: cannot be read ({exc.strerror})") from None
+
+
+@contextmanager
+def _connect(p: Path, *, readonly: bool) -> Iterator[sqlite3.Connection]:
+    """A connection (read-only: ``mode=ro``, and ``immutable=1`` when the file or its directory
+    cannot be written, so SQLite needs no lock or -shm file beside it); one-line errors."""
+    import urllib.parse
+
+    def connect(params: str) -> sqlite3.Connection:
+        uri = f"file:{urllib.parse.quote(str(p.resolve()))}?{params}"
+        return sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_SECONDS, isolation_level=None)
+
+    try:
+        if readonly:
+            writable = os.access(p, os.W_OK) and os.access(p.resolve().parent, os.W_OK | os.X_OK)
+            con = connect("mode=ro" if writable else "mode=ro&immutable=1")
+        else:
+            con = connect("mode=rwc")
     except sqlite3.Error as exc:
         raise UsageError(f"{shown(p)}: cannot be opened ({exc})") from None
     try:
         con.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_SECONDS * 1000)}")
-        mode = _retry_locked(lambda: con.execute("PRAGMA journal_mode = WAL").fetchone()[0], p)
-        if str(mode).lower() != "wal" and create:
-            raise UsageError(f"{shown(p)}: SQLite could not switch it to WAL mode (got {mode!r}); "
-                             "put the history on a local file system")
-        con.execute("PRAGMA foreign_keys = ON")
-        _check_schema(con, p, create)
         yield con
     except sqlite3.DatabaseError as exc:
         if isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc):
             raise UsageError(f"{shown(p)} stayed locked by another process; try again") from None
+        if isinstance(exc, sqlite3.OperationalError) and "readonly" in str(exc).replace("-", ""):
+            raise UsageError(f"{shown(p)} is read-only; popviz history add needs to write it") from None
         raise _fail(p, f"cannot be read as a database ({exc})") from None
     finally:
         con.close()
@@ -155,7 +199,9 @@ def _transaction(con: sqlite3.Connection, path: Path, *, write: bool) -> Iterato
     _retry_locked(lambda: con.execute("COMMIT"), path)
 
 
-def _check_schema(con: sqlite3.Connection, path: Path, create: bool) -> None:
+def _check_schema(con: sqlite3.Connection, path: Path, create: bool, *, empty_ok: bool = False) -> None:
+    """Refuse what is not a popviz history of a schema this popviz reads; with ``create``, give
+    an empty database the schema (``empty_ok``: an empty database is fine, checked read-only)."""
     with _transaction(con, path, write=create):
         version = con.execute("PRAGMA user_version").fetchone()[0]
         if version > SCHEMA_VERSION:
@@ -169,6 +215,8 @@ def _check_schema(con: sqlite3.Connection, path: Path, create: bool) -> None:
             if tables:
                 raise _fail(path, f"is a SQLite database but not a popviz history (it has table(s) "
                                   f"{', '.join(sorted(tables)[:5])})")
+            if empty_ok:
+                return
             if not create:
                 raise UsageError(f"{shown(path)} holds no runs yet; add one with popviz history add REPORT "
                                  f"--db {shown(path)}")
@@ -202,6 +250,11 @@ def add(path: str | os.PathLike[str], engines: Sequence[EngineMetrics], *, label
 
     if not engines:
         raise UsageError(f"{source or 'the run'} has no engine to add")
+    if label is not None and (not label or len(label) > 1000):
+        raise UsageError("--label must be 1 to 1000 characters (e.g. the commit: git rev-parse --short HEAD)")
+    if label is not None and not _is_text(label):
+        raise UsageError("--label is not valid text (bytes that are not UTF-8); pass a commit id or a name")
+    source = source.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
     p = Path(path)
     added_at = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     with open_db(p, create=True) as con, _transaction(con, p, write=True):
@@ -216,6 +269,14 @@ def add(path: str | os.PathLike[str], engines: Sequence[EngineMetrics], *, label
             con.executemany("INSERT INTO metrics (run_id, engine, metric, value) VALUES (?, ?, ?, ?)",
                             [(run_id, e.label, k, float(v)) for k, v in sorted(e.metrics.items())])
     return Run(run_id, label, added_at)
+
+
+def _is_text(value: str) -> bool:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 # -------------------------------------------------------------------------------------- reading
@@ -248,28 +309,59 @@ def read(path: str | os.PathLike[str], *, last: int | None = None) -> History:
         rows = con.execute(query).fetchall()
         if last is not None:
             rows = rows[-last:] if last > 0 else []
-        runs = [Run(int(i), lab, at) for i, lab, at in rows]
+        runs = [_run(p, i, lab, at) for i, lab, at in rows]
         if not runs:
             raise UsageError(f"{shown(p)} holds no runs yet; add one with popviz history add REPORT --db {shown(p)}")
         first = runs[0].id
-        engines: dict[tuple[int, str], EngineMetrics] = {}
-        for run_id, engine, name, instance, source, estimated, config in con.execute(
-                "SELECT run_id, engine, name, instance, source, estimated, config FROM engines WHERE run_id >= ?",
-                (first,)):
-            try:
-                cfg = json.loads(config)
-            except ValueError:
-                raise _fail(p, f"has a damaged configuration for engine {engine!r} of run #{run_id}") from None
-            engines[(int(run_id), engine)] = EngineMetrics(name=name, instance=instance, source=source,
-                                                           estimated=bool(estimated),
-                                                           config=cfg if isinstance(cfg, dict) else {}, metrics={})
-        for run_id, engine, metric, value in con.execute(
-                "SELECT run_id, engine, metric, value FROM metrics WHERE run_id >= ? ORDER BY run_id, engine, metric",
-                (first,)):
-            e = engines.get((int(run_id), engine))
-            if e is not None and isinstance(value, (int, float)):
-                e.metrics[metric] = float(value)
+        engines = _read_engines(con, p, first)
     return History(p, runs, engines)
+
+
+def _run(p: Path, run_id: object, label: object, added_at: object) -> Run:
+    from popviz.ci import validate as v
+
+    if isinstance(run_id, bool) or not isinstance(run_id, int) or run_id < 1:
+        raise _fail(p, f"has a run with an invalid id ({v._short(run_id)})")
+    fail = lambda what: _fail(p, what)  # noqa: E731
+    return Run(run_id, v.name(label, fail, f"label of run #{run_id}", optional=True),
+               v.name(added_at, fail, f"time of run #{run_id}") or "")
+
+
+def _read_engines(con: sqlite3.Connection, p: Path, first: int) -> dict[tuple[int, str], EngineMetrics]:
+    """The engines and metrics of the runs from ``first`` on, each field checked like a
+    baseline's (popviz.ci.validate): a value that cannot be true is refused with one line."""
+    from popviz.ci import validate as v
+
+    fail = lambda what: _fail(p, what)  # noqa: E731
+    engines: dict[tuple[int, str], EngineMetrics] = {}
+    for run_id, engine, name, instance, source, estimated, config in con.execute(
+            "SELECT run_id, engine, name, instance, source, estimated, config FROM engines WHERE run_id >= ?",
+            (first,)):
+        label = v.name(engine, fail, f"engine of run #{run_id}")
+        where = f"engine {label!r} of run #{run_id}"
+        if not isinstance(config, str) or len(config) > 16 * 2**20:
+            raise _fail(p, f"has a damaged configuration for {where}")
+        try:
+            cfg = json.loads(config)
+        except (ValueError, RecursionError):
+            raise _fail(p, f"has a damaged configuration for {where}") from None
+        if estimated not in (0, 1):
+            raise _fail(p, f"has an invalid estimated flag for {where} ({v._short(estimated)})")
+        engines[(int(run_id), label)] = EngineMetrics(
+            name=v.name(name, fail, f"name of {where}"), instance=v.name(instance, fail, f"instance of {where}",
+                                                                     optional=True),
+            source=v.name(source, fail, f"source of {where}"), estimated=bool(estimated),
+            config=v.config(cfg, fail, where), metrics={})
+    for run_id, engine, metric, value in con.execute(
+            "SELECT run_id, engine, metric, value FROM metrics WHERE run_id >= ? ORDER BY run_id, engine, metric",
+            (first,)):
+        e = engines.get((run_id, engine))
+        if e is None:
+            continue
+        where = f"engine {engine!r} of run #{run_id}"
+        if v.known_metric(metric, fail, where):
+            e.metrics[metric] = v.metric_value(metric, value, fail, where)
+    return engines
 
 
 def median_side(path: str | os.PathLike[str], last: int = DEFAULT_LAST, *,

@@ -4,10 +4,11 @@ happened (console table, Markdown, JSON)."""
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from popviz.ci.compare import fmt
 from popviz.ci.trend import Step, Trend, sparkline
+from popviz.render import escape as esc
 
 if TYPE_CHECKING:
     from popviz.ci.history import Run
@@ -68,10 +69,13 @@ def _change(t: Trend, s: Step) -> str:
 
 def console(trends: list[Trend], runs: list[Run], *, all_rows: bool = False) -> None:
     from rich.console import Console
-    from rich.markup import escape
     from rich.table import Table
 
-    con = Console(highlight=False, soft_wrap=False)
+    escape = esc.markup  # every value from the history file is data: no markup, no control character
+
+    import sys
+
+    con = Console(highlight=False, soft_wrap=False, file=esc.CommandSafeFile(sys.stdout))
     con.print(escape(headline(trends, runs)), soft_wrap=True,
               style="bold red" if any("regressed" in t.verdicts for t in trends) else "bold")
     shown_ = trends if all_rows else [t for t in trends if t.steps or len(set(t.values)) > 1]
@@ -85,7 +89,7 @@ def console(trends: list[Trend], runs: list[Run], *, all_rows: bool = False) -> 
             table.add_column(col, justify=just, no_wrap=col != "metric", overflow="fold",
                              min_width=max(len(t.metric) for t in rows) if col == "metric" else None)
         for t in rows:
-            table.add_row(t.metric, str(len(t.values)), fmt(t.values[-1], t.unit), sparkline(t.values, spark),
+            table.add_row(escape(t.metric), str(len(t.values)), fmt(t.values[-1], t.unit), sparkline(t.values, spark),
                           str(len(t.steps)), style="red" if "regressed" in t.verdicts else None)
         con.print(table)
     flat = len(trends) - len(shown_)
@@ -101,23 +105,22 @@ def console(trends: list[Trend], runs: list[Run], *, all_rows: bool = False) -> 
         con.print("step changes:")
         for t in stepped:
             for line in _step_lines(t):
-                con.print(f"  {escape(t.engine)} {t.metric} at {escape(line)}", soft_wrap=True)
+                con.print(f"  {escape(t.engine)} {escape(t.metric)} at {escape(line)}", soft_wrap=True)
 
 
 def markdown(trends: list[Trend], runs: list[Run], *, all_rows: bool = False) -> str:
-    def esc(v: Any) -> str:
-        return str(v).replace("|", "\\|")
+    md, code = esc.md, esc.md_code  # no HTML, no Markdown structure from the history file
 
-    lines = [f"### {esc(headline(trends, runs))}", ""]
+    lines = [f"### {md(headline(trends, runs))}", ""]
     changed = config_changes(trends)
     if changed:
         lines += ["**Configuration changed where metrics stepped** (explains most steps):", ""]
-        lines += [f"- {esc(line)}" for line in changed] + [""]
+        lines += [f"- {md(line)}" for line in changed] + [""]
     shown_ = trends if all_rows else [t for t in trends if t.steps or len(set(t.values)) > 1]
     if shown_:
         lines += ["| engine | metric | runs | last | trend | step changes |", "|---|---|---:|---:|---|---|"]
-        lines += [f"| {esc(t.engine)} | `{t.metric}` | {len(t.values)} | {fmt(t.values[-1], t.unit)} | "
-                  f"{sparkline(t.values)} | {esc('; '.join(_step_lines(t)))} |" for t in shown_]
+        lines += [f"| {md(t.engine)} | {code(t.metric)} | {len(t.values)} | {fmt(t.values[-1], t.unit)} | "
+                  f"{sparkline(t.values)} | {md('; '.join(_step_lines(t)))} |" for t in shown_]
         lines.append("")
     return "\n".join(lines)
 
@@ -125,4 +128,4 @@ def markdown(trends: list[Trend], runs: list[Run], *, all_rows: bool = False) ->
 def as_json(trends: list[Trend], runs: list[Run], db: str) -> str:
     return json.dumps({"schema": HISTORY_SCHEMA, "db": db, "headline": headline(trends, runs),
                        "runs": [{"id": r.id, "label": r.label, "added_at": r.added_at} for r in runs],
-                       "metrics": [t.to_dict() for t in trends]}, indent=2)
+                       "metrics": [t.to_dict() for t in trends]}, indent=2, allow_nan=False)

@@ -10,6 +10,7 @@ Names are stable; docs/ci.md lists them. ``{i}`` is a stage index, ``{k}`` an IP
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -118,7 +119,7 @@ def engine_metrics(engine: EngineResult) -> dict[str, float]:
         wall = host.stat("wall_seconds")
         if wall is not None and wall.count:
             out["time.call_wall_seconds"] = wall.p50 if wall.p50 is not None else wall.mean
-    return {k: float(v) for k, v in out.items() if v is not None}
+    return {k: float(v) for k, v in out.items() if v is not None and math.isfinite(float(v))}
 
 
 def configuration(engine: EngineResult) -> dict[str, Any]:

@@ -96,7 +96,9 @@ class PopvizCapture:
             return self._run.load()
         except PopvizError as exc:
             message = exc.message
-        pytest.fail(f"popviz: no report to check: {message}", pytrace=False)
+        from popviz.render.escape import term
+
+        pytest.fail(f"popviz: no report to check: {term(message)}", pytrace=False)
 
     def metrics(self) -> list[EngineMetrics]:
         """The engines' CI metrics (docs/ci.md), as popviz baseline save records them."""
@@ -192,7 +194,9 @@ def _guard(fn: Callable[[], T]) -> T:
         return fn()
     except PopvizError as exc:
         message = exc.message  # failed outside the handler: no "during handling..." chain
-    pytest.fail(f"popviz: {message}", pytrace=False)
+    from popviz.render.escape import term
+
+    pytest.fail(f"popviz: {term(message)}", pytrace=False)
 
 
 def _fail_if(c: Comparison) -> None:

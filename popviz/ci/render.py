@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import json
 from itertools import zip_longest
-from typing import IO, Any
+from typing import IO
 from xml.etree import ElementTree as ET
 
 from popviz.ci.compare import IMPROVED, MOVED, REGRESSED, Comparison, fmt
+from popviz.render import escape as esc
 
 MARK = {REGRESSED: "✗ regressed", IMPROVED: "✓ improved", MOVED: "↔ moved"}
 RESPLIT_NOTE = "the split changed: per-stage and per-IPU rows are marked moved and do not fail"
@@ -35,10 +36,11 @@ def console(c: Comparison, *, all_rows: bool = False, file: IO[str] | None = Non
             width: int | None = None, hints: bool = True) -> None:
     """Print the comparison (to ``file``, plain text, when given; else stdout)."""
     from rich.console import Console
-    from rich.markup import escape
     from rich.table import Table
 
-    con = Console(highlight=False, soft_wrap=False, file=file, width=width)
+    escape = esc.markup  # every value from a file is data: no markup, no control character
+    con = Console(highlight=False, soft_wrap=False, file=esc.CommandSafeFile(file) if file is not None else None,
+                  width=width)
     con.print(escape(c.headline()), style="bold red" if c.failed else "bold green", soft_wrap=True)
     if c.base_label:
         con.print(f"base: {escape(c.base_label)}", soft_wrap=True)
@@ -50,7 +52,8 @@ def console(c: Comparison, *, all_rows: bool = False, file: IO[str] | None = Non
                 con.print(head + ":")
                 moved = list(ch["base"])
                 for k in moved[:LIST_LINES]:
-                    con.print(f"    {escape(k)}: IPU{ch['base'][k]} → IPU{ch['new'].get(k)}", soft_wrap=True)
+                    con.print(f"    {escape(k)}: IPU{escape(ch['base'][k])} → IPU{escape(ch['new'].get(k))}",
+                              soft_wrap=True)
                 if len(moved) > LIST_LINES:
                     con.print(f"    and {len(moved) - LIST_LINES} more (--json lists them)")
             elif isinstance(ch["base"], list) and isinstance(ch["new"], list):
@@ -84,7 +87,7 @@ def console(c: Comparison, *, all_rows: bool = False, file: IO[str] | None = Non
             t.add_column(col, justify=just, no_wrap=col != "metric", overflow="fold")
         for r in mine:
             style = "red" if r.verdict == REGRESSED else ("green" if r.verdict == IMPROVED else None)
-            cells = [r.metric, show(r.base, r.unit), show(r.new, r.unit), r.change, r.threshold,
+            cells = [escape(r.metric), show(r.base, r.unit), show(r.new, r.unit), r.change, escape(r.threshold),
                      _verdict(r.verdict)]
             if not wide:
                 del cells[4]
@@ -98,46 +101,46 @@ def console(c: Comparison, *, all_rows: bool = False, file: IO[str] | None = Non
         for col in ("engine", "metric", "value", "budget", "verdict"):
             t.add_column(col)
         for b in c.budgets:
-            t.add_row(escape(b["engine"]), b["metric"], fmt(b["value"], b["unit"]), b["budget"],
+            t.add_row(escape(b["engine"]), escape(b["metric"]), fmt(b["value"], b["unit"]), escape(b["budget"]),
                       "ok" if b["ok"] else "✗ broken", style=None if b["ok"] else "red")
         con.print(t)
     for f in c.findings:
         state = "ignored" if f["ignored"] else "fails"
-        con.print(f"{f['severity'].upper()} {f['code']} {escape(f['engine'])}: {escape(f['title'])} ({state})")
+        con.print(f"{escape(f['severity'].upper())} {escape(f['code'])} {escape(f['engine'])}: {escape(f['title'])} "
+                  f"({state})")
 
 
 def markdown(c: Comparison, *, all_rows: bool = False) -> str:
-    def esc(v: Any) -> str:
-        return str(v).replace("|", "\\|")
+    md, code = esc.md, esc.md_code  # every value from a file is data: no HTML, no Markdown structure
 
-    lines = [f"### {'❌' if c.failed else '✅'} {esc(c.headline())}", ""]
+    lines = [f"### {'❌' if c.failed else '✅'} {md(c.headline())}", ""]
     if c.base_label:
-        lines += [f"Base: {esc(c.base_label)}", ""]
+        lines += [f"Base: {md(c.base_label)}", ""]
     if c.config_changes:
         lines += ["**Configuration changed** (explains most metric changes):", ""]
-        lines += [f"- `{esc(ch['engine'])}` {esc(ch['field'])}: " + (
-                  ", ".join(f"{esc(k)} IPU{v} → IPU{ch['new'].get(k)}" for k, v in ch["base"].items())
-                  if isinstance(ch["base"], dict) else f"{esc(ch['base'])} → {esc(ch['new'])}")
+        lines += [f"- {code(ch['engine'])} {md(ch['field'])}: " + (
+                  ", ".join(f"{md(k)} IPU{md(v)} → IPU{md(ch['new'].get(k))}" for k, v in ch["base"].items())
+                  if isinstance(ch["base"], dict) else f"{md(ch['base'])} → {md(ch['new'])}")
                   for ch in c.config_changes]
         lines.append("")
     if c.resplit:
         lines += [RESPLIT_NOTE[0].upper() + RESPLIT_NOTE[1:] + ".", ""]
     for label, engines in (("Only in base", c.only_base), ("Only in new", c.only_new)):
         if engines:
-            lines += [f"**{label}:** {esc(', '.join(engines))}", ""]
+            lines += [f"**{label}:** {md(', '.join(engines))}", ""]
     rows = c.rows if all_rows else [r for r in c.rows if r.verdict != "="]
     if rows:
         lines += ["| engine | metric | base | new | change | threshold | verdict |", "|---|---|---:|---:|---:|---:|---|"]
-        lines += [f"| {esc(r.engine)} | `{r.metric}` | {fmt(r.base, r.unit)} | {fmt(r.new, r.unit)} | {r.change} | "
-                  f"{esc(r.threshold)} | {_verdict(r.verdict)} |" for r in rows]
+        lines += [f"| {md(r.engine)} | {code(r.metric)} | {fmt(r.base, r.unit)} | {fmt(r.new, r.unit)} | {r.change} | "
+                  f"{md(r.threshold)} | {_verdict(r.verdict)} |" for r in rows]
         lines.append("")
     if c.budgets:
         lines += ["| engine | metric | value | budget | verdict |", "|---|---|---:|---|---|"]
-        lines += [f"| {esc(b['engine'])} | `{b['metric']}` | {fmt(b['value'], b['unit'])} | {esc(b['budget'])} | "
+        lines += [f"| {md(b['engine'])} | {code(b['metric'])} | {fmt(b['value'], b['unit'])} | {md(b['budget'])} | "
                   f"{'ok' if b['ok'] else '✗ broken'} |" for b in c.budgets]
         lines.append("")
     if c.findings:
-        lines += [f"- {f['severity']} `{f['code']}` {esc(f['engine'])}: {esc(f['title'])}"
+        lines += [f"- {md(f['severity'])} {code(f['code'])} {md(f['engine'])}: {md(f['title'])}"
                   f" ({'ignored' if f['ignored'] else 'fails'})" for f in c.findings]
         lines.append("")
     return "\n".join(lines)
@@ -153,40 +156,49 @@ def text(c: Comparison, *, width: int = 120) -> str:
 
 
 def as_json(c: Comparison) -> str:
-    return json.dumps(c.to_dict(), indent=2)
+    return json.dumps(c.to_dict(), indent=2, allow_nan=False)
 
 
 def junit(c: Comparison, name: str = "popviz") -> str:
-    """JUnit XML: one testcase per metric, budget and failing finding; failures carry the values."""
-    suite = ET.Element("testsuite", name=name)
+    """JUnit XML: one testcase per metric, budget and failing finding; failures carry the values.
+    Every value goes through ``escape.xml`` (characters XML forbids never reach the file)."""
+    x = esc.xml
+
+    def sub(parent: ET.Element, tag: str, text: str | None = None, **attrs: str) -> ET.Element:
+        el = ET.SubElement(parent, tag, {k: x(v) for k, v in attrs.items()})
+        if text is not None:
+            el.text = x(text)
+        return el
+
+    suite = ET.Element("testsuite", name=x(name))
     cases = 0
     failures = 0
     for r in c.rows:
-        case = ET.SubElement(suite, "testcase", classname=f"popviz.{r.engine}", name=r.metric)
+        case = sub(suite, "testcase", classname=f"popviz.{r.engine}", name=r.metric)
         cases += 1
         if r.verdict == REGRESSED:
             failures += 1
             msg = (f"{r.metric} regressed: {fmt(r.base, r.unit)} → {fmt(r.new, r.unit)} ({r.change}; "
                    f"threshold {r.threshold})")
-            ET.SubElement(case, "failure", message=msg, type="regression").text = msg
+            sub(case, "failure", msg, message=msg, type="regression")
         elif r.verdict in ("new", "gone"):
-            ET.SubElement(case, "skipped", message=f"{r.metric} is {r.verdict} (on one side only)")
+            sub(case, "skipped", message=f"{r.metric} is {r.verdict} (on one side only)")
     for b in c.budgets:
-        case = ET.SubElement(suite, "testcase", classname=f"popviz.{b['engine']}.budget", name=b["metric"])
+        case = sub(suite, "testcase", classname=f"popviz.{b['engine']}.budget", name=b["metric"])
         cases += 1
         if not b["ok"]:
             failures += 1
             msg = f"{b['metric']} = {fmt(b['value'], b['unit'])} breaks the budget {b['budget']}"
-            ET.SubElement(case, "failure", message=msg, type="budget").text = msg
+            sub(case, "failure", msg, message=msg, type="budget")
     for f in c.findings:
-        case = ET.SubElement(suite, "testcase", classname=f"popviz.{f['engine']}.finding", name=f["code"])
+        case = sub(suite, "testcase", classname=f"popviz.{f['engine']}.finding", name=f["code"])
         cases += 1
         if f["ignored"]:
-            ET.SubElement(case, "skipped", message=f"{f['code']} ignored (accepted by the team)")
+            sub(case, "skipped", message=f"{f['code']} ignored (accepted by the team)")
         else:
             failures += 1
-            ET.SubElement(case, "failure", message=f"{f['code']}: {f['title']}", type="finding").text = f["title"]
+            sub(case, "failure", f["title"], message=f"{f['code']}: {f['title']}", type="finding")
     suite.set("tests", str(cases))
     suite.set("failures", str(failures))
     suite.set("errors", "0")
-    return ET.tostring(ET.ElementTree(suite).getroot(), encoding="unicode", xml_declaration=True) + "\n"
+    return ET.tostring(suite, encoding="unicode", xml_declaration=True) + "\n"

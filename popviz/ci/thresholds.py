@@ -42,19 +42,32 @@ class Threshold:
         return delta > (self.absolute or 0.0) + 1e-12
 
 
+MAX_THRESHOLD = 1e15
+"""A threshold above this (in any unit) can never be exceeded by a real figure."""
+
+
+def _shown(spec: Any) -> str:
+    from popviz.ci.validate import _short
+
+    return _short(spec) if len(str(spec)) > 40 else repr(spec)
+
+
 def parse_threshold(spec: str, where: str = "") -> Threshold:
     text = str(spec).strip()
     m = re.fullmatch(r"\+?(\d+(?:\.\d+)?)\s*([A-Za-z%]*)", text)
     if not m:
-        raise UsageError(f"threshold {spec!r}{where} is not a number with an optional unit "
+        raise UsageError(f"threshold {_shown(spec)}{where} is not a number with an optional unit "
                          "(5%, +2pp, 10MiB, 1000cycles, 0.5s, 0)")
     value, unit = float(m.group(1)), m.group(2).lower()
+    if not math.isfinite(value) or value > MAX_THRESHOLD:
+        raise UsageError(f"threshold {_shown(spec)}{where} is too large to ever be exceeded: a gate that cannot "
+                         "fail is not a gate; use a number below 1e15")
     if unit == "%":
         return Threshold(text, relative_pct=value)
     if unit == "":
         return Threshold(text, absolute=value)
     if unit not in UNITS:
-        raise UsageError(f"threshold {spec!r}{where} has an unknown unit {m.group(2)!r}; use %, pp, B, KiB, "
+        raise UsageError(f"threshold {_shown(spec)}{where} has an unknown unit {m.group(2)!r}; use %, pp, B, KiB, "
                          "MiB, GiB, cycles, s or ms")
     kind, scale = UNITS[unit]
     return Threshold(text, absolute=value * scale, unit=kind)
@@ -88,8 +101,8 @@ class Rule:
 
 def parse_rule(text: str, origin: str) -> Rule:
     pattern, sep, spec = str(text).rpartition(":")
-    if not sep or not pattern.strip():
-        raise UsageError(f"--fail {text!r} must be METRIC:THRESHOLD, e.g. pipeline.imbalance_ratio:5% or memory.*:+2pp")
+    if not sep or not pattern.strip() or not _BUDGET_PATTERN.fullmatch(pattern.strip()):
+        raise UsageError(f"--fail {_shown(text)} must be METRIC:THRESHOLD, e.g. pipeline.imbalance_ratio:5% or memory.*:+2pp")
     return Rule(pattern.strip(), parse_threshold(spec, f" for {pattern.strip()}"), origin)
 
 
@@ -126,9 +139,25 @@ def parse_budget(pattern: str, text: Any, origin: str) -> Budget:
         raise UsageError(f"budget {pattern} = {text!r} in {origin} must be an operator and a number, "
                          "e.g. \"<= 85\"")
     limit = float(m.group(2))
-    if not math.isfinite(limit):
-        raise UsageError(f"budget {pattern} in {origin} has a limit that is not finite")
+    if not math.isfinite(limit) or abs(limit) > MAX_THRESHOLD:
+        raise UsageError(f"budget {pattern} in {origin} has a limit no figure can reach ({m.group(2)[:40]}); "
+                         "a gate that cannot fail is not a gate")
+    if not _BUDGET_PATTERN.fullmatch(pattern):
+        raise UsageError(f"budget {_shown(pattern)} in {origin} is not a metric name or glob (e.g. "
+                         "memory.*.used_pct); docs/ci.md lists the names")
     return Budget(pattern, m.group(1), limit, f"{m.group(1)} {m.group(2)}")
+
+
+_BUDGET_PATTERN = re.compile(r"[a-z0-9_.*?\[\]!{}-]{1,200}")
+
+
+def cannot_fail(budget: Budget, name: str) -> bool:
+    """Whether ``budget`` holds for every value metric ``name`` can take (e.g. ``<= 100`` on a
+    share of time, ``>= 0`` on bytes): such a budget checks nothing."""
+    from popviz.ci.validate import metric_range
+
+    lo, hi = metric_range(name)
+    return budget.holds(lo) and budget.holds(hi) and budget.op != "=="
 
 
 # ------------------------------------------------------------------------------- configuration
@@ -141,16 +170,35 @@ class Config:
     origin: str | None
 
 
+MAX_TOML_BYTES = 4 * 2**20
+"""A configuration or budgets file larger than this is not one."""
+
+
 def _read_toml(path: Path) -> dict[str, Any]:
+    """The TOML document in ``path`` (a regular file of at most MAX_TOML_BYTES); one-line errors."""
     import tomllib
 
+    from popviz.errors import PopvizError
+    from popviz.fileio import read_regular_bytes
+
     try:
-        with open(path, "rb") as fh:
-            return tomllib.load(fh)
-    except OSError as exc:
-        raise UsageError(f"{shown(path)}: cannot be read ({exc.strerror})") from None
+        text = read_regular_bytes(path, MAX_TOML_BYTES).decode("utf-8")
+    except PopvizError as exc:
+        raise UsageError(exc.message) from None
+    except UnicodeDecodeError:
+        raise UsageError(f"{shown(path)} is not UTF-8 text, so not TOML") from None
+    try:
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise UsageError(f"{shown(path)} is not valid TOML ({exc})") from None
+    except RecursionError:
+        raise UsageError(f"{shown(path)} nests tables or arrays too deeply to be a configuration") from None
+
+
+def _popviz_table(doc: dict[str, Any], default: Any) -> Any:
+    """``doc["tool"]["popviz"]`` (``default`` when absent; a ``tool`` that is not a table too)."""
+    tool = doc.get("tool")
+    return tool.get("popviz", default) if isinstance(tool, dict) else default
 
 
 def load_config(path: str | None = None, *, cwd: Path | None = None) -> Config:
@@ -158,14 +206,14 @@ def load_config(path: str | None = None, *, cwd: Path | None = None) -> Config:
     ``[tool.popviz]`` in the working directory, else nothing."""
     if path is not None:
         p = Path(path)
-        if not p.is_file():
+        if not p.exists():
             raise UsageError(f"{shown(p)} does not exist; pass --config with a TOML file")
         doc = _read_toml(p)
-        table = doc.get("tool", {}).get("popviz", doc) if isinstance(doc.get("tool"), dict) else doc
+        table = _popviz_table(doc, doc)
         origin = shown(p)
     else:
         p = (cwd or Path.cwd()) / "pyproject.toml"
-        table = _read_toml(p).get("tool", {}).get("popviz", {}) if p.is_file() else {}
+        table = _popviz_table(_read_toml(p), {}) if p.is_file() else {}
         origin = f"{shown(p)} [tool.popviz]" if table else None
     if not isinstance(table, dict):
         raise UsageError(f"{origin}: [tool.popviz] must be a table")
@@ -180,6 +228,10 @@ def load_config(path: str | None = None, *, cwd: Path | None = None) -> Config:
     budgets = table.get("budgets", {})
     if not isinstance(budgets, dict):
         raise UsageError(f"{origin}: budgets must be a table of METRIC = \"<= LIMIT\"")
+    for k in fail:
+        if not _BUDGET_PATTERN.fullmatch(k):
+            raise UsageError(f"{origin}: fail {_shown(k)} is not a metric name or glob (e.g. memory.*); "
+                             "docs/ci.md lists the names")
     return Config(fail=[Rule(k, parse_threshold(v, f" for {k} in {origin}"), origin or "") for k, v in fail.items()],
                   ignore=[c.upper() for c in ignore],
                   budgets=[parse_budget(k, v, origin or "") for k, v in budgets.items()], origin=origin)
@@ -188,7 +240,7 @@ def load_config(path: str | None = None, *, cwd: Path | None = None) -> Config:
 def load_budgets(path: str) -> list[Budget]:
     """A budgets file: ``METRIC = "<= LIMIT"`` lines (top level or under ``[budgets]``)."""
     p = Path(path)
-    if not p.is_file():
+    if not p.exists():
         raise UsageError(f"{shown(p)} does not exist; pass --budget with a TOML file of METRIC = \"<= LIMIT\"")
     doc = _read_toml(p)
     table = doc.get("budgets", doc)

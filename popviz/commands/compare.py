@@ -40,7 +40,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from popviz.ci.baseline import load_side
     from popviz.ci.cli import check_outputs, emit
-    from popviz.ci.compare import compare
+    from popviz.ci.compare import check_gate, compare
     from popviz.ci.thresholds import load_config, parse_rule
     from popviz.errors import UsageError, shown
     from popviz.ui import status
@@ -73,5 +73,6 @@ def run(args: argparse.Namespace) -> int:
     with status(f"reading {args.new}"):
         new = load_side(args.new)
     result = compare(base, new, rules, allow_mixed=args.allow_mixed)
+    check_gate(result, rules)
     result.base_label = base_label
     return emit(result, args)

@@ -108,4 +108,17 @@ def run(args: argparse.Namespace) -> int:
 
         env[ENV] = str(args.calls)
     env.update(layer_env(args))
+    from popviz.emulator.progress import ENV as PROGRESS_ENV
+
+    # what the emulator is doing, on stderr: a live line on a terminal, plain lines otherwise
+    env.setdefault(PROGRESS_ENV, "rich" if _stderr_is_terminal() else "plain")
     return run_child(cmd, env)
+
+
+def _stderr_is_terminal() -> bool:
+    import sys
+
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):
+        return False

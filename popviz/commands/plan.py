@@ -90,17 +90,38 @@ def _pick(reports: ReportSet, engine: str | None, what: str, need_layers: bool) 
 
 
 def _run_record(report: Report) -> dict | None:
-    """The popviz-run.json of the capture that wrote ``report`` (up to three levels up)."""
-    from popviz.sources.runrecord import RUN_FILE, _read
+    """The popviz-run.json of the capture that holds ``report``: in the report's own directory,
+    or up to three levels up when that record lists the report's directory among the engines it
+    captured. A record anywhere else (a file planted above a downloaded report) is never used."""
+    from popviz.sources.runrecord import RUN_FILE, read_run_record
 
     if report.path is None:
         return None
     here = Path(report.path)
     for parent in [here, *list(here.parents)[:3]]:
-        doc = _read(parent / RUN_FILE)
-        if doc is not None:
-            doc["_root"] = str(parent)
-            return doc
+        doc = read_run_record(parent / RUN_FILE)
+        if doc is None:
+            continue
+        if parent != here:
+            rel = here.relative_to(parent).as_posix()
+            engines = doc.get("engines")
+            if not (isinstance(engines, list)
+                    and any(isinstance(e, dict) and e.get("path") == rel for e in engines)):
+                return None  # the nearest record is not this report's capture
+        doc["_root"] = str(parent)
+        doc["_file"] = str(parent / RUN_FILE)
+        return doc
+    return None
+
+
+def recorded_in(report: Report) -> str | None:
+    """The run record the re-run command comes from (shown beside the command), if any."""
+    from popviz.errors import shown
+
+    doc = _run_record(report)
+    cmd = doc.get("command") if doc else None
+    if doc and isinstance(cmd, list) and cmd and all(isinstance(c, str) for c in cmd):
+        return shown(doc["_file"])
     return None
 
 
@@ -168,10 +189,13 @@ def run(args: argparse.Namespace) -> int:
         report = calibrate(report, estimate)
     else:
         report = _pick(reports, args.engine, shown(args.path), need_layers=True)
+    if report.layers is not None and not any(x.fwd_cycles or x.bwd_cycles for x in report.layers):
+        raise UsageError(f"{report.label}: every layer of its layer table costs 0 cycles, so there is nothing "
+                         "to balance; is the report from a run that executed? capture it again")
     with status("planning"):
         plan: LayerPlan = make_plan(report, ipus=args.ipus, max_ipus=args.max_ipus,
                                     headroom_frac=args.headroom)
-    rerun = written = None
+    rerun = written = source = None
     if plan.proposed is not None:
         split_arg = code_dict(plan)["split_argument"]
         if args.write:
@@ -179,15 +203,16 @@ def run(args: argparse.Namespace) -> int:
             written = shown(args.write)
             split_arg = written
         rerun = rerun_command(report, split_arg, args.write)
+        source = recorded_in(report)
     if args.json:
-        sys.stdout.write(render.to_json(plan, rerun, written) + "\n")
+        sys.stdout.write(render.to_json(plan, rerun, written, rerun_from=source) + "\n")
     elif args.markdown:
-        sys.stdout.write(render.markdown(plan, rerun, written))
+        sys.stdout.write(render.markdown(plan, rerun, written, rerun_from=source))
     else:
         import shutil
 
         width = min(shutil.get_terminal_size().columns, 120)
-        sys.stdout.write("\n".join(render.text_lines(plan, rerun, written, width)) + "\n")
+        sys.stdout.write("\n".join(render.text_lines(plan, rerun, written, width, rerun_from=source)) + "\n")
     if plan.proposed is None:
         if args.write:
             print(f"popviz: no split fits: {shown(args.write)} not written", file=sys.stderr)

@@ -28,11 +28,33 @@ def _safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._") or "engine"
 
 
+def _check_output_dir(out) -> None:  # (Path) -> None
+    """-o must be a writable directory, or one that can be created: checked before any drawing."""
+    import os
+
+    from popviz.errors import UsageError, shown
+
+    if out.is_symlink() and not out.exists():
+        raise UsageError(f"{shown(out)} is a dangling symbolic link; pass -o with a directory")
+    if out.exists():
+        if not out.is_dir():
+            raise UsageError(f"{shown(out)} exists and is not a directory; pass -o with a directory")
+        if not os.access(out, os.W_OK | os.X_OK):
+            raise UsageError(f"{shown(out)} is not writable; pass -o with a directory you can write to")
+        return
+    parent = next((p for p in out.absolute().parents if p.exists()), None)
+    if parent is None or not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        raise UsageError(f"{shown(out)} cannot be created ({shown(parent or out.parent)} is not a writable "
+                         "directory); pass -o with a directory you can write to")
+
+
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from popviz import plot
     from popviz.errors import UsageError, shown
+    from popviz.fileio import write_new_bytes
+    from popviz.render import escape
     from popviz.sources.discover import load
     from popviz.ui import status
 
@@ -42,8 +64,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"unknown figure {', '.join(map(repr, unknown))}; choose from "
                          f"{', '.join(plot.FIGURE_NAMES)}")
     out = Path(args.output)
-    if out.exists() and not out.is_dir():
-        raise UsageError(f"{shown(out)} exists and is not a directory; pass -o with a directory")
+    _check_output_dir(out)
     with status(f"reading {args.path}"):
         reports = load(args.path)
     planned = {}
@@ -60,7 +81,10 @@ def run(args: argparse.Namespace) -> int:
     if clashes:
         raise UsageError(f"{shown(clashes[0])} exists; popviz never writes over files: choose an empty -o "
                          "directory or remove the old figures")
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"{shown(out)}: cannot be created ({exc.strerror})") from None
     written = 0
     for report in reports:
         with status(f"drawing {report.label}"):
@@ -68,15 +92,12 @@ def run(args: argparse.Namespace) -> int:
         for name, fig in figures.items():
             target = planned[(report.label, name)]
             if isinstance(fig, plot.PlotDataError):
-                print(f"skipped {fig.message}", file=sys.stderr)
+                print(f"skipped {escape.term(fig.message)}", file=sys.stderr)
                 continue
-            try:  # exclusive create: a file that appeared since the check is not replaced
-                with open(target, "xb") as fh:
-                    fig.savefig(fh, format=args.format, dpi=110)
-            except FileExistsError:
-                raise UsageError(f"{shown(target)} appeared while popviz was drawing; popviz never writes "
-                                 "over files: choose an empty -o directory") from None
-            print(shown(target), flush=True)
+            # drawn into a temporary file, then linked into place: a figure that fails to draw
+            # leaves no partial file, and a file that appeared since the check is not replaced
+            write_new_bytes(target, lambda fh, fig=fig: fig.savefig(fh, format=args.format, dpi=110))
+            print(escape.term(shown(target)), flush=True)
             written += 1
     print(f"{written} figure(s) written to {shown(out)}", file=sys.stderr)
     return 0

@@ -33,11 +33,13 @@ _MODULES: dict[str, tuple[str, ...]] = {
                  "trainingModel"),
     "dataloader": ("AsynchronousDataAccessor", "DataLoader"),
     "custom_args": ("ICustomArgParser", "registerCustomArgParser"),
+    "custom_ops": ("cond", "custom_op", "dynamic_slice", "dynamic_update"),
+    "attributes": ("Attribute",),
 }
 _EXPORTS: dict[str, str] = {name: module for module, names in _MODULES.items() for name in names}
 """Public name -> submodule of popviz.emulator that defines it."""
 
-SUBMODULES = ("enums", "optim", "options", "poptorch_core")
+SUBMODULES = ("enums", "optim", "options", "poptorch_core", "_impl", "_poplar_executor")
 """Submodules scripts import from poptorch (``poptorch.optim``, ...), aliased by the shim."""
 
 __all__ = sorted(_EXPORTS)

@@ -8,8 +8,11 @@ measurement reads :attr:`BlockTrace.current` to attribute operations to blocks.
 Attribution rule: an operation belongs to the most recently started block; leaving a ``with
 Block(...)`` returns to the enclosing ``with`` block when there is one; with none, there is no
 active block until the next one starts, and an operation there raises PopTorch's "No active
-Block, all the ops must belong to a Block". Operations before the first block belong to the
-first stage.
+Block, all the ops must belong to a Block". Operations before the first block run on IPU 0, in
+stage 0 (PopTorch's user guide, ``docs/user_guide/overview.rst``: "PopTorch places the first
+layers on ipu_id 0 by default"; ``docs/user_guide/pipeline_simple.py`` relies on it), so a stem
+followed by ``BeginBlock(..., ipu_id=1)`` is a pipeline over IPUs 0 and 1. They belong to no
+named block (:attr:`BlockTrace.first` has ``block=None``).
 """
 
 from __future__ import annotations
@@ -36,6 +39,9 @@ class BlockTrace:
         starts, on the layer's IPU, at each layer whose IPU differs from the current one."""
         self._split_stages = 0
         self.current: BlockPlacement | None = None
+        self.first: BlockPlacement | None = None if split is not None else FIRST_LAYERS
+        """Where operations before the first block run: IPU 0, stage 0, no block (with
+        ``split`` the first layer's IPU decides, so None)."""
         self._stack: list[BlockPlacement] = []
         """Placements of the ``with Block`` statements currently open, innermost last."""
         self.placements: dict[str, BlockPlacement] = {}
@@ -73,6 +79,19 @@ class BlockTrace:
         self.begin(user_id, ipu_id)
         self._stack.append(self.current)
 
+    def enter_placement(self, stage: int, ipu: int) -> None:
+        """``torch.ops.poptorch.begin_ipu_block(stage, phase, ipu)`` called directly: a block
+        named ``stage<N>`` on that stage and IPU, ended by ``end_ipu_block`` (like ``exit``)."""
+        if self.split is not None:
+            return
+        placement = BlockPlacement(f"stage{stage}", int(stage), int(ipu))
+        self.placements.setdefault(placement.block, placement)
+        self.current = placement
+        self.cleared = False
+        self._stack.append(placement)
+        for listener in self.listeners:
+            listener(placement)
+
     def exit(self) -> None:
         """Leave a ``with Block``: the enclosing ``with`` block (if any) is current again."""
         if self.split is not None:
@@ -85,6 +104,9 @@ class BlockTrace:
             for listener in self.listeners:
                 listener(self.current)
 
+
+FIRST_LAYERS = BlockPlacement(None, 0, 0)  # type: ignore[arg-type]
+"""The placement of operations before the first block: PopTorch's default IPU 0."""
 
 _active: list[BlockTrace] = []
 

@@ -6,8 +6,8 @@ but not computed, and the script stops there: :class:`CallLimitReached` (a ``Sys
 code 0) unwinds it, so ``finally`` blocks and context managers run and the reports are written
 as the process exits. With N = 1 the script stops at its first executor call, right after the
 compilation, which is all an estimate needs (one traced micro-batch), so a large model is
-estimated in the time one forward pass takes. Progress goes to stderr: compiling, the
-estimate, and each call done.
+estimated in the time one forward pass takes. Progress goes to stderr
+(:mod:`popviz.emulator.progress`): compiling, the estimate, and each call done.
 
 This module is light: no torch import.
 """
@@ -15,7 +15,6 @@ This module is light: no torch import.
 from __future__ import annotations
 
 import os
-import sys
 
 ENV = "POPVIZ_EMULATOR_CALLS"
 
@@ -48,9 +47,4 @@ def limit() -> int | None:
     return value
 
 
-def progress(message: str) -> None:
-    """One progress line on stderr (only in estimate-only runs)."""
-    print(f"popviz emulator: {message}", file=sys.stderr, flush=True)
-
-
-__all__ = ["ENV", "CallLimitReached", "limit", "progress"]
+__all__ = ["ENV", "CallLimitReached", "limit"]

@@ -36,7 +36,9 @@ from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
 from popviz.emulator import calls as _calls
 from popviz.emulator import costmodel, hardware, layers, oom, profiling
+from popviz.emulator import fake as _fake
 from popviz.emulator import optim as _optim
+from popviz.emulator import progress as _progress
 from popviz.emulator.blocks import BlockTrace, tracing
 from popviz.emulator.enums import ConnectionType, MeanReductionStrategy, OutputMode, ReductionType
 from popviz.emulator.errors import CPP_ERROR, Error
@@ -374,9 +376,13 @@ class PoplarExecutor:
 
             log.warn("Call to compile() ignored: the executable is already compiled")
             return
-        self._compile(*self._canonical(args, kwargs))
+        with _progress.reporter().activity(f"compiling {self.engine_name!r}: tracing and measuring one "
+                                           "micro-batch"):
+            self._compile(*self._canonical(args, kwargs), estimate_only=True)
 
-    def _compile(self, args: tuple, kwargs: dict) -> None:
+    def _compile(self, args: tuple, kwargs: dict, estimate_only: bool = False) -> None:
+        """Trace, measure and estimate; ``estimate_only``: nothing runs after it (``compile()``,
+        the last call ``--calls`` allows), so the trace may use fake tensors (:mod:`.fake`)."""
         started = time.perf_counter()
         buffers = dict(self._model.named_buffers())
         for name in self._options._Popart.options.get("updatableNamedBuffers", []):
@@ -386,13 +392,27 @@ class PoplarExecutor:
         for hook in list(_precompile_hooks.values()):
             hook()
         micro = self._split(args, kwargs)
-        # measured on a copy: the model may change its inputs in place, which only the run may do
-        m_args, m_kwargs = tree_map(lambda t: t.clone() if isinstance(t, torch.Tensor) else t, micro[0])
-        measurement, outputs = self._measure(m_args, m_kwargs)
+        m_args, m_kwargs = micro[0]
+        measured, notes = None, ()
+        if _fake.wanted(estimate_only):
+            try:
+                measured = self._measure(m_args, m_kwargs, fake=True)
+            except Exception as error:  # needs values, or no fake implementation: trace for real
+                if not _fake.retry_for_real(error):  # PopTorch's own errors: as they are
+                    raise
+                notes = (_fake.fallback_note(error),)
+                _progress.reporter().say(notes[0])
+        if measured is None:
+            # measured on a copy: the model may change its inputs in place, which only the run may do
+            m_args, m_kwargs = tree_map(lambda t: t.clone() if isinstance(t, torch.Tensor) else t, micro[0])
+            measured = self._measure(m_args, m_kwargs)
+        measurement, outputs = measured
         for hook in list(_postcompile_hooks.values()):
             hook()
         self._check_pipeline(len(measurement.segments))
         self._setup = self._engine_setup(m_args, m_kwargs, outputs, len(measurement.segments))
+        if notes:
+            self._setup.extra_notes = tuple(self._setup.extra_notes) + notes
         self._estimate = costmodel.estimate(measurement, self._setup)
         ipus = self._estimate.target.num_ipus
         if ipus > MAX_IPUS_PER_INSTANCE:
@@ -425,16 +445,19 @@ class PoplarExecutor:
             written = claimed.directory if claimed is not None and claimed.written else None
         raise oom.error(self._estimate, over, written)
 
-    def _measure(self, args: tuple, kwargs: dict) -> tuple[costmodel.Measurement, list[tuple[str, Any]]]:
-        """One micro-batch forward under measurement; model state (buffers, RNG) is restored."""
+    def _measure(self, args: tuple, kwargs: dict,
+                 fake: bool = False) -> tuple[costmodel.Measurement, list[tuple[str, Any]]]:
+        """One micro-batch forward under measurement; model state (buffers, RNG) is restored.
+        ``fake``: with fake tensors (nothing computed, the model's tensors untouched)."""
         structure = layers.prepare(self._model) if isinstance(self._model, torch.nn.Module) else None
         self._structure = structure
-        buffers = [(b, b.detach().clone()) for b in self._model.buffers()]
+        buffers = [] if fake else [(b, b.detach().clone()) for b in self._model.buffers()]
         rng = torch.get_rng_state()
         trace = self._trace()
         units = layers.UnitTracker(self._model, structure, trace) if structure is not None else None
+        faking = _fake.faked(self._model, args, kwargs) if fake else contextlib.nullcontext((args, kwargs))
         try:
-            with torch.set_grad_enabled(self._training), tracing(trace), \
+            with faking as (args, kwargs), torch.set_grad_enabled(self._training), tracing(trace), \
                     units if units is not None else contextlib.nullcontext(), \
                     measuring(self._model, trace, self._training, units) as recorder:
                 if self._training:
@@ -538,12 +561,11 @@ class PoplarExecutor:
             "instead of model(inputs)")
         args, kwargs = self._canonical(args, kwargs)
         most = _calls.limit()
+        report = _progress.reporter()
         if not self._compiled:
-            if most is not None:
-                _calls.progress(f"compiling {self.engine_name!r}: tracing and measuring one micro-batch")
-            self._compile(args, kwargs)
-            if most is not None:
-                _calls.progress(f"{self.engine_name!r} estimated in {self._compile_time.total_seconds():.1f} s")
+            with report.activity(f"compiling {self.engine_name!r}: tracing and measuring one micro-batch"):
+                self._compile(args, kwargs, estimate_only=most == 1)
+            report.say(f"{self.engine_name!r} estimated in {self._compile_time.total_seconds():.1f} s")
         else:
             self._validate(args, kwargs)
             if not self._attached:
@@ -551,8 +573,8 @@ class PoplarExecutor:
         if most is not None and self._setup.calls + 1 >= most:
             self._setup.calls += 1
             self._last_call_start = time.time()
-            _calls.progress(f"{self.engine_name!r}: call {self._setup.calls} of {most} estimated, not run; "
-                            f"stopping the script (--calls {most}); reports are written as it exits")
+            report.say(f"{self.engine_name!r}: call {self._setup.calls} of {most} estimated, not run; "
+                       f"stopping the script (--calls {most}); reports are written as it exits")
             raise _calls.CallLimitReached(self.engine_name, self._setup.calls)
         self._last_call_start = time.time()
         micro = self._split(args, kwargs)
@@ -561,17 +583,23 @@ class PoplarExecutor:
         g = o.Training.gradient_accumulation if self._training else 1
         r = o.replication_factor // o.input_group_size
         outputs = _Outputs(OutputMode(o.output_mode), o.output_return_period, d, g, r)
-        if self._training:
-            self._train(micro, outputs, d, g, r)
-        else:
-            with torch.no_grad(), self._on_device_buffers():
-                for i, (a, k) in enumerate(micro):
-                    with tracing(self._trace()), upcasting():
-                        out = self._model(*a, **k)
-                    outputs.add(i // (g * r), (i // r) % g, i % r, out)
+        k_of_n = f"{self._setup.calls + 1}" + (f" of {most}" if most is not None else "")
+        started = time.monotonic()
+        with report.activity(f"{self.engine_name!r}: running call {k_of_n} on the CPU", len(micro),
+                             announce=most is not None) as act:
+            if self._training:
+                self._train(micro, outputs, d, g, r, act)
+            else:
+                with torch.no_grad(), self._on_device_buffers():
+                    for i, (a, k) in enumerate(micro):
+                        with tracing(self._trace()), upcasting():
+                            out = self._model(*a, **k)
+                        outputs.add(i // (g * r), (i // r) % g, i % r, out)
+                        act.advance(i + 1)
         self._setup.calls += 1
-        if most is not None:
-            _calls.progress(f"{self.engine_name!r}: call {self._setup.calls} of {most} done")
+        seconds = time.monotonic() - started
+        if most is not None or seconds >= _progress.SLOW_CALL_SECONDS:
+            report.say(f"{self.engine_name!r}: call {k_of_n} done" + (f" in {seconds:.1f} s" if most is None else ""))
         self._update_anchors()
         result = outputs.result()
         for leaf in tree_flatten(result)[0]:
@@ -579,7 +607,8 @@ class PoplarExecutor:
                 leaf.backward = _no_backward
         return result
 
-    def _train(self, micro: list, outputs: _Outputs, d: int, g: int, r: int) -> None:
+    def _train(self, micro: list, outputs: _Outputs, d: int, g: int, r: int,
+               act: _progress.Activity | None = None) -> None:
         o = self._options
         mean = o.Training.accumulation_and_replication_reduction_type == ReductionType.Mean
         scale = 1.0 / (g * r) if mean else 1.0
@@ -600,6 +629,8 @@ class PoplarExecutor:
                     if loss.requires_grad:
                         loss.backward(torch.full_like(loss, scale))
                     outputs.add(iteration, step, replica, out)
+                    if act is not None:
+                        act.advance(index)
             if max_norm != float("inf"):
                 torch.nn.utils.clip_grad_norm_(params, max_norm)
             _optim.native_step(optimizer)

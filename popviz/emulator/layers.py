@@ -157,9 +157,10 @@ def discover(model: torch.nn.Module, depth: int | None = None) -> Structure:
     if movable == [""]:
         units = [""]
     else:
-        _cover(model, "", movable_set, units)
+        _cover(model, "", movable_set, units, set())
+    every_name = dict(model.named_modules(remove_duplicate=False))  # a shared module under each name
     return Structure(depth=d, units=tuple(units), movable=movable_set,
-                     roles=_roles(model, modules, units, movable_set), tied=_tied(model, units), how=how)
+                     roles=_roles(model, every_name, units, movable_set), tied=_tied(model, units), how=how)
 
 
 def _movable_at(modules: dict[str, torch.nn.Module], d: int) -> list[str]:
@@ -170,15 +171,19 @@ def _movable_at(modules: dict[str, torch.nn.Module], d: int) -> list[str]:
     return out
 
 
-def _cover(module: torch.nn.Module, path: str, movable: frozenset[str], units: list[str]) -> None:
+def _cover(module: torch.nn.Module, path: str, movable: frozenset[str], units: list[str],
+           seen: set[int]) -> None:
+    """The layer-level modules under ``module``, in order. A module registered under several
+    names (T5's shared embedding: ``shared``, ``encoder.embed_tokens``, ``decoder.embed_tokens``)
+    is one layer, under the first name it is reached by."""
     for name, child in module.named_children():
         p = _join(path, name)
-        if p in movable:
-            units.append(p)
+        if p in movable or (not any(m.startswith(p + ".") for m in movable) and _has_params(child)):
+            if id(child) not in seen:
+                seen.add(id(child))
+                units.append(p)
         elif any(m.startswith(p + ".") for m in movable):
-            _cover(child, p, movable, units)
-        elif _has_params(child):
-            units.append(p)
+            _cover(child, p, movable, units, seen)
 
 
 def _unit_of(path: str, units: Sequence[str]) -> str | None:
@@ -257,11 +262,13 @@ class UnitTracker:
         return self._stack[-1] if self._stack else None
 
     def __enter__(self) -> UnitTracker:
-        modules = dict(self._model.named_modules())
+        modules = dict(self._model.named_modules(remove_duplicate=False))
+        hooked: set[int] = set()
         for unit in self.structure.units:
             module = modules.get(unit)
-            if module is None:
+            if module is None or id(module) in hooked:
                 continue
+            hooked.add(id(module))
             self._handles.append(module.register_forward_pre_hook(self._make_pre(unit)))
             self._handles.append(module.register_forward_hook(self._post, always_call=True))
         return self

@@ -33,7 +33,9 @@ if hasattr(_aten, "_scaled_dot_product_flash_attention_for_cpu"):
     # CPU flavour of fused attention: same leading (query, key, value) arguments as the fused one.
     _FLOPS[_aten._scaled_dot_product_flash_attention_for_cpu] = flop_registry[
         _aten._scaled_dot_product_flash_attention]
-_FREE_OPS = {_aten.detach.default, _aten.lift_fresh.default, _aten.alias.default}
+_FREE_OPS = {_aten.detach.default, _aten.lift_fresh.default, _aten.alias.default,
+             # a fake tensor's ``.device`` and ``.layout`` are dispatched (a real one's are not)
+             torch.ops.prim.device.default, torch.ops.prim.layout.default}
 
 
 def _tensors(tree: Any) -> list[torch.Tensor]:
@@ -41,8 +43,10 @@ def _tensors(tree: Any) -> list[torch.Tensor]:
 
 
 def _key(t: torch.Tensor) -> int | None:
+    """The tensor's storage (shared by its views): the storage object's own address, which a
+    fake tensor (no data) has too."""
     try:
-        return t.untyped_storage().data_ptr()
+        return t.untyped_storage()._cdata
     except (RuntimeError, NotImplementedError):
         return None
 
@@ -82,7 +86,7 @@ class Recorder:
         self.saved: dict[tuple[int, int], int] = {}
         trace.listeners.append(self._on_block)
         self._trace = trace
-        self._placement: BlockPlacement | None = None
+        self._placement: BlockPlacement | None = trace.first  # first layers: IPU 0 (blocks.py)
         self._seen: dict[str, BlockPlacement] = {}
         self.recompute = CheckpointLog(self)
         """recomputationCheckpoint calls and each tensor's producing operation."""
@@ -107,7 +111,7 @@ class Recorder:
             if len(self.segments) > 1:
                 self.boundary_bytes.append(0)
         blocks = self.segments[-1].blocks
-        if placement.block not in blocks:
+        if placement.block is not None and placement.block not in blocks:
             blocks.append(placement.block)
         return len(self.segments) - 1
 

@@ -24,7 +24,14 @@ def ipu_print_tensor(tensor: torch.Tensor, title: str = "", print_gradient: bool
                      open_bracket: str = "(", close_bracket: str = ")") -> torch.Tensor:
     """Print ``tensor`` each time the model runs (on stderr, in the emulator); returns it."""
     if active_trace() is not None:
-        print(f"{title}{tensor}", file=sys.stderr)
+        from popviz.emulator.fake import is_fake
+
+        if is_fake(tensor):  # an estimate-only trace has shapes, not values
+            shown = (f"<tensor of shape {tuple(tensor.shape)}, {tensor.dtype}: not computed "
+                     "(estimate-only trace)>")
+        else:
+            shown = str(tensor)
+        print(f"{title}{shown}", file=sys.stderr)
     return tensor
 
 

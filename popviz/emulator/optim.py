@@ -24,12 +24,45 @@ def _given(**kwargs: Any) -> dict[str, Any]:
     return {k: v for k, v in kwargs.items() if v is not None}
 
 
+def _explicit(arguments: dict[str, Any]) -> list[str]:
+    """The constructor arguments a caller gave (not None): PopTorch treats them as variable."""
+    return [name for name, value in arguments.items() if name not in ("self", "__class__") and value is not None]
+
+
+class VariableAttributes:
+    """Which optimizer attributes are variable (may change with ``setOptimizer``) or constant, as
+    PopTorch tracks them (``poptorch/optim.py``): the attributes the constructor was given are
+    variable; ``markAsConstant`` / ``markAsVariable`` accept only the optimizer's own
+    attributes (its ``defaults`` and ``loss_scaling``), with PopTorch's assertion otherwise."""
+
+    def __init__(self, variable_attributes: list[str], allowed_attributes: list[str]) -> None:
+        self._variable_attributes = list(variable_attributes)
+        self._allowed_attributes = list(allowed_attributes)
+
+    def isConstant(self, attr: str) -> bool:
+        return attr not in self._variable_attributes
+
+    def markAsConstant(self, attr: str) -> None:
+        assert attr in self._allowed_attributes, (
+            f"Unknown attribute {attr}, allowed values: {self._allowed_attributes}")
+        self._variable_attributes = [a for a in self._variable_attributes if a != attr]
+
+    def markAsVariable(self, attr: str) -> None:
+        assert attr in self._allowed_attributes, (
+            f"Unknown attribute {attr}, allowed values: {self._allowed_attributes}")
+        self._variable_attributes.append(attr)
+
+    def constants(self) -> list[str]:
+        """The allowed attributes currently constant (recorded in the report's options)."""
+        return [a for a in self._allowed_attributes if self.isConstant(a)]
+
+
 class Optimizer:
     """What PopTorch's optimizers add to PyTorch's: recorded extra attributes."""
 
     _extras: tuple[str, ...] = ()
 
-    def _set_extras(self, **extras: Any) -> None:
+    def _set_extras(self, variables: list[str], **extras: Any) -> None:
         for name in ("accum_type", "velocity_accum_type", "first_order_momentum_accum_type",
                      "second_order_momentum_accum_type"):
             if name in extras:
@@ -43,6 +76,7 @@ class Optimizer:
         for name, value in extras.items():
             setattr(self, name, value)
         self._extras = tuple(extras)
+        self.variable_attrs = VariableAttributes(variables, [*self.defaults, "loss_scaling"])
 
     def extras(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in self._extras}
@@ -56,10 +90,11 @@ class SGD(Optimizer, torch.optim.SGD):
                  velocity_scaling: float | None = None, use_combined_accum: bool | None = None,
                  accum_type: torch.dtype | None = None, velocity_accum_type: torch.dtype | None = None,
                  max_grad_norm: float | None = None) -> None:
+        variables = _explicit(locals())
         torch.optim.SGD.__init__(self, params, lr=lr, **_given(
             momentum=momentum, dampening=dampening, weight_decay=weight_decay, nesterov=nesterov,
             maximize=maximize, foreach=foreach, differentiable=differentiable))
-        self._set_extras(loss_scaling=loss_scaling, velocity_scaling=velocity_scaling or 1.0,
+        self._set_extras(variables, loss_scaling=loss_scaling, velocity_scaling=velocity_scaling or 1.0,
                          use_combined_accum=bool(use_combined_accum), accum_type=accum_type,
                          velocity_accum_type=velocity_accum_type, max_grad_norm=max_grad_norm)
 
@@ -73,10 +108,11 @@ class Adam(Optimizer, torch.optim.Adam):
                  first_order_momentum_accum_type: torch.dtype | None = None,
                  second_order_momentum_accum_type: torch.dtype | None = None,
                  max_grad_norm: float | None = None) -> None:
+        variables = _explicit(locals())
         torch.optim.Adam.__init__(self, params, **_given(
             lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, amsgrad=amsgrad, foreach=foreach,
             maximize=maximize, capturable=capturable, differentiable=differentiable, fused=fused))
-        self._set_extras(loss_scaling=loss_scaling, accum_type=accum_type,
+        self._set_extras(variables, loss_scaling=loss_scaling, accum_type=accum_type,
                          first_order_momentum_accum_type=first_order_momentum_accum_type,
                          second_order_momentum_accum_type=second_order_momentum_accum_type,
                          max_grad_norm=max_grad_norm)
@@ -92,10 +128,11 @@ class AdamW(Optimizer, torch.optim.AdamW):
                  first_order_momentum_accum_type: torch.dtype | None = None,
                  second_order_momentum_accum_type: torch.dtype | None = None,
                  max_grad_norm: float | None = None) -> None:
+        variables = _explicit(locals())
         torch.optim.AdamW.__init__(self, params, **_given(
             lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, amsgrad=amsgrad, maximize=maximize,
             foreach=foreach, capturable=capturable, differentiable=differentiable, fused=fused))
-        self._set_extras(loss_scaling=loss_scaling,
+        self._set_extras(variables, loss_scaling=loss_scaling,
                          bias_correction=True if bias_correction is None else bias_correction,
                          accum_type=accum_type,
                          first_order_momentum_accum_type=first_order_momentum_accum_type,
@@ -112,10 +149,11 @@ class RMSprop(Optimizer, torch.optim.RMSprop):
                  first_order_momentum_accum_type: torch.dtype | None = None,
                  second_order_momentum_accum_type: torch.dtype | None = None,
                  use_tf_variant: bool | None = None) -> None:
+        variables = _explicit(locals())
         torch.optim.RMSprop.__init__(self, params, **_given(
             lr=lr, alpha=alpha, eps=eps, weight_decay=weight_decay, momentum=momentum, centered=centered,
             foreach=foreach, maximize=maximize, differentiable=differentiable))
-        self._set_extras(loss_scaling=loss_scaling, accum_type=accum_type,
+        self._set_extras(variables, loss_scaling=loss_scaling, accum_type=accum_type,
                          first_order_momentum_accum_type=first_order_momentum_accum_type,
                          second_order_momentum_accum_type=second_order_momentum_accum_type,
                          use_tf_variant=bool(use_tf_variant))
@@ -131,12 +169,13 @@ class LAMB(Optimizer, torch.optim.Optimizer):
                  max_weight_norm: float | None = None, accum_type: torch.dtype | None = None,
                  first_order_momentum_accum_type: torch.dtype | None = None,
                  second_order_momentum_accum_type: torch.dtype | None = None) -> None:
+        variables = _explicit(locals())
         defaults = {"lr": 1e-3 if lr is None else lr, "betas": (0.9, 0.999) if betas is None else betas,
                     "eps": 1e-8 if eps is None else eps,
                     "weight_decay": 1e-2 if weight_decay is None else weight_decay,
                     "max_weight_norm": 65500.0 if max_weight_norm is None else max_weight_norm}
         torch.optim.Optimizer.__init__(self, params, defaults)
-        self._set_extras(loss_scaling=loss_scaling,
+        self._set_extras(variables, loss_scaling=loss_scaling,
                          bias_correction=True if bias_correction is None else bias_correction,
                          max_weight_norm=defaults["max_weight_norm"], accum_type=accum_type,
                          first_order_momentum_accum_type=first_order_momentum_accum_type,
@@ -240,6 +279,39 @@ def warn_if_subclassed(optimizer: torch.optim.Optimizer) -> None:
                  f"emulator runs {_native_class(optimizer).__name__}.step, not the subclass's).")
 
 
+STATE_TYPE_ATTRS = ("accum_type", "velocity_accum_type", "first_order_momentum_accum_type",
+                    "second_order_momentum_accum_type")
+
+
+def _float32_state(optimizer: torch.optim.Optimizer) -> bool:
+    """Whether the optimizer keeps any state in float32 (PopTorch's default accumulator type)."""
+    return any(getattr(optimizer, name, None) == torch.float32 for name in STATE_TYPE_ATTRS)
+
+
 def native_step(optimizer: torch.optim.Optimizer) -> None:
-    """One step of the native optimizer ``optimizer`` maps to (not a subclass's override)."""
-    _native_class(optimizer).step(optimizer)
+    """One step of the native optimizer ``optimizer`` maps to (not a subclass's override).
+
+    float16 weights with float32 optimizer state (``accum_type`` and the momentum types default
+    to float32 in PopTorch): PopART's updaters compute in the state's type and cast only the
+    new weight to float16. The step here does the same, on float32 copies of the float16
+    weights and gradients, so the state stays float32 and a zero gradient gives a zero update
+    (in float16 Adam's ``eps=1e-8`` underflows to 0 and 0/0 would make the weight NaN)."""
+    step = _native_class(optimizer).step
+    if not _float32_state(optimizer):
+        step(optimizer)
+        return
+    halves = [p for group in optimizer.param_groups for p in group["params"]
+              if p.dtype == torch.float16 and p.grad is not None]
+    if not halves:
+        step(optimizer)
+        return
+    saved = [(p.data, p.grad) for p in halves]
+    for p in halves:
+        p.data = p.data.float()
+        p.grad = p.grad.float()
+    try:
+        step(optimizer)
+    finally:
+        for p, (data, grad) in zip(halves, saved, strict=True):
+            data.copy_(p.data)
+            p.data, p.grad = data, grad

@@ -144,8 +144,12 @@ class _PopartOptions:
         return clone
 
     def set(self, key: str, value: Any) -> _PopartOptions:
+        """Record one PopART session option. PopART takes its enums as integers (PopTorch passes
+        the value through), so a ``popart`` enum member is stored as its integer value:
+        ``set("autoRecomputation", popart.RecomputationType.Pipeline)`` records 3, exactly as
+        ``set("autoRecomputation", 3)`` does."""
         self.checkIsFrozen()
-        self.options[key] = value
+        self.options[key] = int(value) if isinstance(value, enum.IntEnum) else value
         return self
 
     def setEngineOptions(self, engine_options: dict[str, Any]) -> _PopartOptions:

@@ -68,6 +68,10 @@ def new_figure(size: tuple[float, float]) -> Figure:
         from matplotlib.figure import Figure as _Base
 
         class PopvizFigure(_Base):
+            def draw(self, renderer):  # type: ignore[no-untyped-def]
+                _plain_text(self)
+                return super().draw(renderer)
+
             def _repr_png_(self) -> bytes:
                 import io
 
@@ -77,6 +81,20 @@ def new_figure(size: tuple[float, float]) -> Figure:
 
         _FIGURE_CLASS = PopvizFigure
     return _FIGURE_CLASS(figsize=size, layout="constrained")
+
+
+def _plain_text(fig: Figure) -> None:
+    """Names from files are data in figures too: no text is read as mathtext (``$\\foo{$`` would
+    fail the drawing) and characters no font or file format can hold (controls, lone
+    surrogates) become U+FFFD. Runs before every drawing of a figure popviz made."""
+    from matplotlib.text import Text
+
+    for t in fig.findobj(Text):
+        t.set_parse_math(False)
+        value = t.get_text()
+        if value and not value.replace("\n", "").isprintable():
+            t.set_text("\n".join("".join(c if c.isprintable() else "\ufffd" for c in line)
+                                 for line in value.split("\n")))
 
 
 def _figure(ax: Axes | None, size: tuple[float, float]) -> tuple[Figure, Axes]:

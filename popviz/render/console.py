@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import IO
 
 from popviz.analysis.findings import EngineResult, Result
-from popviz.render import text
+from popviz.render import escape, text
 
 SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 PROSE_WIDTH = 120
@@ -21,7 +21,7 @@ def _frame_table(title: str, frame):  # -> rich.table.Table
     for col in frame.columns:
         numeric = frame[col].dtype.kind in "iuf"
         # Numbers never wrap (a folded number misreads); headers and text wrap when narrow.
-        table.add_column(str(col), justify="right" if numeric else "left", overflow="fold",
+        table.add_column(escape.markup(col), justify="right" if numeric else "left", overflow="fold",
                          min_width=_widest(frame[col]) if numeric else None)
     for row in frame.itertuples(index=False):
         table.add_row(*(_cell(v) for v in row))
@@ -33,18 +33,15 @@ def _widest(column) -> int:
 
 
 def _cell(value: object) -> str:
-    from rich.markup import escape
-
-    return escape(text.fmt_cell(value))  # names from files are data, never markup
+    return escape.markup(text.fmt_cell(value))  # names from files are data, never markup
 
 
 def _engine(console, engine: EngineResult) -> None:
-    from rich.markup import escape
     from rich.padding import Padding
     from rich.panel import Panel
     from rich.table import Table
-    from rich.text import Text
 
+    Text = escape.text  # every value shown here may hold names from files
     r = engine.report
     prose = min(console.width, PROSE_WIDTH)
     head = Table.grid(padding=(0, 2))
@@ -63,17 +60,19 @@ def _engine(console, engine: EngineResult) -> None:
         head.add_row(part, Text(desc) if desc != "missing" else "[dim]missing[/]")
     if r.path:
         head.add_row("path", Text(r.path))
-    title = f"[bold]{escape(r.label)}[/]" + ("  [bold magenta](estimated)[/]" if est else "")
+    title = f"[bold]{escape.markup(r.label)}[/]" + ("  [bold magenta](estimated)[/]" if est else "")
     console.print(Panel(head, title=title, title_align="left", expand=False))
     for name, out in engine.outputs.items():
         has_table = out.table is not None and len(out.table)
         if has_table:
-            console.print(_frame_table(text.analysis_title(name), out.table))
+            console.print(_frame_table(escape.markup(text.analysis_title(name)), out.table))
         elif out.caption:
-            console.print(f"[bold]{text.analysis_title(name)}[/]")
+            console.print(f"[bold]{escape.markup(text.analysis_title(name))}[/]")
         if out.caption:
-            console.print(Padding(Text(out.caption, style="dim"), (0, 0, 0, 1), expand=False),
-                          width=prose)
+            from rich.text import Text as RichText
+
+            console.print(Padding(RichText(escape.term_lines(out.caption), style="dim"), (0, 0, 0, 1),
+                                  expand=False), width=prose)
         if has_table or out.caption:
             console.print()
     for f in engine.findings:
@@ -104,15 +103,15 @@ def _finding(f, width: int):  # -> rich.table.Table
     grid.add_column(width=SEVERITY_COLUMN - 1, no_wrap=True)
     grid.add_column(overflow="fold")
     body = Text()
-    body.append(f"{f.code} ", style="bold")
-    body.append(f.title, style="bold")
-    body.append(f"\n{f.evidence}")
+    body.append(f"{escape.term(f.code)} ", style="bold")
+    body.append(escape.term(f.title), style="bold")
+    body.append(f"\n{escape.term(f.evidence)}")
     rec = Text(no_wrap=True, overflow="ignore")
     lines = text.wrap_code_prose(f.recommendation, width - SEVERITY_COLUMN - 2)
     for k, line in enumerate(lines):
         rec.append("\n  " if k else "→ ", style="green")
         for piece, code in line:
-            rec.append(piece, style="cyan" if code else None)
+            rec.append(escape.term(piece), style="cyan" if code else None)
     grid.add_row(Text(f.severity.upper(), style=SEVERITY_STYLE[f.severity]), Group(body, rec))
     return grid
 
@@ -124,10 +123,11 @@ def result_has_analyses(engine: EngineResult) -> bool:
 def render(result: Result, file: IO[str] | None = None, width: int | None = None) -> None:
     from rich.console import Console
 
-    console = Console(file=file, width=width, highlight=False)
+    console = Console(file=escape.CommandSafeFile(file) if file is not None else None, width=width,
+                      highlight=False)
     from rich.padding import Padding
-    from rich.text import Text
 
+    Text = escape.text
     for w in result.warnings:
         console.print(Text(f"warning: {w}", style="yellow"))
     prose = min(console.width, PROSE_WIDTH)
@@ -138,7 +138,7 @@ def render(result: Result, file: IO[str] | None = None, width: int | None = None
     runs = text.run_groups(result)
     for run, engines in runs:
         if len(runs) > 1:
-            console.rule(f"[bold]{text.run_heading(run, engines)}[/]", align="left")
+            console.rule(f"[bold]{escape.markup(text.run_heading(run, engines))}[/]", align="left")
         for engine in engines:
             _engine(console, engine)
     n = len(result.engines)

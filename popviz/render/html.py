@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from popviz import __version__
 from popviz.analysis.findings import EngineResult, Result, severity_rank
-from popviz.render import text
+from popviz.render import escape, text
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -56,7 +56,8 @@ table, dl.config { break-inside: avoid; page-break-inside: avoid; }
 
 
 def _e(value: object) -> str:
-    return html.escape(str(value), quote=True)
+    """Text (names from files included) as HTML: no tag, no control character (escape.term)."""
+    return html.escape(escape.term_lines(value), quote=True)
 
 
 def _prose(value: str) -> str:
@@ -96,7 +97,8 @@ def _figures(engine: EngineResult, only: tuple[str, ...] | None = None) -> list[
     out = []
     for name, fig in plot.figures(engine.report, only).items():
         if isinstance(fig, plot.PlotDataError):
-            out.append(f'<p class="muted">{_e(name)}: not drawn — {_e(fig.message)}</p>')
+            why = fig.message.removeprefix(f"{name}: ")  # the message names its figure; once is enough
+            out.append(f'<p class="muted">{_e(name)}: not drawn — {_e(why)}</p>')
             continue
         out.append(f"<figure>{svg(fig)}<figcaption>{_e(name)}</figcaption></figure>")
     return out

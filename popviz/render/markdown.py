@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 from popviz.analysis.findings import EngineResult, Result
-from popviz.render import text
+from popviz.render import escape, text
 
 ICON = {"error": "❌", "warning": "⚠️", "info": "ℹ️"}
 
 
-def _esc(value: object) -> str:
-    return str(value).replace("|", "\\|").replace("\n", " ")
+_esc = escape.md
+"""Every value shown here goes through it: names from files are data (no HTML, no Markdown
+structure, one line)."""
 
 
 def _prose(value: str) -> str:
     """Escaped text with its PopTorch code in backticks."""
-    return "".join(f"`{piece}`" if code else _esc(piece) for piece, code in text.code_spans(value))
+    return "".join(escape.md_code(piece) if code else _esc(piece) for piece, code in text.code_spans(value))
 
 
 def _table(frame) -> list[str]:
@@ -29,38 +30,38 @@ def _table(frame) -> list[str]:
 def _engine(engine: EngineResult) -> list[str]:
     r = engine.report
     est = " (estimated)" if r.provenance.estimated else ""
-    out = [f"## {r.label}{est}", ""]
-    out += [f"- **Figures:** {text.provenance_line(r)}", f"- **Target:** {text.target_line(r)}",
-            f"- **Strategy:** {text.strategy_line(r)}"]
-    out += [f"  - {line}" for line in text.stage_lines(r)]
-    out += [f"- **Batching:** {text.batching_line(r)}"]
-    out += [f"- **Assumed:** {line}" for line in text.inferred_lines(r)]
-    out += ["- **Data:** " + "; ".join(f"{p}: {d}" for p, d in text.data_line(r)), ""]
+    out = [f"## {_esc(r.label)}{est}", ""]
+    out += [f"- **Figures:** {_esc(text.provenance_line(r))}", f"- **Target:** {_esc(text.target_line(r))}",
+            f"- **Strategy:** {_esc(text.strategy_line(r))}"]
+    out += [f"  - {_esc(line)}" for line in text.stage_lines(r)]
+    out += [f"- **Batching:** {_esc(text.batching_line(r))}"]
+    out += [f"- **Assumed:** {_esc(line)}" for line in text.inferred_lines(r)]
+    out += ["- **Data:** " + "; ".join(f"{_esc(p)}: {_esc(d)}" for p, d in text.data_line(r)), ""]
     for name, o in engine.outputs.items():
         has_table = o.table is not None and len(o.table)
         if has_table or o.caption:
-            out += [f"### {text.analysis_title(name)}", ""]
+            out += [f"### {_esc(text.analysis_title(name))}", ""]
         if has_table:
             out += [*_table(o.table), ""]
         if o.caption:
-            out += [*(f"{_esc(line)}  " for line in o.caption.splitlines()), ""]
+            out += [*(f"{escape.md(line, starts_line=True)}  " for line in o.caption.splitlines()), ""]
     if engine.findings:
         out += ["### Findings", ""]
         for f in engine.findings:
-            out += [f"- {ICON[f.severity]} **{f.severity}** `{f.code}` {_esc(f.title)}",
+            out += [f"- {ICON[f.severity]} **{f.severity}** {escape.md_code(f.code)} {_esc(f.title)}",
                     f"  - {_esc(f.evidence)}", f"  - **Fix:** {_prose(f.recommendation)}"]
         out.append("")
     elif engine.outputs:
         out += ["No findings.", ""]
     if engine.not_checked:
         out += ["<details><summary>Not checked</summary>", ""]
-        out += [f"- {n.analysis}: {_esc(n.check)} — {_esc(n.reason)}" for n in engine.not_checked]
+        out += [f"- {_esc(n.analysis)}: {_esc(n.check)} — {_esc(n.reason)}" for n in engine.not_checked]
         out += ["", "</details>", ""]
     return out
 
 
 def render(result: Result) -> str:
-    lines = [f"# popviz analysis of `{result.root}`", ""]
+    lines = [f"# popviz analysis of {escape.md_code(result.root)}", ""]
     if result.warnings:
         lines += [*(f"- ⚠️ **warning** {_esc(w)}" for w in result.warnings), ""]
     lines += ["**Summary**", "", *(f"- {_esc(line)}" for line in text.summary_lines(result)), ""]

@@ -7,6 +7,7 @@ from typing import Any
 
 from popviz.analysis._common import num
 from popviz.analysis.layer_plan import LayerPlan, SplitView, code_dict
+from popviz.render import escape
 from popviz.render.text import fmt_bytes
 
 JSON_FORMAT = "popviz-plan-result"
@@ -80,20 +81,28 @@ Section = tuple[str, list[str]]
 
 def _printable(line: str) -> str:
     """Names from report files are data: no control characters (terminal escapes) reach the screen."""
-    return "".join(c if c.isprintable() else "\ufffd" for c in line)
+    return escape.term(line)
 
 
-def _sections(plan: LayerPlan, rerun: str | None, plan_path: str | None) -> list[Section]:
-    return [(kind, [_printable(line) for line in lines]) for kind, lines in sections(plan, rerun, plan_path)]
+def _md_line(line: str) -> str:
+    """A text line as Markdown: its list marker or indent kept, the rest escaped (escape.md)."""
+    lead = "- " if line.startswith("- ") else line[:len(line) - len(line.lstrip(" "))]
+    return lead + escape.md(line[len(lead):], starts_line=lead != "- ")
+
+
+def _sections(plan: LayerPlan, rerun: str | None, plan_path: str | None,
+              rerun_from: str | None = None) -> list[Section]:
+    return [(kind, [_printable(line) for line in lines])
+            for kind, lines in sections(plan, rerun, plan_path, rerun_from)]
 
 
 def text_lines(plan: LayerPlan, rerun: str | None = None, plan_path: str | None = None,
-               width: int | None = None) -> list[str]:
+               width: int | None = None, *, rerun_from: str | None = None) -> list[str]:
     """The console view, line by line; prose wrapped at ``width`` (tables and code never)."""
     import textwrap
 
     out = []
-    for kind, lines in _sections(plan, rerun, plan_path):
+    for kind, lines in _sections(plan, rerun, plan_path, rerun_from):
         for line in lines:
             if kind == "code":
                 out.append(f"  {line}")
@@ -104,10 +113,13 @@ def text_lines(plan: LayerPlan, rerun: str | None = None, plan_path: str | None 
                                      break_on_hyphens=False, break_long_words=False)
             else:
                 out.append(line)
-    return out
+    return [escape.defuse_commands(line) for line in out]  # a wrapped name may start a line
 
 
-def sections(plan: LayerPlan, rerun: str | None = None, plan_path: str | None = None) -> list[Section]:
+def sections(plan: LayerPlan, rerun: str | None = None, plan_path: str | None = None,
+             rerun_from: str | None = None) -> list[Section]:
+    """The plan as (kind, lines). ``rerun_from`` names the run record the re-run command was read
+    from: the command is then marked as the recorded one (read it before running it)."""
     s = plan.settings
     out: list[Section] = []
     lines = [f"plan for {plan.engine} ({_label(plan)})",
@@ -180,7 +192,8 @@ def sections(plan: LayerPlan, rerun: str | None = None, plan_path: str | None = 
         block.append(code["available_memory_proportion"])
     out += [("code", block), ("text", ["optimum-graphcore:"]), ("code", [code["ipu_config"]])]
     if rerun:
-        out += [("text", ["check it under the emulator before editing the model:"]), ("code", [rerun])]
+        where = (f" (the command recorded in {rerun_from}: read it before running it)" if rerun_from else "")
+        out += [("text", [f"check it under the emulator before editing the model{where}:"]), ("code", [rerun])]
     if plan_path:
         out.append(("text", [f"plan written to {plan_path}"]))
     return out
@@ -228,17 +241,21 @@ def no_fit_sections(plan: LayerPlan) -> list[Section]:
     return out
 
 
-def markdown(plan: LayerPlan, rerun: str | None = None, plan_path: str | None = None) -> str:
-    out = [f"## popviz plan: {plan.engine}", ""]
-    for kind, lines in _sections(plan, rerun, plan_path):
+def markdown(plan: LayerPlan, rerun: str | None = None, plan_path: str | None = None, *,
+             rerun_from: str | None = None) -> str:
+    out = [f"## popviz plan: {escape.md(plan.engine)}", ""]
+    for kind, lines in _sections(plan, rerun, plan_path, rerun_from):
         if kind == "text":  # a hard line break keeps the lines apart
-            out += [f"{line}  " if line and not line.startswith(("- ", "  ")) else line for line in lines]
+            out += [f"{_md_line(line)}  " if line and not line.startswith(("- ", "  ")) else _md_line(line)
+                    for line in lines]
         else:
-            out += ["```", *lines, "```"]
+            out += escape.md_fenced(lines)
     return "\n".join(out) + "\n"
 
 
-def to_json(plan: LayerPlan, rerun: str | None = None, plan_path: str | None = None) -> str:
+def to_json(plan: LayerPlan, rerun: str | None = None, plan_path: str | None = None, *,
+            rerun_from: str | None = None) -> str:
     doc: dict[str, Any] = {"format": JSON_FORMAT, "format_version": JSON_VERSION, **plan.to_dict(),
-                           "rerun_command": rerun, "plan_file": plan_path}
+                           "rerun_command": rerun, "rerun_command_recorded_in": rerun_from,
+                           "plan_file": plan_path}
     return json.dumps(doc, indent=2, allow_nan=False)

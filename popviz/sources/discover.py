@@ -17,7 +17,6 @@ what ``popviz export`` made from the profile, and needs no libpva).
 from __future__ import annotations
 
 import datetime as _dt
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,10 +24,15 @@ from pathlib import Path
 from popviz.errors import ReportNotFoundError, shown
 from popviz.model import Report, ReportSet
 from popviz.sources import attribution, bundle, infer, manifest, pva
-from popviz.sources.runrecord import RUN_FILE, manifest_warning, run_warnings
+from popviz.sources.runrecord import RUN_FILE, manifest_warning, read_run_record, run_warnings
 from popviz.sources.validate import check_report
 
 SKIP_DIRS = {"__pycache__", "node_modules"}
+MAX_ENGINES = 1000
+"""More engines than this under one directory is not one run (a home directory, a data set):
+refused with a message rather than read for minutes."""
+MAX_DIRECTORIES = 20_000
+"""Directories looked at while searching for engines before giving up with a message."""
 
 
 @dataclass(frozen=True)
@@ -83,15 +87,24 @@ def find_engines(root: str | Path) -> list[EngineDir]:
         raise ReportNotFoundError(f"{shown(where)}: cannot be read ({exc.strerror}); fix its "
                                   "permissions or pass a directory that leaves it out")
 
-    for dirpath, dirnames, filenames in os.walk(root, onerror=unreadable):
+    from popviz.ui import progress
+
+    for seen, (dirpath, dirnames, filenames) in enumerate(os.walk(root, onerror=unreadable), 1):
+        if seen > MAX_DIRECTORIES or len(found) > MAX_ENGINES:
+            what = (f"more than {MAX_ENGINES:,} engines" if len(found) > MAX_ENGINES
+                    else f"more than {MAX_DIRECTORIES:,} directories")
+            raise ReportNotFoundError(f"{shown(root)} holds {what}; that is not one run: pass the "
+                                      "directory of the run (popviz capture -o DIR) or of one engine")
+        if seen % 500 == 0:
+            progress(f"{seen:,} directories looked at, {len(found):,} engines found")
         dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d not in SKIP_DIRS)
         here = Path(dirpath)
         kind = _kind(here, set(filenames))
         if kind is None or here == root:
             continue
         parts = here.relative_to(root).parts
-        instance = "/".join(parts[:-1]) or None
-        found.append(EngineDir(here, kind, instance, parts[-1]))
+        instance = "/".join(map(_decoded, parts[:-1])) or None
+        found.append(EngineDir(here, kind, instance, _decoded(parts[-1])))
         dirnames[:] = []  # an engine directory's subdirectories are not engines
     if not found and "popviz-run.json" in top:
         raise ReportNotFoundError(
@@ -106,10 +119,17 @@ def find_engines(root: str | Path) -> list[EngineDir]:
     return sorted(found, key=lambda e: e.path.parts)
 
 
+def _decoded(name: str) -> str:
+    """A directory name as text: bytes that are not UTF-8 (which Python keeps as lone
+    surrogates) become U+FFFD, so a name from the file system is always valid Unicode."""
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
 def read_engine(engine: EngineDir) -> Report:
     """Read one engine directory with the source its files call for, merging in the capture
     hooks' ``popviz-model.json`` when it is there; a profile without one gets the configuration
     its execution shows, labelled inferred (:mod:`popviz.sources.infer`)."""
+    check_files(engine.path)
     if engine.kind == "manifest":
         report = manifest.manifest_report(manifest.read_manifest(engine.path))
         if engine.name:
@@ -121,11 +141,27 @@ def read_engine(engine: EngineDir) -> Report:
             report = pva.read_profile(engine.path / pva.PROFILE_FILE, name=engine.name)
         if (engine.path / manifest.MODEL_FILE).is_file():
             report = manifest.merge_into(report, manifest.read_manifest(engine.path))
-    check_report(report, engine.path, _files(engine))
+    report = check_report(report, engine.path, _files(engine))
     report = infer.infer_config(report)  # a profile without popviz-model.json: labelled inferred
     if engine.kind == "pva":  # per-layer costs where PopTorch's debug contexts name the layers
         report = attribution.with_layers(report, *pva.read_operations(engine.path / pva.PROFILE_FILE))
     return report.replace(instance=engine.instance, path=str(engine.path))
+
+
+ENGINE_FILES = (bundle.METADATA_FILE, *bundle.TABLE_FILES, pva.PROFILE_FILE, manifest.MODEL_FILE)
+"""The files of an engine directory popviz reads (or has libpva or pyarrow read)."""
+
+
+def check_files(directory: Path) -> None:
+    """Each file popviz would read in ``directory`` is a regular file (links followed): a FIFO,
+    a device or a dangling link named ``profile.pop`` or ``popviz-model.json`` is refused with
+    one line, never opened (reading it would wait forever or without end)."""
+    from popviz.fileio import check_regular
+
+    for name in ENGINE_FILES:
+        path = directory / name
+        if os.path.lexists(path):
+            check_regular(path)
 
 
 def _files(engine: EngineDir) -> dict[str, Path]:
@@ -150,8 +186,10 @@ def stale_profile_warning(root: Path, engine: EngineDir, label: str) -> str | No
     profile and the one here is from an earlier run)."""
     if engine.kind != "pva" or not root.is_dir():
         return None
+    doc = read_run_record(root / RUN_FILE)
+    if doc is None:
+        return None
     try:
-        doc = json.loads((root / RUN_FILE).read_text(encoding="utf-8"))
         started = _dt.datetime.fromisoformat(str(doc["started_at"]))
         profile_mtime = (engine.path / pva.PROFILE_FILE).stat().st_mtime
     except (OSError, ValueError, TypeError, KeyError, RecursionError):
@@ -171,8 +209,14 @@ def load(path: str | os.PathLike[str]) -> ReportSet:
     Raises a :class:`popviz.errors.PopvizError` subclass with a one-line message naming the file
     when something cannot be read.
     """
+    from popviz.ui import progress
+
     engines = find_engines(Path(path))
-    reports = [read_engine(e) for e in engines]
+    reports = []
+    for k, e in enumerate(engines, 1):
+        if len(engines) > 1:
+            progress(f"engine {k:,} of {len(engines):,}")
+        reports.append(read_engine(e))
     root = Path(path)
     warnings = run_warnings(root) if root.is_dir() else []
     for engine, report in zip(engines, reports, strict=True):

@@ -19,13 +19,24 @@ MAX_RECORD_BYTES = 16 * 2**20
 
 
 def _read(path: Path) -> dict[str, Any] | None:
+    """The JSON object in ``path``, or None: absent, not a regular file (a FIFO is never waited
+    on), larger than MAX_RECORD_BYTES, or not JSON."""
+    from popviz.errors import PopvizError
+    from popviz.fileio import read_regular_text
+
+    if not path.is_file():  # is_file follows links and is False for FIFOs and devices
+        return None
     try:
-        if path.stat().st_size > MAX_RECORD_BYTES:
-            return None
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError):
+        doc = json.loads(read_regular_text(path, MAX_RECORD_BYTES))
+    except (PopvizError, ValueError, RecursionError):
         return None
     return doc if isinstance(doc, dict) else None
+
+
+def read_run_record(path: Path) -> dict[str, Any] | None:
+    """A capture's popviz-run.json (``"format": "popviz-run"``), or None."""
+    doc = _read(path)
+    return doc if doc is not None and doc.get("format") == "popviz-run" else None
 
 
 def pid_alive(pid: Any, hostname: Any) -> bool | None:

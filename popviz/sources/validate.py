@@ -12,6 +12,7 @@ analysis never shows an impossible figure. Analyses trust what passes.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 from pathlib import Path
@@ -52,12 +53,23 @@ def _finite_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
+MAX_TILES_PER_IPU = 2**16
+"""An IPU has 1,216 (Mk1) or 1,472 (Mk2) tiles; far more is a damaged file, not a target."""
+MAX_IPUS = 2**16
+MAX_BYTES_PER_TILE = 2**32
+
+
 def check_report(report: Report, where: Path | str,
                  files: Mapping[str, Path | str] | None = None) -> Report:
-    """Return ``report`` unchanged when every value is possible; else raise CorruptReportError
+    """Return ``report`` when every value is possible; else raise CorruptReportError
     naming the file the bad value came from: ``files`` maps a part (``tile``/``ipu`` memory,
     ``execution`` steps, ``runs``, ``provenance``, ``target``, ``config``, ``host_io``) to its
-    file; parts not in it are named by ``where`` (the directory read)."""
+    file; parts not in it are named by ``where`` (the directory read).
+
+    One value is mended rather than refused: ``setAvailableMemoryProportion`` naming IPUs the
+    model does not use (a script written for 16 IPUs run on 1; PopTorch accepts it). Those
+    entries are dropped and kept, as ``IPU<n>`` keys, in ``config.options
+    ["available_memory_proportion_ignored"]``, which the memory analysis reports."""
     c = _Check(report, where, files or {})
     p = report.provenance
     if not isinstance(p.estimated, bool):
@@ -72,6 +84,11 @@ def check_report(report: Report, where: Path | str,
             raise c.fail("target.architecture", f"must be a non-empty string, got {t.architecture!r}")
         if not math.isfinite(t.clock_hz):
             raise c.fail("target.clock_hz", f"must be a finite positive number, got {t.clock_hz!r}")
+        for field, most in (("tiles_per_ipu", MAX_TILES_PER_IPU), ("num_ipus", MAX_IPUS),
+                            ("bytes_per_tile", MAX_BYTES_PER_TILE)):
+            if getattr(t, field) > most:  # a figure sized by it would need terabytes
+                raise c.fail(f"target.{field}", f"{getattr(t, field):,} is more than any IPU system has "
+                             f"({most:,} at most)")
         if t.num_ipus % t.num_replicas:
             raise c.fail("target.num_ipus", f"{t.num_ipus} is not a multiple of num_replicas "
                          f"{t.num_replicas}")
@@ -80,7 +97,7 @@ def check_report(report: Report, where: Path | str,
     if report.execution is not None:
         _execution(c, report)
     if report.config is not None:
-        _config(c, report)
+        report = _config(c, report)
     if report.host_io is not None:
         _host_io(c, report)
     return report
@@ -142,7 +159,11 @@ def _execution(c: _Check, report: Report) -> None:
                 "run appears more than once")
 
 
-def _config(c: _Check, report: Report) -> None:
+AMP_IGNORED = "available_memory_proportion_ignored"
+"""``config.options`` key of the available memory proportions set for IPUs outside the target."""
+
+
+def _config(c: _Check, report: Report) -> Report:
     cfg = report.config
     n_ipus = _ipus(report)
     for i, st in enumerate(cfg.stages):
@@ -156,18 +177,25 @@ def _config(c: _Check, report: Report) -> None:
     if cfg.optimizer_state_on_chip is not None and not isinstance(cfg.optimizer_state_on_chip, bool):
         raise c.fail("config.optimizer_state_on_chip",
                      f"must be true, false or null, got {cfg.optimizer_state_on_chip!r}")
+    ignored: dict[str, float] = {}
     for ipu, frac in cfg.available_memory_proportion.items():
-        if ipu < 0 or (n_ipus is not None and ipu >= n_ipus):
-            raise c.fail("config.available_memory_proportion",
-                         f"names IPU {ipu}, outside the target's {n_ipus} IPU(s)")
+        if ipu < 0:
+            raise c.fail("config.available_memory_proportion", f"names IPU {ipu}, a negative index")
         if not (math.isfinite(frac) and 0 < frac <= 1):
             raise c.fail("config.available_memory_proportion",
                          f"IPU {ipu}: {frac!r} is not a proportion in (0, 1]")
+        if n_ipus is not None and ipu >= n_ipus:
+            ignored[f"IPU{ipu}"] = frac
     n, d = cfg.output_return_period, cfg.device_iterations
     if cfg.effective_output_mode == "EveryN" and n is not None and d is not None and n > d:
         raise c.fail("config.output_return_period",
                      f"EveryN period {n} exceeds device_iterations {d} (PopTorch would return "
                      "nothing)")
+    if not ignored:
+        return report
+    kept = {k: v for k, v in cfg.available_memory_proportion.items() if f"IPU{k}" not in ignored}
+    options = {**cfg.options, AMP_IGNORED: {**dict(cfg.options.get(AMP_IGNORED) or {}), **ignored}}
+    return report.replace(config=dataclasses.replace(cfg, available_memory_proportion=kept, options=options))
 
 
 def _host_io(c: _Check, report: Report) -> None:

@@ -2,8 +2,12 @@
 
 import sys as _sys
 
-from popviz.emulator import popdist_poptorch as poptorch
-from popviz.emulator.popdist import *  # noqa: F403
-from popviz.emulator.popdist import __all__  # noqa: F401
+import _popviz_home
+
+_popviz_home.ensure()
+
+from popviz.emulator import popdist_poptorch as poptorch  # noqa: E402
+from popviz.emulator.popdist import *  # noqa: E402, F403
+from popviz.emulator.popdist import __all__  # noqa: E402, F401
 
 _sys.modules[__name__ + ".poptorch"] = poptorch

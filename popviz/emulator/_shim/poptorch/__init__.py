@@ -7,7 +7,10 @@ Submodules (``poptorch.optim``, ``poptorch.poptorch_core``, ...) are the emulato
 import importlib as _importlib
 import sys as _sys
 
+import _popviz_home
+
 try:
+    _popviz_home.ensure()
     import popviz.emulator as _emulator
     from popviz.emulator import *  # noqa: F403
     from popviz.emulator import __all__, __version__  # noqa: F401
@@ -22,3 +25,6 @@ for _name in _emulator.SUBMODULES:
     _module = _importlib.import_module(f"popviz.emulator.{_name}")
     _sys.modules[f"{__name__}.{_name}"] = _module
     globals()[_name] = _module
+
+# What the emulated run is doing goes to stderr from here on (popviz.emulator.progress).
+_importlib.import_module("popviz.emulator.progress").reporter().script_started()

@@ -1,0 +1,1 @@
+"""Stand-in for horovod (see ../README.md): importable; every use raises."""

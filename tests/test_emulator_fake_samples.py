@@ -1,0 +1,52 @@
+"""The samples' scripts estimated with `popviz capture --emulate --calls 1`: the fake-tensor trace
+(the default) gives the same report as the real trace (POPVIZ_EMULATOR_TRACE=real), everything
+`popviz analyse --json` shows but times and paths; real subprocesses."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from test_samples_captured import REGEN, _differences, _stable
+
+from conftest import ROOT, run_cli
+
+pytest.importorskip("torch")
+
+
+def capture(sample, trace: str, into: Path) -> tuple[dict, str]:
+    out = into / trace
+    env = {"OMP_NUM_THREADS": "1", "POPVIZ_EMULATOR_TRACE": trace, **sample.env}
+    proc = run_cli("capture", "-o", str(out), "--emulate", "--calls", "1", "--", sys.executable, sample.script,
+                   *sample.args, cwd=ROOT, env=env, timeout=600)
+    assert proc.returncode == sample.expect_exit, proc.stderr
+    analysis = run_cli("analyse", str(out), "--json")
+    assert analysis.returncode == 0, analysis.stderr
+    return _stable(json.loads(analysis.stdout)), proc.stderr
+
+
+@pytest.mark.parametrize("sample", [s.name for s in REGEN.SAMPLES])
+def test_fake_trace_gives_the_real_traces_report(sample, tmp_path):
+    chosen = next(s for s in REGEN.SAMPLES if s.name == sample)
+    reason = REGEN.available(chosen)
+    if reason:
+        pytest.skip(f"{sample}: {reason}")
+    real, _ = capture(chosen, "real", tmp_path)
+    faked, log = capture(chosen, "auto", tmp_path)
+    assert "the fake-tensor trace stopped" not in log  # no fallback
+    assert _differences(faked, real) == []
+    assert [e["name"] for e in faked["engines"]] == [e["name"] for e in real["engines"]] != []
+
+
+@pytest.mark.parametrize("sample", ["mnist_pipeline", "cnn_replicated"])
+def test_whole_runs_with_every_compilation_faked_reproduce_the_committed_sample(sample, tmp_path, monkeypatch):
+    """POPVIZ_EMULATOR_TRACE=fake: every compilation traces with fake tensors, also when its call
+    then runs for real; the capture (block summary included: its parameters counted once, not
+    once per fake and once per real tensor) is the committed sample's."""
+    from test_samples_captured import SAMPLES, _analysis
+
+    monkeypatch.setenv("POPVIZ_EMULATOR_TRACE", "fake")
+    REGEN.regenerate([sample], tmp_path)
+    assert _differences(_analysis(tmp_path / sample), _analysis(SAMPLES / sample)) == []

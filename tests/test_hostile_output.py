@@ -1,0 +1,361 @@
+"""Names from files are data in every output channel (issue 23): every renderer walked with
+hostile engine, instance, layer, block, run and finding names (terminal escapes, rich markup,
+GitHub workflow commands, HTML, Markdown structure, mathtext, lone surrogates).
+
+Whatever the names, no control character or escape sequence reaches terminal output, rich
+markup is shown rather than interpreted, Markdown has the structure (headings, HTML tags,
+lines) it has with a harmless name, JUnit is well-formed XML, JSON is strict, and the only
+workflow commands are popviz's own.
+
+Budget: ``POPVIZ_FUZZ_EXAMPLES`` examples per test (default 25 here; the long run of
+tests/test_fuzz.py sets it higher).
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+import json
+import os
+import re
+import unicodedata
+from types import SimpleNamespace
+from xml.etree import ElementTree as ET
+
+import pytest
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
+
+from popviz import testing
+from popviz.analysis import analyse
+from popviz.ci import render as ci_render
+from popviz.ci.baseline import EngineMetrics
+from popviz.ci.compare import check_budgets, compare
+from popviz.ci.thresholds import parse_budget
+from popviz.model import ReportSet
+from popviz.render import console, escape, markdown
+from popviz.render import json as render_json
+
+EXAMPLES = int(os.environ.get("POPVIZ_FUZZ_EXAMPLES", "25"))
+FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=EXAMPLES <= 40,
+                # the default run does not shrink (a failure is reproduced exactly by the same seed)
+                phases=[Phase.explicit, Phase.reuse, Phase.generate] if EXAMPLES <= 40 else list(Phase),
+                suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+
+FRAGMENTS = [
+    "\x1b]52;c;cm0gLXJmIH4=\x07",       # OSC 52: write the clipboard
+    "\x1b]0;pwned\x07",                 # window title
+    "\x1b[2J\x1b[H",                    # clear the screen
+    "\x9b31m", "\x1bP+q\x1b\\", "\x07", "\x00", "\r", "\x7f", "\u202e",
+    "[link=https://evil.example]x[/link]", "[/x]", "[bold]", "\\",
+    "\n::warning::forged", "::stop-commands::tok", "%0A::error::x", "::",
+    "<script>alert(1)</script>", "<img src=x onerror=alert(1)>", "&amp;",
+    "\n## no regression", "`", "|", "[a](https://evil.example)", "*", "_", "# ", "- ", "1. ",
+    "$\\foo{$", "$x$", "\ud800", "\udcff",
+    "layer", "encoder.0", "a b",
+]
+names = st.lists(st.sampled_from(FRAGMENTS) | st.text(max_size=4), min_size=1, max_size=4).map("".join) \
+    .filter(lambda s: s.strip() != "")
+
+
+def terminal_safe(text: str) -> None:
+    """No control character (but newline and tab), no lone surrogate, no line that GitHub
+    Actions would read as a workflow command."""
+    bad = [c for c in text if (unicodedata.category(c) in ("Cc", "Cs") and c not in "\n\t")
+           or c in "\u2028\u2029\u202e"]
+    assert not bad, (bad[:5], text[:400])
+    commands = [line for line in text.splitlines() if line.lstrip().startswith("::")]
+    assert not commands, commands
+
+
+def outside_code(md: str) -> list[str]:
+    """The lines of ``md`` outside fenced code blocks (which Markdown shows as written)."""
+    lines, fence = [], None
+    for line in md.splitlines():
+        if fence is None and line.startswith("```"):
+            fence = line.rstrip()
+        elif fence is not None and line.rstrip() == fence:
+            fence = None
+        elif fence is None:
+            lines.append(line)
+    return lines
+
+
+def tags(html: str) -> list[str]:
+    """The HTML tags in ``html``, outside Markdown's fenced code blocks."""
+    return sorted(re.findall(r"<\s*/?\s*([A-Za-z][\w-]*)", "\n".join(outside_code(html))))
+
+
+def markdown_like(hostile: str, benign: str) -> None:
+    """Same lines, same headings, same HTML tags as the output with harmless names."""
+    terminal_safe(hostile)
+    assert len(hostile.splitlines()) == len(benign.splitlines())
+    assert [line[:3] for line in outside_code(hostile) if line.startswith("#")] == \
+        [line[:3] for line in outside_code(benign) if line.startswith("#")]
+    assert tags(hostile) == tags(benign)  # no <script>, no <img onerror> outside code blocks
+
+
+def strict_json(text: str):
+    def refuse(token: str):
+        raise AssertionError(f"non-standard JSON constant {token}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def report(name: str, instance: str | None, block: str, path: str):
+    r = testing.pipeline_report([1000, 3000, 2000], name=name, tiles_per_ipu=8,
+                                blocks=[[block], ["b1"], [f"{block}2"]], gradient_accumulation=8)
+    return r.replace(instance=instance, path=path)
+
+
+def analysed(name: str, instance: str | None, block: str, path: str):
+    return analyse(ReportSet([report(name, instance, block, path)], root=path, warnings=[f"warn {name}"]))
+
+
+def render_all(result) -> dict[str, str]:
+    buf = io.StringIO()
+    console.render(result, file=buf, width=100)
+    return {"console": buf.getvalue(), "markdown": markdown.render(result),
+            "json": render_json.render(result)}
+
+
+def dir_name(name: str) -> str:
+    """``name`` as a directory name the file system takes (no separator, no NUL; surrogates as
+    the bytes they stand for, or dropped)."""
+    cleaned = name.replace("/", "_").replace("\x00", "_").strip() or "_"
+    cleaned = "".join(c for c in cleaned if not 0xD800 <= ord(c) < 0xDC80)
+    return cleaned if cleaned not in (".", "..") else "_"
+
+
+def loaded(root, name: str, instance: str, block: str):
+    """A bundle with hostile names written under a hostile directory name, read back through
+    popviz.load (the boundary): the Result, or None when the boundary refuses it (one line)."""
+    import popviz
+    from popviz.errors import PopvizError
+    from popviz.sources.bundle import write_bundle
+
+    d = root / dir_name(instance) / "engine"
+    try:
+        write_bundle(report(name, None, block, "x"), d)
+    except (UnicodeEncodeError, ValueError):
+        return None  # a name the writer cannot store: it cannot come from a file either
+    try:
+        reports = popviz.load(root)
+    except PopvizError as exc:
+        assert "\n" not in exc.message
+        return None
+    return analyse(reports)
+
+
+@functools.cache
+def benign_analysis() -> dict[str, str]:
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as tmp:
+        return render_all(loaded(Path(tmp), "eng", "inst", "blk"))
+
+
+@FUZZ
+@given(name=names, instance=names, block=names)
+def test_analyse_renderers(name, instance, block, tmp_path_factory):
+    result = loaded(tmp_path_factory.mktemp("r"), name, instance, block)
+    if result is None:
+        return
+    out = render_all(result)
+    benign = benign_analysis()
+    terminal_safe(out["console"])
+    markdown_like(out["markdown"], benign["markdown"])
+    strict_json(out["json"])
+
+
+def test_names_with_lone_surrogates_are_refused_or_replaced_at_the_boundary(tmp_path):
+    from popviz.errors import PopvizError
+
+    with pytest.raises(PopvizError, match="lone surrogate"):
+        import popviz
+        from popviz.sources.bundle import write_bundle
+
+        d = write_bundle(report("e", None, "b", "x"), tmp_path / "a")
+        meta = d / "popviz-report.json"
+        meta.write_text(meta.read_text().replace('"b"', '"\\ud800"'))
+        popviz.load(d)
+    # a directory name that is not UTF-8 (bytes kept as surrogates by Python) is shown with U+FFFD
+    import os
+
+    root = tmp_path / "b"
+    write_bundle(report("e", None, "b", "x"), os.fsdecode(os.fsencode(root / "x") + b"\xff") + "/e")
+    [r] = popviz.load(root)
+    assert r.instance == "x\ufffd"
+
+
+@functools.cache
+def benign_html() -> str:
+    from popviz.render import html
+
+    return html.render(analysed("eng", "inst", "blk", "d"), figures=False)
+
+
+@FUZZ
+@given(name=names, instance=names, block=names)
+def test_html_page(name, instance, block):
+    from popviz.render import html
+
+    page = html.render(analysed(name, instance, block, "d"), figures=False)
+    benign = benign_html()
+    terminal_safe(page.replace("\n", ""))
+    assert tags(page) == tags(benign)
+
+
+def side(label: str, code: str, title: str, metric_value: float, *, config: dict | None = None):
+    return [EngineMetrics(name=label, instance=None, source="bundle", estimated=False,
+                          config=config or {"stages": [f"IPU0: {label}"], "layer_ipus": {label: 0}},
+                          metrics={"pipeline.cycles_per_micro_batch": metric_value,
+                                   "memory.ipu0.used_pct": 50.0},
+                          findings=[{"code": code, "severity": "error", "title": title}])]
+
+
+def comparison(label: str, title: str, base_label: str):
+    c = compare(side(label, "PIPE001", title, 100.0), side(label, "PIPE001", title, 200.0,
+                config={"stages": [f"IPU1: {title}"], "layer_ipus": {label: 1}}), [])
+    c.budgets = check_budgets(side(label, "PIPE001", title, 200.0), [parse_budget("memory.*", "<= 10", "t")])
+    c.findings = [{"engine": label, "code": "PIPE001", "severity": "error", "title": title, "ignored": False}]
+    c.base_label = base_label
+    return c
+
+
+def ci_outputs(c) -> dict[str, str]:
+    return {"console": ci_render.text(c, width=100), "markdown": ci_render.markdown(c, all_rows=True),
+            "junit": ci_render.junit(c), "json": ci_render.as_json(c)}
+
+
+@functools.cache
+def benign_ci() -> dict[str, str]:
+    return ci_outputs(comparison("eng", "title", "base"))
+
+
+@FUZZ
+@given(label=names, title=names, base_label=names)
+def test_compare_and_check_renderers(label, title, base_label):
+    out = ci_outputs(comparison(label, title, base_label))
+    benign = benign_ci()
+    terminal_safe(out["console"])
+    markdown_like(out["markdown"], benign["markdown"])
+    suite = ET.fromstring(out["junit"].split("?>", 1)[1])  # well-formed XML
+    assert suite.get("failures") == "3"
+    strict_json(out["json"])
+
+
+@FUZZ
+@given(label=names, metric_label=names)
+def test_github_commands_are_only_popvizs_own(label, metric_label, tmp_path_factory):
+    from popviz.ci.cli import emit
+    from popviz.cli import _PipeSafeStdout
+
+    c = comparison(label, metric_label, "b")
+    summary = tmp_path_factory.mktemp("gh") / "summary.md"
+    os.environ["GITHUB_STEP_SUMMARY"] = str(summary)
+    raw = io.StringIO()
+    guarded = _PipeSafeStdout(raw)
+    import sys
+
+    real, sys.stdout = sys.stdout, guarded
+    try:
+        code = emit(c, SimpleNamespace(json=False, markdown=False, all=True, summary=False, github=True,
+                                       junit=None))
+    finally:
+        sys.stdout = real
+        del os.environ["GITHUB_STEP_SUMMARY"]
+    assert code == 1
+    lines = raw.getvalue().splitlines()
+    commands = [line for line in lines if line.lstrip().startswith("::")]
+    assert len(commands) == 2  # one regression, one broken budget
+    assert all(re.fullmatch(r"::error title=popviz (regression|budget)::[^\r\n]*", cmd) for cmd in commands)
+    terminal_safe("\n".join(line for line in lines if line not in commands))
+    benign = comparison("eng", "t", "b")
+    markdown_like(summary.read_text(encoding="utf-8").rstrip("\n") + "\n",
+                  ci_render.markdown(benign, all_rows=True).rstrip("\n") + "\n")
+
+
+def test_each_command_line_is_escaped_as_github_documents():
+    line = escape.gh_command("error", "a\r\nb%c::d", title="x:y,z\n")
+    assert line == "::error title=x%3Ay%2Cz%0A::a%0D%0Ab%25c::d"
+
+
+@FUZZ
+@given(engine=names, label=names)
+def test_history_renderers(engine, label, tmp_path_factory):
+    from popviz.ci import history, history_view
+    from popviz.ci.trend import trends
+
+    def shown(engine: str, label: str) -> dict[str, str]:
+        db = tmp_path_factory.mktemp("h") / "h.db"
+        for k, value in enumerate((100.0, 100.0, 200.0)):
+            history.add(db, side(engine, "PIPE001", "t", value), label=f"{label}{k}", source="r")
+        h = history.read(db)
+        found = trends(h, [], [])
+        buf = io.StringIO()
+        from contextlib import redirect_stdout
+
+        with redirect_stdout(buf):
+            history_view.console(found, h.runs, all_rows=True)
+        return {"console": buf.getvalue(), "markdown": history_view.markdown(found, h.runs, all_rows=True),
+                "json": history_view.as_json(found, h.runs, "h.db")}
+
+    out, benign = shown(engine, label), shown("eng", "lab")
+    terminal_safe(out["console"])
+    markdown_like(out["markdown"], benign["markdown"])
+    strict_json(out["json"])
+
+
+def plan_for(engine: str, layer: str, rerun: str):
+    from popviz.analysis.layer_plan import make_plan
+
+    layers = testing.layer_table([100, 1000, 1000, 1000, 1000, 1500],
+                                 names=["emb", f"{layer}.0", "l1", "l2", f"{layer}.3", "head"],
+                                 roles=["embeddings", "layer", "layer", "layer", "layer", "head"],
+                                 pins=["first", None, None, None, None, "last"], layers_per_ipu=[2, 2],
+                                 weight_bytes=[100_000, 60_000, 60_000, 60_000, 60_000, 10_000],
+                                 activation_bytes=[0, 20_000, 20_000, 20_000, 20_000, 0])
+    r = testing.layered_report(layers, name=engine, tiles_per_ipu=1, gradient_accumulation=16)
+    return make_plan(r), rerun
+
+
+@FUZZ
+@given(engine=names, layer=names, rerun=names)
+def test_plan_renderers(engine, layer, rerun):
+    from popviz.render import plan as render_plan
+
+    plan, cmd = plan_for(engine, layer, rerun)
+    benign, bcmd = plan_for("eng", "layer", "cmd")
+    terminal_safe("\n".join(render_plan.text_lines(plan, cmd, None, 100, rerun_from="x/popviz-run.json")))
+    md = render_plan.markdown(plan, cmd, None, rerun_from="x")
+    bmd = render_plan.markdown(benign, bcmd, None, rerun_from="x")
+    markdown_like(md, bmd)
+    fences = [line for line in md.splitlines() if line.startswith("```")]
+    assert len(fences) == len([line for line in bmd.splitlines() if line.startswith("```")])
+    strict_json(render_plan.to_json(plan, cmd, None, rerun_from="x"))
+
+
+MARKUP = "[link=https://evil.example]n[/link][/x]"
+
+
+def test_rich_markup_in_names_is_shown_not_interpreted():
+    out = render_all(analysed(MARKUP, None, "b", "d"))["console"]
+    assert MARKUP in out
+    text = ci_render.text(comparison(MARKUP, MARKUP, MARKUP))
+    assert MARKUP in text
+
+
+@pytest.mark.parametrize("name", ["$\\foo{$", "x\x00y\x07", "\x1b[2Jz", "$x$ and $y"])
+def test_figures_draw_any_name(name):
+    from popviz import plot
+
+    r = report(name, None, name, "d")
+    figures = plot.figures(r, ["stages", "memory"])
+    for fig in figures.values():
+        assert not isinstance(fig, Exception), fig
+        for fmt in ("png", "svg"):
+            buf = io.BytesIO()
+            fig.savefig(buf, format=fmt)
+            assert buf.getvalue()

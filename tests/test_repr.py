@@ -1,0 +1,51 @@
+"""What a REPL user sees: short summaries of Result, EngineResult, Report and ReportSet."""
+
+from __future__ import annotations
+
+import io
+
+import popviz
+from popviz.render.console import render
+
+from conftest import SAMPLES
+
+
+def test_result_repr_is_a_short_summary_with_the_top_findings():
+    result = popviz.analyse(popviz.load(SAMPLES / "mnist_pipeline"))
+    text = repr(result)
+    assert str(result) == text
+    assert text.splitlines() == [
+        f"<popviz Result of {SAMPLES / 'mnist_pipeline'}: 2 engines, 7 warnings (worst: warning)",
+        "  inference (estimated): 3 warnings; top: PIPE001 Unbalanced pipeline: stage 0 (IPU0) is the bottleneck",
+        "  training (estimated): 4 warnings; top: PIPE001 Unbalanced pipeline: stage 3 (IPU3) is the bottleneck",
+        "  data: .engines[i].findings / .metrics / .plan / .not_checked; all of it as text: "
+        "popviz.render.console.render(result)>",
+    ]
+    assert len(result.findings) == 7  # the data is one attribute away
+    assert repr(result.engines[1]).startswith("<EngineResult training (estimated): 4 warnings; top: PIPE001 ")
+    out = io.StringIO()
+    render(result, file=out, width=100)  # what the last line promises
+    assert "PIPE001" in out.getvalue() and len(out.getvalue()) > 10 * len(text)
+
+
+def test_result_repr_counts_severities_most_severe_first():
+    result = popviz.analyse(popviz.load(SAMPLES / "oom_model"))
+    first = repr(result).splitlines()[0]
+    counts = {s: sum(f.severity == s for f in result.findings) for s in ("error", "warning", "info")}
+    assert counts["error"] == 1
+    expected = ", ".join(f"{n} {s}{'s' if n != 1 and s != 'info' else ''}" for s, n in counts.items() if n)
+    assert first.endswith(f"1 engine, {expected} (worst: error)")
+    assert "top: MEM001 " in repr(result)
+
+
+def test_result_without_findings():
+    result = popviz.analyse(popviz.load(SAMPLES / "bert_planned"))
+    assert repr(result).splitlines()[:2] == [
+        f"<popviz Result of {SAMPLES / 'bert_planned'}: 1 engine, no findings",
+        "  training (estimated): no findings"]
+
+
+def test_report_and_report_set_reprs():
+    reports = popviz.load(SAMPLES / "mnist_pipeline")
+    assert repr(reports) == f"ReportSet(root={str(SAMPLES / 'mnist_pipeline')!r}, engines=['inference', 'training'])"
+    assert repr(reports["training"]).startswith("Report(name='training', source='emulator', estimated=True, ")
