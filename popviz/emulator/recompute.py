@@ -85,6 +85,8 @@ def parse_type(value: Any) -> RecomputationType:
             pass
     elif isinstance(value, str):
         name = value.strip().rpartition(".")[2].lower()
+        if name == "norecompute":  # popart's Python binding spells None so
+            return RecomputationType.NONE
         for member in RecomputationType:
             if name in (member.label.lower(), member.name.lower()):
                 return member
@@ -221,7 +223,12 @@ def resolve(m: Measurement, setup: EngineSetup) -> tuple[RecomputationType, str]
         return (RecomputationType.NONE,
                 f"Recomputation: None (autoRecomputation not set, and PopTorch sets Pipeline only for a "
                 f"pipeline over more than one IPU, here {why}){extra}.")
-    kind = parse_type(raw)
+    try:
+        kind = parse_type(raw)
+    except ValueError as exc:  # PopTorch refuses the option when it compiles
+        from popviz.emulator.errors import CPP_ERROR, Error
+
+        raise Error(f"{exc} (set with opts._Popart.set)", type=CPP_ERROR) from None
     if kind is RecomputationType.Pipeline and not (pipelined and ipus > 1):
         return (RecomputationType.NONE,
                 f"Recomputation: None (autoRecomputation = Pipeline applies only to a pipeline over more "
