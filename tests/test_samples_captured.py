@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 import popviz
+from popviz.model import ReportSet
 
 from conftest import SAMPLES, run_cli
 
@@ -136,23 +137,23 @@ def test_regenerating_a_sample_gives_the_same_analysis(sample, tmp_path):
 
 
 def test_pipe001_never_advises_moving_layers_that_popviz_plan_cannot_move():
-    """mnist_pipeline holds one Linear per IPU: no split of its 4 layers is faster, so PIPE001
+    """One layer per IPU, the first twice as slow: no split of its 4 layers is faster, so PIPE001
     says so (and what else balances the stages) instead of "shift a BeginBlock by a layer";
-    bert_even_split, where moving layers helps, still names the plan's split."""
-    result = popviz.analyse(popviz.load(SAMPLES / "mnist_pipeline"))
-    for engine in result.engines:
-        (f,) = [f for f in engine.findings if f.code == "PIPE001"]
-        assert f.recommendation.startswith(
-            "Moving whole layers does not help here: `popviz plan` finds no faster split of the report's "
-            "4 layers that fits (the current one is the best at layer granularity); split a layer across "
-            "blocks (a BeginBlock inside it) or make the bottleneck's layers cheaper. Balanced stages would "
-            "raise throughput by up to 21% in the steady state, about +"), f.recommendation
-        # host copies take most of each call: balancing gains little of it (the ranked gain)
-        call = {"inference": "2.2%", "training": "6.2%"}[engine.report.name]
-        assert f.recommendation.endswith(f"+{call} for the whole call (its host copies, syncs and ramp stay).")
-        (a,) = [a for a in engine.plan.actions if a.code == "PIPE001"]
-        assert a.gain_text == f"up to +{round(float(call[:-1]))}% throughput"
-        assert "by a layer or more" not in f.recommendation
+    bert_even_split, where moving layers helps, still names the plan's split. (mnist_pipeline,
+    one Linear per IPU, used to show this; with the calibrated cost model its stages are within
+    4% of each other, each Linear mostly its product's fixed cost, and it has no PIPE001.)"""
+    from popviz import testing
+
+    table = testing.layer_table([200_000, 100_000, 100_000, 100_000], layers_per_ipu=[1, 1, 1, 1])
+    result = popviz.analyse(ReportSet([testing.layered_report(table, mode="training")]))
+    (f,) = [f for f in result.engines[0].findings if f.code == "PIPE001"]
+    assert f.recommendation.startswith(
+        "Moving whole layers does not help here: `popviz plan` finds no faster split of the report's "
+        "4 layers that fits (the current one is the best at layer granularity); split a layer across "
+        "blocks (a BeginBlock inside it) or make the bottleneck's layers cheaper."), f.recommendation
+    assert "by a layer or more" not in f.recommendation
+    mnist = popviz.analyse(popviz.load(SAMPLES / "mnist_pipeline"))
+    assert all(f.code != "PIPE001" for f in mnist.findings)
     (f,) = [f for f in popviz.analyse(popviz.load(SAMPLES / "bert_even_split")).engines[0].findings
             if f.code == "PIPE001"]
     assert "`popviz plan` finds a split with +" in f.recommendation and "Moving whole layers" not in f.recommendation

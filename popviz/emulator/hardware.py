@@ -176,9 +176,10 @@ together with the two constants above."""
 # An offloaded optimizer state is loaded from streaming memory next to each tensor's VarUpdate and
 # stored back (PopART's RemoteLoad / RemoteStore), one tensor at a time; spread over every tile,
 # each tile's peak holds its slice of one tensor's state, so the IPU's total (the sum of its
-# tiles' peaks, as Poplar reports it) holds the largest tensor's state once, not-always-live. For
-# the tiny BERT profile (A1) that is the word embeddings' AdamW state, 15.6 MB of the 40.4 MB of
-# variables (weights and accumulators are 12.8 MB). No constant: the emulator counts it so.
+# tiles' peaks, as Poplar reports it) holds the largest tensor's state once, not-always-live and
+# after the backward (so with the temporaries: the larger of the two). For the tiny BERT profile
+# (A1) that is the word embeddings' AdamW state, 15.6 MB of the 40.4 MB of variables (weights and
+# accumulators are 12.8 MB). No constant: the emulator counts it so.
 
 BACKWARD_CODE_FACTOR = 2.0
 """Backward programs per forward operation when training (code of the gradient ops relative to
