@@ -99,12 +99,14 @@ def _main(argv: Sequence[str] | None) -> int:
 
 
 _LINE_END_PADDING = re.compile(r" +\n")
-_PIPED_CONTROLS = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|[\]PX^_].*?(?:\x07|\x1b\\|$)|.?)"
-                             r"|[\x00-\x08\x0b-\x1f\x7f-\x9f]", re.S)
+_C1_SEQUENCES = r"\x9b[0-?]*[ -/]*[@-~]|[\x90\x98\x9d-\x9f].*?(?:\x07|\x9c|\x1b\\|(?=\n)|$)"
+"""CSI, OSC and string sequences started by their 8-bit C1 controls (some terminals obey them)."""
+_PIPED_CONTROLS = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|[\]PX^_].*?(?:\x07|\x1b\\|(?=\n)|$)|.?)|"
+                             + _C1_SEQUENCES + r"|[\x00-\x08\x0b-\x1f\x7f-\x9f]", re.S)
 """Piped or redirected output: every escape sequence and control character but tab and newline
 (rich writes none there; anything found is from a file and slipped past escape.term)."""
-_TTY_CONTROLS = re.compile(r"\x1b[\]PX^_].*?(?:\x07|\x1b\\|$)|\x1b(?![\[(])"
-                           r"|[\x00-\x08\x0b\x0c\x0e-\x1a\x1c-\x1f\x7f-\x9f]", re.S)
+_TTY_CONTROLS = re.compile(r"\x1b[\]PX^_].*?(?:\x07|\x1b\\|(?=\n)|$)|\x1b(?![\[(])|" + _C1_SEQUENCES
+                           + r"|[\x00-\x08\x0b\x0c\x0e-\x1a\x1c-\x1f\x7f-\x9f]", re.S)
 """On a terminal rich draws with CSI sequences (colours, the spinner): those stay; operating
 system commands (OSC: clipboard, title), device control strings and C1 controls never pass."""
 
@@ -159,7 +161,8 @@ class _PipeSafeStdout:
     def close_lines(self) -> None:
         """The end of the command's output (spaces still waiting for a newline are dropped)."""
         self._pending = ""
-        self.flush()
+        if not getattr(self._stream, "closed", False):  # stderr is closed after a broken pipe
+            self.flush()
 
     def _raw(self, text: str) -> None:
         if not self._dropped and text:

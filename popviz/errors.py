@@ -53,3 +53,14 @@ def shown(path: str | Path) -> str:
     except (ValueError, OSError, RuntimeError):  # RuntimeError: a symlink loop (Python < 3.13)
         text = str(p)
     return text if len(text) <= len(str(p)) else str(p)
+
+
+def brief(value: object, limit: int = 40) -> str:
+    """A value read from a file, for a message: its ``repr`` cut to ``limit`` characters (a
+    message stays one short line whatever the file holds; repr shows control characters as
+    escapes)."""
+    try:
+        text = repr(value)
+    except (ValueError, RecursionError):  # an int too long for repr, a structure too deep
+        text = "(a value too large to show)"
+    return text if len(text) <= limit else text[:limit - 3] + "..."

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from popviz.errors import UsageError, shown
+from popviz.errors import UsageError, brief, shown
 
 FORMAT = "popviz-plan"
 FORMAT_VERSION = 1
@@ -63,21 +63,15 @@ MAX_LAYERS = 100_000
 """More layers than this on one IPU is not a model's split."""
 
 
-def _r(value: Any) -> str:
-    """A value from the file for a message: its repr, at most 40 characters."""
-    try:
-        text = repr(value)
-    except (ValueError, RecursionError):
-        text = "(a value too large to show)"
-    return text if len(text) <= 40 else text[:37] + "..."
-
-
 def _check_counts(counts: list[Any], where: str) -> tuple[int, ...]:
     if not counts:
         raise UsageError(f"{where}: layers_per_ipu is empty; give one count per IPU, e.g. 3,7,7,7")
-    bad = next((c for c in counts if not _int(c) or not 0 <= c <= MAX_LAYERS), None)
-    if bad is not None:
-        raise UsageError(f"{where}: layers_per_ipu entry {_r(bad)} is not a whole number of layers (0 to {MAX_LAYERS:,})")
+    wrong = [c for c in counts if not _int(c) or c < 0]
+    if wrong:  # (a list: the wrong entry may be None itself)
+        raise UsageError(f"{where}: layers_per_ipu entry {brief(wrong[0])} is not a whole number of layers (0 or more)")
+    if max(counts) > MAX_LAYERS:
+        raise UsageError(f"{where}: layers_per_ipu entry {max(counts):,} is more layers than a model has "
+                         f"({MAX_LAYERS:,} at most)")
     if not any(counts):
         raise UsageError(f"{where}: layers_per_ipu {list(counts)} places no layer; give at least one")
     if len(counts) > MAX_IPUS:
@@ -94,9 +88,9 @@ def parse_layers_per_ipu(text: str) -> PlanFile:
         try:
             counts.append(int(part))
         except ValueError:
-            raise UsageError(f"--split {_r(text)}: {_r(part)} is not a whole number; expected e.g. "
+            raise UsageError(f"--split {brief(text)}: {brief(part)} is not a whole number; expected e.g. "
                              "layers_per_ipu=3,7,7,7 or a plan file") from None
-    spec = f"--split {_r(text)}"
+    spec = f"--split {brief(text)}"
     counts_t = _check_counts(counts, spec)
     return PlanFile(ipus=len(counts_t), layers_per_ipu=counts_t,
                     source=f"layers_per_ipu={','.join(map(str, counts_t))}")
@@ -107,34 +101,34 @@ def plan_from_dict(doc: Any, where: str) -> PlanFile:
     if not isinstance(doc, dict):
         raise UsageError(f"{where}: expected a JSON object written by popviz plan --write")
     if doc.get("format") != FORMAT:
-        raise UsageError(f"{where}: not a popviz plan (format is {_r(doc.get('format'))}, expected {FORMAT!r})")
+        raise UsageError(f"{where}: not a popviz plan (format is {brief(doc.get('format'))}, expected {FORMAT!r})")
     version = doc.get("format_version")
     if version != FORMAT_VERSION:
-        raise UsageError(f"{where}: plan format_version {_r(version)} is not supported (this popviz reads "
+        raise UsageError(f"{where}: plan format_version {brief(version)} is not supported (this popviz reads "
                          f"{FORMAT_VERSION}); write it again with this popviz")
     ipus = doc.get("ipus")
     if not _int(ipus) or not 1 <= ipus <= MAX_IPUS:
-        raise UsageError(f"{where}: ipus {_r(ipus)} is not a whole number from 1 to {MAX_IPUS}")
+        raise UsageError(f"{where}: ipus {brief(ipus)} is not a whole number from 1 to {MAX_IPUS}")
     counts = doc.get("layers_per_ipu")
     if not isinstance(counts, list):
-        raise UsageError(f"{where}: layers_per_ipu {_r(counts)} is not a list of counts")
+        raise UsageError(f"{where}: layers_per_ipu {brief(counts)} is not a list of counts")
     counts_t = _check_counts(counts, where)
     if len(counts_t) != ipus:
         raise UsageError(f"{where}: layers_per_ipu {list(counts_t)} has {len(counts_t)} entries for "
                          f"ipus {ipus}; they must agree")
     raw = doc.get("placements", [])
     if not isinstance(raw, list):
-        raise UsageError(f"{where}: placements {_r(raw)} is not a list of {{\"layer\": ..., \"ipu\": ...}}")
+        raise UsageError(f"{where}: placements {brief(raw)} is not a list of {{\"layer\": ..., \"ipu\": ...}}")
     placements: list[tuple[str, int]] = []
     seen: set[str] = set()
     for item in raw:
         if not isinstance(item, dict) or not isinstance(item.get("layer"), str) or not item.get("layer"):
-            raise UsageError(f"{where}: placement {_r(item)} needs a \"layer\" (module path) and an \"ipu\"")
+            raise UsageError(f"{where}: placement {brief(item)} needs a \"layer\" (module path) and an \"ipu\"")
         name, ipu = item["layer"], item.get("ipu")
         if not _int(ipu) or not 0 <= ipu < ipus:
-            raise UsageError(f"{where}: placement of {_r(name)} on IPU {_r(ipu)}: expected 0 to {ipus - 1}")
+            raise UsageError(f"{where}: placement of {brief(name)} on IPU {brief(ipu)}: expected 0 to {ipus - 1}")
         if name in seen:
-            raise UsageError(f"{where}: layer {_r(name)} is placed twice")
+            raise UsageError(f"{where}: layer {brief(name)} is placed twice")
         seen.add(name)
         placements.append((name, ipu))
     if placements and len(placements) != sum(counts_t):
@@ -142,7 +136,7 @@ def plan_from_dict(doc: Any, where: str) -> PlanFile:
                          f"counts {sum(counts_t)} layers; they must agree")
     engine = doc.get("engine")
     if engine is not None and not isinstance(engine, str):
-        raise UsageError(f"{where}: engine {_r(engine)} is not a string")
+        raise UsageError(f"{where}: engine {brief(engine)} is not a string")
     return PlanFile(ipus=ipus, layers_per_ipu=counts_t, placements=tuple(placements), engine=engine,
                     source=where)
 

@@ -31,6 +31,19 @@ def assert_one_line_error(proc: subprocess.CompletedProcess[str], *needles: str)
     return lines[0]
 
 
+@pytest.fixture(scope="session")
+def mnist_capture(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    """``popviz capture -o out --emulate`` of examples/mnist_pipeline.py for two training steps
+    (of its ten: the same engines, options and per-call figures in a fifth of the time), made
+    once per test process and shared: tests read it and write elsewhere. Returns the run
+    directory and the finished capture."""
+    tmp = tmp_path_factory.mktemp("mnist")
+    proc = run_cli("capture", "-o", "out", "--emulate", "--", sys.executable, str(ROOT / "examples" / "mnist_pipeline.py"),
+                   "--steps", "2", cwd=tmp, env={"OMP_NUM_THREADS": "1"}, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    return tmp / "out", proc
+
+
 @pytest.fixture
 def fake_pva_env() -> dict[str, str]:
     """Environment in which ``import pva`` finds the test double in tests/fake_pva."""

@@ -8,25 +8,14 @@ import os
 import sys
 import textwrap
 
-import pytest
-
 import popviz
 
-from conftest import ROOT, run_cli
+from conftest import run_cli
 
 PY = sys.executable
-EXAMPLE = ROOT / "examples" / "mnist_pipeline.py"
 
 
-@pytest.fixture(scope="module")
-def mnist_capture(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("mnist")
-    # two training steps (of the example's ten): the same engines, options and per-call figures in
-    # a fifth of the time
-    proc = run_cli("capture", "-o", "out", "--emulate", "--", PY, str(EXAMPLE), "--steps", "2", cwd=tmp,
-                   timeout=600)
-    assert proc.returncode == 0, proc.stderr
-    return tmp / "out", proc
+# mnist_capture (tests/conftest.py): the example captured for two training steps, shared
 
 
 def test_mnist_capture_leaves_run_log_and_both_engines(mnist_capture):

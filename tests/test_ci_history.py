@@ -86,6 +86,28 @@ def test_refusals_leave_the_file_alone(tmp_path):
         history.add(tmp_path, [engine(1.0)])
 
 
+def test_a_planted_trigger_or_view_is_refused_before_any_write(tmp_path):
+    """A downloaded history with a trigger popviz never creates: refused, not run (was: history
+    add ran it, deleting every earlier run's metrics) and the file left byte-identical."""
+    db = tmp_path / "h.db"
+    history.add(db, [engine(1000.0)], label="a")
+    con = sqlite3.connect(db)
+    con.execute("CREATE TRIGGER wipe AFTER INSERT ON runs BEGIN DELETE FROM metrics; END")
+    con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    con.close()
+    before = db.read_bytes()
+    for action in (lambda: history.add(db, [engine(2000.0)], label="b"), lambda: history.read(db)):
+        with pytest.raises(CorruptReportError, match="h.db has trigger 'wipe', which popviz never creates"):
+            action()
+    assert db.read_bytes() == before
+    con = sqlite3.connect(db)
+    con.execute("DROP TRIGGER wipe")
+    con.execute("CREATE VIEW v AS SELECT * FROM runs")
+    con.close()
+    with pytest.raises(CorruptReportError, match="has view 'v', which popviz never creates"):
+        history.read(db)
+
+
 WRITER = textwrap.dedent("""
     import sys, time
     from pathlib import Path

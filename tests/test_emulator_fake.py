@@ -395,3 +395,30 @@ def test_a_bad_trace_choice_is_one_line(monkeypatch):
     assert str(info.value) == ("'poptorch_py_error': POPVIZ_EMULATOR_TRACE='maybe': expected one of auto, fake, "
                                "real (auto: fake tensors when a compilation only estimates; real: always trace "
                                "with real tensors)")
+
+
+def test_an_operation_without_a_fake_implementation_is_traced_for_real_with_one_note(monkeypatch, tmp_path):
+    """A custom operator registered with a CPU kernel only (no fake/meta kernel)."""
+    lib = torch.library.Library("popviz_fake_test", "FRAGMENT")
+    lib.define("twice(Tensor x) -> Tensor")
+    lib.impl("twice", lambda x: x * 2, "CPU")
+    twice = torch.ops.popviz_fake_test.twice.default
+
+    class Custom(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.linear = nn.Linear(4, 4)
+
+        def forward(self, x, y):
+            return F.mse_loss(twice(self.linear(x)), y)
+
+    inputs = (torch.randn(4, 4), torch.randn(4, 4))
+    _, real = compile_with("real", Custom, inputs, monkeypatch)
+    _, faked = compile_with("auto", Custom, inputs, monkeypatch)
+    assert faked._setup.extra_notes == (*real._setup.extra_notes, (
+        "The estimate traced its micro-batch with real tensors (computed on the CPU): the fake-tensor trace "
+        "stopped at operation popviz_fake_test.twice.default has no fake-tensor implementation."))
+    a, b = bundle(real, tmp_path, "real"), bundle(faked, tmp_path, "fake")
+    a["popviz-report.json"]["provenance"].pop("notes")
+    b["popviz-report.json"]["provenance"].pop("notes")
+    assert a == b

@@ -52,6 +52,10 @@ def test_popart_set_records_enum_members_as_poparts_integers():
     other = poptorch.Options()
     other._Popart.set("autoRecomputation", 3)
     assert other.toDict()["_Popart.autoRecomputation"] == 3
+    # and through PopTorch's JSON form (options.py from_json: '{"_Popart.set":["OptionName", 1]}'),
+    # which POPTORCH_DEFAULT_OPTIONS holds
+    assert poptorch.Options().from_json('{"_Popart.set": ["autoRecomputation", 4]}').toDict()[
+        "_Popart.autoRecomputation"] == 4
 
 
 def test_popart_is_only_importable_in_emulated_runs():
@@ -93,3 +97,36 @@ def test_a_popviz_folder_beside_the_script_does_not_hide_the_emulator(tmp_path, 
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split()[1] == "1" and proc.stdout.startswith("popviz.emulator")
     assert json.dumps(proc.stdout)  # printable
+
+
+def test_popart_enums_reach_the_cost_model():
+    """``autoRecomputation`` and ``syntheticDataMode`` set with the stand-in's enums are what the
+    estimate uses (recomputation: popviz/emulator/recompute.py; synthetic data: no host input)."""
+    import torch
+
+    import popviz.emulator as poptorch
+
+    def estimate(**popart_options):
+        class Model(torch.nn.Module):
+            def __init__(self) -> None:
+                super().__init__()
+                self.lin = torch.nn.Linear(64, 64)
+
+            def forward(self, x):
+                return poptorch.identity_loss(self.lin(x).pow(2).mean(), reduction="none")
+
+        opts = poptorch.Options()
+        for key, value in popart_options.items():
+            opts._Popart.set(key, value)
+        executor = poptorch.trainingModel(Model(), opts)
+        executor.compile(torch.randn(4, 64))
+        report, cycles = executor.popvizReport(), executor.popvizEstimate().call_cycles
+        executor.destroy()
+        return report, cycles
+
+    recomputed, _ = estimate(autoRecomputation=popart.RecomputationType.RecomputeAll)
+    assert any(n.startswith("Recomputation: RecomputeAll") for n in recomputed.provenance.notes)
+    _, streamed = estimate()
+    synthetic, no_host_input = estimate(syntheticDataMode=popart.SyntheticDataMode.RandomNormal)
+    assert synthetic.cfg.options["_Popart.syntheticDataMode"] == 2
+    assert no_host_input < streamed  # no input copied from the host

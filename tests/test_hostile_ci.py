@@ -12,7 +12,6 @@ byte-identical afterwards.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import sqlite3
@@ -21,6 +20,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from test_hostile_input import snapshot
 
 from popviz import testing
 from popviz.ci.baseline import document, from_reports
@@ -255,6 +255,12 @@ def build(root: Path) -> Cases:
     c.add("hostile names through check", "check", root / "h-new", "--fail-on", "info", codes=(0, 1))
     c.add("hostile names through analyse --markdown", "analyse", "--markdown", root / "h-new", codes=(0,))
     c.add("hostile names through analyse", "analyse", root / "h-new", codes=(0,))
+    for k in range(2):
+        c.add(f"hostile names through history add {k}", "history", "add", root / ("h-base", "h-new")[k], "--db",
+              root / "hh.db", "--label", f"\x1b]0;t\x07[/x]<b>{k}", codes=(0,))
+    c.add("hostile names through history show", "history", "show", "--db", root / "hh.db", codes=(0,))
+    c.add("hostile names through history show --markdown", "history", "show", "--db", root / "hh.db",
+          "--markdown", codes=(0,))
     c.add("an error quoting a hostile path", "analyse", root / "\x1b]0;title\x07[/x]", needles=("no such",))
 
     c.add("hostile names through analyse --html", "analyse", root / "h-new", "--html", root / "page.html",
@@ -287,24 +293,6 @@ def build(root: Path) -> Cases:
         (many / f"e{k}" / "popviz-model.json").write_text("{}")
     c.add("1,100 engines", "analyse", many, needles=("more than 1,000 engines",))
     return c
-
-
-def snapshot(root: Path) -> dict[str, str]:
-    """Every regular file under ``root`` -> its hash (FIFOs, links and devices by kind)."""
-    seen = {}
-    for dirpath, dirnames, filenames in os.walk(root):
-        for name in dirnames + filenames:
-            p = Path(dirpath) / name
-            rel = str(p.relative_to(root))
-            if p.is_symlink():
-                seen[rel] = "-> " + os.readlink(p)
-            elif p.is_fifo():
-                seen[rel] = "fifo"
-            elif p.is_file():
-                seen[rel] = hashlib.sha256(p.read_bytes()).hexdigest()
-            else:
-                seen[rel] = "dir"
-    return seen
 
 
 @pytest.fixture(scope="module")
@@ -358,7 +346,7 @@ def test_inputs_are_byte_identical_and_nothing_is_written_outside_the_targets(re
     changed = {k for k in before if after.get(k) != before[k]}
     # what the successful commands were asked to write, and nothing else
     assert changed == set(), changed
-    allowed = ("lab.db", "summary.md", "page.html", "plots")
+    allowed = ("lab.db", "hh.db", "summary.md", "page.html", "plots")
     assert all(k.startswith(allowed) for k in added), sorted(added)
 
 
@@ -368,6 +356,14 @@ def test_the_one_github_annotation_per_regression_is_escaped(results):
     commands = [line for line in stdout.splitlines() if line.startswith("::")]
     assert len(commands) >= 1
     assert all("%0A" in line and "\n" not in line for line in commands)
+
+
+def test_markdown_from_the_cli_shows_names_as_text(results):
+    _, _, out, _, _ = results
+    _, md, _ = out["hostile names through history show --markdown"]
+    assert "<b>" not in md and "&lt;b&gt;" in md
+    _, md, _ = out["hostile names through analyse --markdown"]
+    assert "\n::" not in md and "\\[link=https://e.x\\]y\\[/link\\]" in md
 
 
 def test_strict_json_out(results):
@@ -446,3 +442,18 @@ def test_a_figure_that_fails_to_draw_leaves_no_file(tmp_path):
     with pytest.raises(PopvizError, match="exists"):
         write_new_bytes(tmp_path / "f.png", b"again")
     assert (tmp_path / "f.png").read_bytes() == b"ok"
+
+
+def test_history_on_a_file_nobody_may_write_is_read_immutable_and_untouched(tmp_path, monkeypatch):
+    """(Root may write anything, so the read-only case is made by saying so: os.access.)"""
+    from popviz.ci import history
+
+    rep = write_bundle(testing.pipeline_report([1000, 3000], name="train", tiles_per_ipu=8), tmp_path / "r" / "t")
+    db = history_db(tmp_path / "h.db", rep.parent)
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()}
+    monkeypatch.setattr(history.os, "access", lambda *a, **k: False)
+    h = history.read(db)
+    assert [r.label for r in h.runs] == ["a", "b"]
+    base, runs = history.median_side(db)
+    assert len(runs) == 2 and base[0].metrics
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()} == before

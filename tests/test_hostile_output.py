@@ -103,6 +103,10 @@ def strict_json(text: str):
 
 
 def report(name: str, instance: str | None, block: str, path: str):
+    # Block names reach a Report only through a source, which refuses lone surrogates (a JSON
+    # '\ud800' escape; test_names_with_lone_surrogates_are_refused_or_replaced_at_the_boundary):
+    # the tables behind the renderers (Arrow strings) never hold one, so neither do these.
+    block = block.encode("utf-8", "replace").decode("utf-8")
     r = testing.pipeline_report([1000, 3000, 2000], name=name, tiles_per_ipu=8,
                                 blocks=[[block], ["b1"], [f"{block}2"]], gradient_accumulation=8)
     return r.replace(instance=instance, path=path)
@@ -359,3 +363,87 @@ def test_figures_draw_any_name(name):
             buf = io.BytesIO()
             fig.savefig(buf, format=fmt)
             assert buf.getvalue()
+
+
+def test_on_a_real_terminal_only_rich_colours_reach_the_screen(tmp_path):
+    """``popviz analyse`` on a pseudo-terminal (rich draws in colour there): the names' OSC 52,
+    window-title and clear-screen sequences never reach it; only rich's own SGR colours do."""
+    import pty
+    import subprocess
+    import sys
+
+    from popviz.sources.bundle import write_bundle
+
+    name = "x\x1b]52;c;cm0gLXJmIH4=\x07y\x1b]0;pwned\x07\x1b[2J\x9b2J[link=https://e.x]z[/link]"
+    write_bundle(testing.pipeline_report([1000, 3000], name=name, tiles_per_ipu=8), tmp_path / "r" / "e")
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "popviz", "analyse", str(tmp_path / "r")], stdin=slave,
+                            stdout=slave, stderr=slave, env={**os.environ, "COLUMNS": "120", "TERM": "xterm"},
+                            close_fds=True)
+    os.close(slave)
+    chunks = []
+    while True:
+        try:
+            data = os.read(master, 65536)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.close(master)
+    assert proc.wait(timeout=120) == 0
+    screen = b"".join(chunks).decode("utf-8", "replace")
+    assert "\x1b[" in screen  # rich's colours: it did see a terminal
+    assert "\x1b]" not in screen and "\x07" not in screen and "\x9b" not in screen
+    assert "\x1b[2J" not in screen
+    others = re.findall(r"\x1b(?!\[[0-9;?]*[A-Za-z])", screen)
+    assert not others, others[:5]
+    assert "[link=https://e.x]z[/link]" in screen.replace("\r", "")
+
+
+def test_the_cli_streams_are_the_last_guard():
+    """What slipped past the renderers (a message printed raw) still cannot reach the screen:
+    escape sequences and control characters are removed from piped output, a line that would be
+    a workflow command is defused, and popviz's own commands pass."""
+    from popviz.cli import _PipeSafeStdout
+
+    raw = io.StringIO()
+    out = _PipeSafeStdout(raw)
+    out.write("name \x1b]52;c;eA==\x07x\x1b[2J\x9b1m and \x00\r")
+    out.write("\n")
+    out.write("::warning::forged")
+    out.write("\n  ::stop-commands::tok\nok :: fine\n")
+    out.write_command("::error title=popviz regression::a%0Ab")
+    out.close_lines()
+    assert raw.getvalue() == ("name x and\n: :warning::forged\n  : :stop-commands::tok\nok :: fine\n"
+                              "::error title=popviz regression::a%0Ab\n")
+
+
+def test_the_older_command_form_is_defused_anywhere_in_a_line(tmp_path):
+    """GitHub's runner also obeys ``##[error]data`` and ``##[stop-commands]token`` found anywhere
+    in a line (actions/runner, src/Runner.Common/ActionCommand.cs, ``TryParse``: ``IndexOf("##[")``),
+    so a name must not carry one to stdout or stderr in any form: plain, JSON, Markdown, --github."""
+    from popviz.cli import _PipeSafeStdout
+    from popviz.sources.bundle import write_bundle
+
+    from conftest import run_cli
+
+    raw = io.StringIO()
+    out = _PipeSafeStdout(raw)
+    out.write('{"name": "a ##[stop-commands]tok ###[error]x"}\n')
+    out.close_lines()
+    assert raw.getvalue() == '{"name": "a # #[stop-commands]tok ## #[error]x"}\n'
+
+    name = "e ##[error]forged ##[stop-commands]tok"
+    for side_, stage1 in (("base", 3000), ("new", 6000)):
+        write_bundle(testing.pipeline_report([1000, stage1, 2000], name=name, tiles_per_ipu=8,
+                                             gradient_accumulation=8), tmp_path / side_ / "e")
+    summary = tmp_path / "summary.md"
+    runs = {"analyse": ("analyse", "new"), "analyse --json": ("analyse", "--json", "new"),
+            "check": ("check", "new", "--fail-on", "info"),
+            "compare --github": ("compare", "base", "new", "--github")}
+    for what, argv in runs.items():
+        proc = run_cli(*argv, cwd=tmp_path, env={"GITHUB_STEP_SUMMARY": str(summary)})
+        assert proc.returncode in (0, 1), (what, proc.stderr)
+        assert "forged" in proc.stdout, what  # the name is shown ...
+        assert "##[" not in proc.stdout + proc.stderr, what  # ... never as a command

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import sys
 
 import pytest
 
@@ -295,13 +294,8 @@ def test_host_io_without_tensor_sizes_counts_copies():
     assert "sizes not recorded" in ax.get_title()
 
 
-def test_an_emulated_capture_of_the_example_plots(tmp_path):
-    from conftest import ROOT
-
-    run = tmp_path / "run"
-    proc = run_cli("capture", "-o", str(run), "--emulate", "--", sys.executable, str(ROOT / "examples" / "mnist_pipeline.py"),
-                   "--steps", "2", env={"OMP_NUM_THREADS": "1"}, timeout=300)
-    assert proc.returncode == 0, proc.stderr
+def test_an_emulated_capture_of_the_example_plots(tmp_path, mnist_capture):
+    run, _ = mnist_capture
     out = tmp_path / "figs"
     proc = run_cli("plot", str(run), "-o", str(out), env={"MPLBACKEND": "Agg"}, timeout=300)
     assert proc.returncode == 0, proc.stderr

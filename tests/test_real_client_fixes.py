@@ -63,6 +63,16 @@ def test_first_layers_before_the_first_block_are_on_ipu0(tmp_path):
     assert engine["target"]["ipus_per_replica"] == 4
 
 
+def test_first_layers_stay_on_ipu0_when_the_compile_fails(tmp_path):
+    """The same idiom with G=4, fewer than the 7 training stages PopTorch requires: the compile
+    fails, and the recorded configuration still has the stem's stage on IPU 0 (was: 3 stages on
+    IPUs 1-3, contradicting the error's "a model with 4 pipeline stages")."""
+    engine = capture(tmp_path, STEM.replace("gradientAccumulation(8)", "gradientAccumulation(4)"))
+    assert [(s["index"], s["ipu"], s["blocks"]) for s in engine["config"]["stages"]] == [
+        (0, 0, []), (1, 1, ["0"]), (2, 2, ["1"]), (3, 3, ["2"])]
+    assert engine["config"]["gradient_accumulation"] == 4
+
+
 def test_an_available_memory_proportion_for_unused_ipus_is_ignored_with_a_note(tmp_path):
     """setAvailableMemoryProportion naming 16 IPUs on a 1-IPU model: PopTorch accepts it; the
     report stays readable, keeps IPU 0's value and says what was ignored."""

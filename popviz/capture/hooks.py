@@ -1108,6 +1108,7 @@ def _compile_and_run(executor: Any, rec: Recorder, fn: Callable[..., Any], args:
         if tracer is not None:
             tracer.__exit__(None, None, None)
             rec.traced_blocks = tracer.ordered()  # what was traced before the failure
+            rec.first_layers = tracer.first_layers  # layers before the first block: on IPU 0
         if getattr(exc, "popviz_call_completed", False) and _is_compiled(executor):
             # the emulator's --calls stop right after compiling: compiled, and the call counts
             with contextlib.suppress(Exception):

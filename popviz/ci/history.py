@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from popviz.ci.baseline import EngineMetrics
-from popviz.errors import CorruptReportError, UnsupportedFormatError, UsageError, shown
+from popviz.errors import CorruptReportError, UnsupportedFormatError, UsageError, brief, shown
 
 FORMAT = "popviz-history"
 SCHEMA_VERSION = 1
@@ -234,6 +234,12 @@ def _check_schema(con: sqlite3.Connection, path: Path, create: bool, *, empty_ok
             if _has_table(con, "meta") else None
         if row is None or row[0] != FORMAT:
             raise _fail(path, "is a SQLite database but not a popviz history (no format marker)")
+        # popviz creates no trigger and no view: one planted in a downloaded history would run
+        # (a trigger on every history add) or stand in for a table; checked before any write
+        planted = [f"{kind} {name!r}" for kind, name in con.execute(
+            "SELECT type, name FROM sqlite_master WHERE type IN ('trigger', 'view') ORDER BY name")]
+        if planted:
+            raise _fail(path, f"has {', '.join(planted[:3])}, which popviz never creates")
 
 
 def _has_table(con: sqlite3.Connection, name: str) -> bool:
@@ -321,7 +327,7 @@ def _run(p: Path, run_id: object, label: object, added_at: object) -> Run:
     from popviz.ci import validate as v
 
     if isinstance(run_id, bool) or not isinstance(run_id, int) or run_id < 1:
-        raise _fail(p, f"has a run with an invalid id ({v._short(run_id)})")
+        raise _fail(p, f"has a run with an invalid id ({brief(run_id)})")
     fail = lambda what: _fail(p, what)  # noqa: E731
     return Run(run_id, v.name(label, fail, f"label of run #{run_id}", optional=True),
                v.name(added_at, fail, f"time of run #{run_id}") or "")
@@ -346,7 +352,7 @@ def _read_engines(con: sqlite3.Connection, p: Path, first: int) -> dict[tuple[in
         except (ValueError, RecursionError):
             raise _fail(p, f"has a damaged configuration for {where}") from None
         if estimated not in (0, 1):
-            raise _fail(p, f"has an invalid estimated flag for {where} ({v._short(estimated)})")
+            raise _fail(p, f"has an invalid estimated flag for {where} ({brief(estimated)})")
         engines[(int(run_id), label)] = EngineMetrics(
             name=v.name(name, fail, f"name of {where}"), instance=v.name(instance, fail, f"instance of {where}",
                                                                      optional=True),

@@ -47,9 +47,9 @@ MAX_THRESHOLD = 1e15
 
 
 def _shown(spec: Any) -> str:
-    from popviz.ci.validate import _short
+    from popviz.errors import brief
 
-    return _short(spec) if len(str(spec)) > 40 else repr(spec)
+    return brief(spec)
 
 
 def parse_threshold(spec: str, where: str = "") -> Threshold:

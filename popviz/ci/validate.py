@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from popviz.ci.metrics import definition
+from popviz.errors import brief
 
 MAX_VALUE = float(2**62)
 """No byte, cycle or count figure of a real run comes near this (a 2^62-cycle run lasts 150 years)."""
@@ -47,7 +48,7 @@ def known_metric(name: Any, fail: Fail, where: str) -> bool:
     """Whether ``name`` is a metric this popviz knows; False for a well-formed name it does not
     (a newer popviz's metric: not compared); ``fail`` for anything that is not a metric name."""
     if not isinstance(name, str) or len(name) > 200 or not METRIC_NAME.fullmatch(name):
-        raise fail(f"has a metric name that is not one ({_short(name)}) in {where}")
+        raise fail(f"has a metric name that is not one ({brief(name)}) in {where}")
     try:
         definition(name)
     except KeyError:
@@ -60,7 +61,7 @@ def metric_value(name: str, value: Any, fail: Fail, where: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise fail(f"has a non-numeric value for metric {name!r} of {where}")
     if isinstance(value, int) and abs(value) > MAX_VALUE:
-        raise fail(f"has an impossible value for metric {name!r} of {where} ({_short(value)})")
+        raise fail(f"has an impossible value for metric {name!r} of {where} ({brief(value)})")
     v = float(value)
     if not math.isfinite(v):
         raise fail(f"has a value that is not finite for metric {name!r} of {where} ({v})")
@@ -87,7 +88,7 @@ def name(value: Any, fail: Fail, field: str, *, optional: bool = False) -> str |
     if value is None and optional:
         return None
     if not isinstance(value, str) or not value or len(value) > MAX_NAME_CHARS:
-        raise fail(f"has an invalid {field} ({_short(value)}; expected a name)")
+        raise fail(f"has an invalid {field} ({brief(value)}; expected a name)")
     return value
 
 
@@ -103,9 +104,9 @@ def findings(doc: Any, fail: Fail, where: str) -> list[dict[str, str]]:
             raise fail(f"has a finding #{k} that is not an object in {where}")
         code, severity, title = f.get("code"), f.get("severity"), f.get("title")
         if not isinstance(code, str) or not FINDING_CODE.fullmatch(code):
-            raise fail(f"has finding #{k} of {where} with an invalid code ({_short(code)})")
+            raise fail(f"has finding #{k} of {where} with an invalid code ({brief(code)})")
         if severity not in SEVERITIES:
-            raise fail(f"has finding {code} of {where} with an unknown severity ({_short(severity)}; "
+            raise fail(f"has finding {code} of {where} with an unknown severity ({brief(severity)}; "
                        f"expected {', '.join(SEVERITIES)})")
         name(title, fail, f"title of finding {code} of {where}")
         out.append({"code": code, "severity": severity, "title": title})
@@ -126,16 +127,16 @@ def config(doc: Any, fail: Fail, where: str) -> dict[str, Any]:
         raise fail(f"has a configuration that is not an object in {where}")
     out: dict[str, Any] = {}
     for key, value in doc.items():
-        field = f"configuration field {_short(key)} of {where}"
+        field = f"configuration field {brief(key)} of {where}"
         if key in CONFIG_STRINGS:
             name(value, fail, field, optional=True)
         elif key in CONFIG_COUNTS:
             if value is not None and (isinstance(value, bool) or not isinstance(value, int)
                                       or not 1 <= value <= 2**31):
-                raise fail(f"has an invalid {field} ({_short(value)}; expected a positive integer)")
+                raise fail(f"has an invalid {field} ({brief(value)}; expected a positive integer)")
         elif key == "stages":
             if not isinstance(value, list) or len(value) > 10_000:
-                raise fail(f"has an invalid {field} ({_short(value)}; expected a list of stages)")
+                raise fail(f"has an invalid {field} ({brief(value)}; expected a list of stages)")
             for s in value:
                 name(s, fail, f"stage in {field}")
         elif key == "layer_ipus":
@@ -144,7 +145,7 @@ def config(doc: Any, fail: Fail, where: str) -> dict[str, Any]:
             for layer, ipu in value.items():
                 name(layer, fail, f"layer in {field}")
                 if isinstance(ipu, bool) or not isinstance(ipu, int) or not 0 <= ipu < 2**16:
-                    raise fail(f"has an invalid IPU for layer {_short(layer)} in {field} ({_short(ipu)})")
+                    raise fail(f"has an invalid IPU for layer {brief(layer)} in {field} ({brief(ipu)})")
         elif not isinstance(key, str) or len(key) > 100:
             raise fail(f"has an invalid configuration field name in {where}")
         elif (value is not None and not isinstance(value, (str, int, float, bool))) or \
@@ -154,12 +155,3 @@ def config(doc: Any, fail: Fail, where: str) -> dict[str, Any]:
             raise fail(f"has an invalid {field} (not finite)")
         out[key] = value
     return out
-
-
-def _short(value: Any) -> str:
-    """A value for a message: its repr, cut to 40 characters (a message stays one short line)."""
-    try:
-        text = repr(value)
-    except ValueError:  # an int too long for repr
-        text = "a number too long to show"
-    return text if len(text) <= 40 else text[:37] + "..."

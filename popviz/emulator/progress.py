@@ -109,9 +109,7 @@ class Reporter:
             return act
         with self.lock:
             self.current = act
-            if self.mode == "rich" and self._start_rich(act):
-                pass
-            else:
+            if not (self.mode == "rich" and self._start_rich(act)):
                 if announce:
                     line(text)
                     self.last_line = time.monotonic()
@@ -150,7 +148,9 @@ class Reporter:
         if act.total:
             columns += [BarColumn(bar_width=20), MofNCompleteColumn(), TextColumn("micro-batches")]
         columns.append(TimeElapsedColumn())
-        progress = Progress(*columns, console=Console(file=sys.stderr), transient=True)
+        # sys.stdout and sys.stderr stay the script's own (no redirection through rich's proxy)
+        progress = Progress(*columns, console=Console(file=sys.stderr), transient=True,
+                            redirect_stdout=False, redirect_stderr=False)
         task = progress.add_task(act.text, total=act.total)
         try:
             progress.start()

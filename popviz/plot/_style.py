@@ -69,8 +69,12 @@ def new_figure(size: tuple[float, float]) -> Figure:
 
         class PopvizFigure(_Base):
             def draw(self, renderer):  # type: ignore[no-untyped-def]
-                _plain_text(self)
-                return super().draw(renderer)
+                import matplotlib
+
+                # tick labels are made while drawing: no mathtext for them either
+                with matplotlib.rc_context({"text.parse_math": False}):
+                    _plain_text(self)
+                    return super().draw(renderer)
 
             def _repr_png_(self) -> bytes:
                 import io

@@ -78,9 +78,12 @@ def md(value: object, *, starts_line: bool = False) -> str:
     or a heading. ``starts_line``: the value begins a line, so a leading ``-``, ``+``, ``>``, ``#``,
     ``1.`` cannot make a list, a quote or a heading either."""
     out = []
-    for c in term(value):
+    text = term(value)
+    for i, c in enumerate(text):
         if c in _HTML:
             out.append(_HTML[c])
+        elif c == "_" and 0 < i < len(text) - 1 and text[i - 1].isalnum() and text[i + 1].isalnum():
+            out.append(c)  # inside a word (qa_outputs, used_pct) "_" never makes emphasis
         elif c in _MD_SPECIAL:
             out.append("\\" + c)
         else:
@@ -128,9 +131,10 @@ def xml(value: object) -> str:
 
 def gh_data(value: object) -> str:
     """The message of a GitHub Actions workflow command: ``%``, CR and LF percent-encoded
-    (GitHub's escaping of command data), other controls made safe by :func:`term`."""
+    (GitHub's escaping of command data), other controls made safe by :func:`term`, and the older
+    command form ``##[`` broken (``# #[``) as on every other line."""
     text = str(value).replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
-    return term(text)
+    return term(text).replace("##[", "# #[")
 
 
 def gh_property(value: object) -> str:
@@ -149,16 +153,25 @@ _COMMAND_START = re.compile(r"^(\s*):(?=:)")
 """A line GitHub Actions reads as a workflow command (the runner trims leading blanks)."""
 
 
+_LEGACY_COMMAND = "##["
+"""GitHub's runner also reads the older form of a workflow command, ``##[error]data`` or
+``##[stop-commands]token``, and it finds that one anywhere in a line, not only at its start
+(actions/runner, src/Runner.Common/ActionCommand.cs: ``TryParse`` takes ``IndexOf("##[")``)."""
+
+
 def is_command_line(line: str) -> bool:
     """Whether a line of output would be read by GitHub Actions as a workflow command."""
-    return line.lstrip().startswith("::")
+    return line.lstrip().startswith("::") or _LEGACY_COMMAND in line
 
 
 def defuse_commands(text: str, *, at_line_start: bool = True) -> str:
     """Lines of ``text`` that GitHub Actions would read as workflow commands get a space between
     their leading colons (``: :warning``), so text from a file never becomes a command (a long
-    name wrapped by the terminal renderer can start a line anywhere in it). ``at_line_start``:
+    name wrapped by the terminal renderer can start a line anywhere in it), and the older form
+    ``##[command]`` gets one between its hashes (``# #[error]``) wherever it is. ``at_line_start``:
     whether ``text`` continues a line written before (False) or starts one."""
+    if _LEGACY_COMMAND in text:
+        text = text.replace(_LEGACY_COMMAND, "# #[")
     if "::" not in text:
         return text
     return "\n".join(_COMMAND_START.sub(r"\1: ", line, count=1) if (i or at_line_start) else line

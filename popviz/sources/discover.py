@@ -186,7 +186,7 @@ def stale_profile_warning(root: Path, engine: EngineDir, label: str) -> str | No
     profile and the one here is from an earlier run)."""
     if engine.kind != "pva" or not root.is_dir():
         return None
-    doc = read_run_record(root / RUN_FILE)
+    doc = read_run_record(root / RUN_FILE, strict=False)
     if doc is None:
         return None
     try:

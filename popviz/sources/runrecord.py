@@ -33,10 +33,10 @@ def _read(path: Path) -> dict[str, Any] | None:
     return doc if isinstance(doc, dict) else None
 
 
-def read_run_record(path: Path) -> dict[str, Any] | None:
-    """A capture's popviz-run.json (``"format": "popviz-run"``), or None."""
+def read_run_record(path: Path, *, strict: bool = True) -> dict[str, Any] | None:
+    """A capture's popviz-run.json, or None (``strict``: only with ``"format": "popviz-run"``)."""
     doc = _read(path)
-    return doc if doc is not None and doc.get("format") == "popviz-run" else None
+    return doc if doc is not None and (not strict or doc.get("format") == "popviz-run") else None
 
 
 def pid_alive(pid: Any, hostname: Any) -> bool | None:

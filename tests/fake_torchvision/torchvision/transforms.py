@@ -27,3 +27,28 @@ class Normalize:
 
     def __call__(self, x):
         return (x - self.mean) / self.std
+
+
+class Resize:
+    """Bilinear resize of a (C, H, W) float tensor; an int size sets the shorter side."""
+
+    def __init__(self, size) -> None:
+        self.size = size
+
+    def __call__(self, x):
+        h, w = x.shape[-2:]
+        if isinstance(self.size, int):
+            scale = self.size / min(h, w)
+            size = (round(h * scale), round(w * scale))
+        else:
+            size = tuple(self.size)
+        return torch.nn.functional.interpolate(x.unsqueeze(0), size=size, mode="bilinear",
+                                               align_corners=False).squeeze(0)
+
+
+class ConvertImageDtype:
+    def __init__(self, dtype: torch.dtype) -> None:
+        self.dtype = dtype
+
+    def __call__(self, x):
+        return x.to(self.dtype)
