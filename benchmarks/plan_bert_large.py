@@ -10,7 +10,7 @@ embeddings and the tied MLM projection on IPU 0; the even split 6/6/6/6), plans 
 measured on the IPUs, one extra forward stage for the tied projection's return to IPU 0, the
 time of G micro-batches through the pipeline), writes the plan file, captures again with
 ``--split plan.json``, and prints per-IPU cycles and memory: current, predicted, re-run. Takes
-about 4 minutes here (float16 matmuls are slow on the CPU).
+about a minute here.
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ def capture(out: Path, *extra: str) -> float:
     cmd = [sys.executable, "-m", "popviz", "capture", "-o", str(out), "--emulate", "--calls", "1", *extra, "--",
            sys.executable, str(ROOT / "examples" / "bert_pipeline.py"), *MODEL]
     proc = subprocess.run(cmd, env={**os.environ, "OMP_NUM_THREADS": "1"}, stdout=subprocess.DEVNULL)
-    # The even split does not fit (IPU0 holds the embeddings, the tied head and 6 layers): its
-    # compile fails like PopTorch's (exit 1) and leaves a memory-only report with the layers.
+    # A split that does not fit fails its compile like PopTorch's (exit 1) and leaves a memory-only
+    # report with the layers (the even split fits since recomputation is modelled).
     if proc.returncode not in (0, 1) or not (out / "popviz-run.json").exists():
         raise SystemExit(f"capture into {out} failed with exit code {proc.returncode}")
     return time.perf_counter() - started

@@ -46,15 +46,17 @@ class Sample:
     the README's and docs/getting-started.md's sample tables promises (tests check it)."""
 
 
-BERT_ARGS = ("--steps", "1", "--mlm", "--gradient-accumulation", "64")
-"""bert_even_split: 12 layers, 3 per IPU; the tied masked-LM head takes the pipeline back to IPU 0."""
+BERT_ARGS = ("--steps", "1", "--mlm", "--masked", "128", "--gradient-accumulation", "64")
+"""bert_even_split: 12 layers, 3 per IPU; the tied masked-LM head takes the pipeline back to IPU 0
+and predicts every position (``--masked 128``, as Hugging Face's BertForMaskedLM does): with
+small products dominated by their fixed cost, that projection is what makes IPU 0 the slowest."""
 BERT_PLANNED = "1,4,4,3"
 """What `popviz plan sample_reports/bert_even_split` proposes (a test checks it still does)."""
 
 SAMPLES: tuple[Sample, ...] = (
     Sample("mnist_pipeline", "examples/mnist_pipeline.py", ("--steps", "3"),
            about="Graphcore's pipelined MNIST tutorial: four blocks on four IPUs",
-           findings=("HIO001", "HIO002", "HIO003", "PIPE001")),
+           findings=("HIO001", "HIO002", "HIO003", "PIPE003")),
     Sample("cnn_replicated", "examples/cnn_replicated.py", ("--steps", "2"),
            about="a CNN data-parallel over 4 replicas; inference returns every micro-batch (OutputMode.All)",
            findings=("HIO001", "HIO003")),
@@ -73,7 +75,7 @@ SAMPLES: tuple[Sample, ...] = (
     Sample("lightning_pipeline", "examples/lightning/block_pipeline_predict.py", ("--samples", "640"),
            requires=("lightning_graphcore",),
            about="a PyTorch Lightning IPUStrategy module pipelined with poptorch.Block: fit, validate, predict",
-           findings=("HIO001", "HIO002", "HIO003", "PIPE001")),
+           findings=("HIO001", "HIO002", "HIO003", "PIPE001", "PIPE003")),
 )
 
 

@@ -25,15 +25,33 @@ class FakePopartType(enum.IntEnum):  # what w21's popart stand-in (or popart its
     (0, RecomputationType.NONE), (3, RecomputationType.Pipeline), (4, RecomputationType.RecomputeAll),
     ("Pipeline", RecomputationType.Pipeline), ("RecomputationType.NormOnly", RecomputationType.NormOnly),
     ("none", RecomputationType.NONE), ("1", RecomputationType.Standard),
+    ("RecomputationType.NoRecompute", RecomputationType.NONE),
     (FakePopartType.Pipeline, RecomputationType.Pipeline)])
 def test_recomputation_type_from_int_enum_or_name(value, expected):
     assert parse_type(value) is expected
+
+
+def test_the_emulated_popart_enum_is_recorded_as_its_value():
+    import popviz.emulator as poptorch
+    from popviz.emulator import popart_enums
+
+    opts = poptorch.Options()
+    opts._Popart.set("autoRecomputation", popart_enums.RecomputationType.RecomputeAll)
+    assert parse_type(opts.toDict()[recompute.OPTION]) is RecomputationType.RecomputeAll
 
 
 @pytest.mark.parametrize("bad", [7, -1, "Sometimes", True, 2.5])
 def test_bad_recomputation_type_names_the_value(bad):
     with pytest.raises(ValueError, match=r"autoRecomputation=.* is not a RecomputationType"):
         parse_type(bad)
+
+
+def test_a_bad_option_fails_the_compile_with_poptorchs_error():
+    from popviz.emulator.errors import Error
+
+    with pytest.raises(Error, match=r"autoRecomputation=9 is not a RecomputationType \(use 0-4 or one of None, "
+                       r"Standard, NormOnly, Pipeline, RecomputeAll\) \(set with opts._Popart.set\)"):
+        recompute.plan(measurement(), setup(options={recompute.OPTION: 9}))
 
 
 def test_decreasing_intervals_follow_popart():
@@ -99,7 +117,7 @@ def test_no_default_on_one_ipu_and_checkpoints_are_inert():
     assert plan.type is RecomputationType.NONE and not plan.active
     assert plan.note == ("Recomputation: None (autoRecomputation not set, and PopTorch sets Pipeline only for a "
                          "pipeline over more than one IPU, here a single IPU); the 1 recomputationCheckpoint "
-                         "have no effect without it.")
+                         "has no effect without it.")
     assert plan.stash_bytes(2) == [600, 1500]
 
 

@@ -15,17 +15,19 @@ def test_result_repr_is_a_short_summary_with_the_top_findings():
     text = repr(result)
     assert str(result) == text
     assert text.splitlines() == [
-        f"<popviz Result of {SAMPLES / 'mnist_pipeline'}: 2 engines, 7 warnings (worst: warning)",
-        "  inference (estimated): 3 warnings; top: PIPE001 Unbalanced pipeline: stage 0 (IPU0) is the bottleneck",
-        "  training (estimated): 4 warnings; top: PIPE001 Unbalanced pipeline: stage 3 (IPU3) is the bottleneck",
+        f"<popviz Result of {SAMPLES / 'mnist_pipeline'}: 2 engines, 3 warnings, 1 info (worst: warning)",
+        "  inference (estimated): 2 warnings; top: HIO001 IPU0 waits for the host: 24.7% of its cycles in stream "
+        "copies",
+        "  training (estimated): 1 warning, 1 info; top: HIO002 Training returns every micro-batch's outputs "
+        "(OutputMode.All)",
         "  data: .engines[i].findings / .metrics / .plan / .not_checked; all of it as text: "
         "popviz.render.console.render(result)>",
     ]
-    assert len(result.findings) == 7  # the data is one attribute away
-    assert repr(result.engines[1]).startswith("<EngineResult training (estimated): 4 warnings; top: PIPE001 ")
+    assert len(result.findings) == 4  # the data is one attribute away
+    assert repr(result.engines[1]).startswith("<EngineResult training (estimated): 1 warning, 1 info; top: HIO002 ")
     out = io.StringIO()
     render(result, file=out, width=100)  # what the last line promises
-    assert "PIPE001" in out.getvalue() and len(out.getvalue()) > 10 * len(text)
+    assert "HIO002" in out.getvalue() and len(out.getvalue()) > 10 * len(text)
 
 
 def test_result_repr_counts_severities_most_severe_first():

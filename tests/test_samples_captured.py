@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 import popviz
+from popviz.model import ReportSet
 
 from conftest import SAMPLES, run_cli
 
@@ -90,12 +91,12 @@ def test_oom_model_compile_fails_and_its_memory_only_report_is_kept():
     assert engine["model"]["compile_error"] == (
         "Error: 'popart_exception': Out of memory: Cannot fit all variable data onto one or more tiles.")
     log = (SAMPLES / "oom_model" / "capture.log").read_text(encoding="utf-8")
-    assert "Out of memory on IPU 0: 1,250,827,264 bytes used but IPUs only have 940,572,672 bytes" in log
+    assert "Out of memory on IPU 0: 1,187,742,720 bytes used but IPUs only have 940,572,672 bytes" in log
     report = popviz.load(SAMPLES / "oom_model")["training"]
     assert report.execution is None and report.provenance.estimated
     per_ipu = report.memory.frame.set_index("ipu")
-    assert per_ipu["total_bytes_including_gaps"].to_dict() == {0: 1_250_827_264, 1: 273_832_004}
-    assert per_ipu["overflow_bytes"].to_dict() == {0: 310_254_592, 1: 0}
+    assert per_ipu["total_bytes_including_gaps"].to_dict() == {0: 1_187_742_720, 1: 293_394_500}
+    assert per_ipu["overflow_bytes"].to_dict() == {0: 247_170_048, 1: 0}
     [mem001] = [f for f in popviz.analyse(popviz.load(SAMPLES / "oom_model")).findings if f.code == "MEM001"]
     assert mem001.title == "IPU0 is out of memory" and mem001.severity == "error"
 
@@ -118,9 +119,9 @@ def test_bert_planned_is_the_split_popviz_plan_proposes_and_it_is_faster():
     gain = before["call_cycles_per_micro_batch"] / metrics["call_cycles_per_micro_batch"] - 1
     assert gain == pytest.approx(plan.throughput_change_frac, abs=0.02) and gain > 0.05
     # the plan quotes the report's own figures (as analyse shows them) beside its model's
-    assert max(row["cycles"] for row in before["ipus"]) == pytest.approx(952628.2, abs=0.1)
-    assert ("now, as the report (and popviz analyse) has it: IPU0 952,628 cycles/µb (model 950,996); "
-            "IPU0 39.6% full (model 39.1%). The model's figures leave out inter-IPU copies, syncs and "
+    assert max(row["cycles"] for row in before["ipus"]) == pytest.approx(3902494.5, abs=0.1)
+    assert ("now, as the report (and popviz analyse) has it: IPU0 3,902,494 cycles/µb (model 3,901,151); "
+            "IPU0 43.7% full (model 43.1%). The model's figures leave out inter-IPU copies, syncs and "
             "each IPU's own code size, the same on both sides of the comparison") in plan.notes
 
 
@@ -136,23 +137,23 @@ def test_regenerating_a_sample_gives_the_same_analysis(sample, tmp_path):
 
 
 def test_pipe001_never_advises_moving_layers_that_popviz_plan_cannot_move():
-    """mnist_pipeline holds one Linear per IPU: no split of its 4 layers is faster, so PIPE001
+    """One layer per IPU, the first twice as slow: no split of its 4 layers is faster, so PIPE001
     says so (and what else balances the stages) instead of "shift a BeginBlock by a layer";
-    bert_even_split, where moving layers helps, still names the plan's split."""
-    result = popviz.analyse(popviz.load(SAMPLES / "mnist_pipeline"))
-    for engine in result.engines:
-        (f,) = [f for f in engine.findings if f.code == "PIPE001"]
-        assert f.recommendation.startswith(
-            "Moving whole layers does not help here: `popviz plan` finds no faster split of the report's "
-            "4 layers that fits (the current one is the best at layer granularity); split a layer across "
-            "blocks (a BeginBlock inside it) or make the bottleneck's layers cheaper. Balanced stages would "
-            "raise throughput by up to 21% in the steady state, about +"), f.recommendation
-        # host copies take most of each call: balancing gains little of it (the ranked gain)
-        call = {"inference": "2.2%", "training": "6.2%"}[engine.report.name]
-        assert f.recommendation.endswith(f"+{call} for the whole call (its host copies, syncs and ramp stay).")
-        (a,) = [a for a in engine.plan.actions if a.code == "PIPE001"]
-        assert a.gain_text == f"up to +{round(float(call[:-1]))}% throughput"
-        assert "by a layer or more" not in f.recommendation
+    bert_even_split, where moving layers helps, still names the plan's split. (mnist_pipeline,
+    one Linear per IPU, used to show this; with the calibrated cost model its stages are within
+    4% of each other, each Linear mostly its product's fixed cost, and it has no PIPE001.)"""
+    from popviz import testing
+
+    table = testing.layer_table([200_000, 100_000, 100_000, 100_000], layers_per_ipu=[1, 1, 1, 1])
+    result = popviz.analyse(ReportSet([testing.layered_report(table, mode="training")]))
+    (f,) = [f for f in result.engines[0].findings if f.code == "PIPE001"]
+    assert f.recommendation.startswith(
+        "Moving whole layers does not help here: `popviz plan` finds no faster split of the report's "
+        "4 layers that fits (the current one is the best at layer granularity); split a layer across "
+        "blocks (a BeginBlock inside it) or make the bottleneck's layers cheaper."), f.recommendation
+    assert "by a layer or more" not in f.recommendation
+    mnist = popviz.analyse(popviz.load(SAMPLES / "mnist_pipeline"))
+    assert all(f.code != "PIPE001" for f in mnist.findings)
     (f,) = [f for f in popviz.analyse(popviz.load(SAMPLES / "bert_even_split")).engines[0].findings
             if f.code == "PIPE001"]
     assert "`popviz plan` finds a split with +" in f.recommendation and "Moving whole layers" not in f.recommendation
@@ -165,4 +166,4 @@ def test_cnn_replicated_is_bound_by_its_inputs_not_its_output_mode():
     assert inference.report.cfg.output_mode == "All"
     assert (inference.metrics["host_io"]["input_bytes_per_call"], inference.metrics["host_io"]["output_bytes_per_call"]) \
         == (24 * 2**20, 80 * 2**10)
-    assert sorted(f.code for f in inference.findings) == ["HIO001", "HIO003"]
+    assert sorted(f.code for f in inference.findings) == ["HIO001"]  # a 13 ms call: D = 64 is enough

@@ -453,12 +453,14 @@ def memory_table(stages: Sequence[StageEstimate], m: Measurement, setup: EngineS
         code = (hw.TILE_OVERHEAD_BYTES * spec.tiles_per_ipu + sum(s.code_bytes for s in mine)
                 + boundary * (2 if setup.training else 1)
                 + (hw.UPDATE_CODE_BYTES_PER_TENSOR * sum(s.param_tensors for s in mine) if setup.training else 0))
-        parts = {"weights": weights, "optimizerState": optimizer + streamed, "gradientAccumulators": accumulators,
+        # the update runs after the backward: its streamed state and the op temporaries are not live together
+        temporaries = max(temporaries, streamed)
+        parts = {"weights": weights, "optimizerState": optimizer, "gradientAccumulators": accumulators,
                  "activationStash": stash, "temporaries": temporaries, "codeAndExchange": code}
         parts = {k: int(round(v)) for k, v in parts.items()}
-        always = parts["weights"] + int(round(optimizer)) + parts["gradientAccumulators"] + \
+        always = parts["weights"] + parts["optimizerState"] + parts["gradientAccumulators"] + \
             parts["codeAndExchange"]
-        not_always = parts["activationStash"] + parts["temporaries"] + int(round(streamed))
+        not_always = parts["activationStash"] + parts["temporaries"]
         total = always + not_always
         rows.append({"ipu": ipu, "total_bytes_including_gaps": total, "total_bytes_excluding_gaps": total,
                      "always_live_bytes": always, "not_always_live_bytes": not_always,

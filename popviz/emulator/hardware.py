@@ -2,8 +2,10 @@
 
 Everything the emulator's estimates depend on lives here, so one file answers "where does this
 number come from?". ``docs/emulator.md`` explains how the cost model combines them. Hardware
-facts come from Graphcore's public specifications; the modelling constants are engineering
-assumptions, marked as such, with the error we expect from them. Sources a reader can open:
+facts come from Graphcore's public specifications; each modelling constant says where it comes
+from: a documented PopTorch/PopART behaviour, or a fit over the public hardware figures of
+``benchmarks/fidelity/`` taken together (``python benchmarks/fidelity/run.py`` prints every case's
+measured error; docs/emulator.md's "Fidelity" table is its output). Sources a reader can open:
 
 * IPU Programmer's Guide, IPU hardware overview (tiles, In-Processor Memory, exchange):
   https://docs.graphcore.ai/projects/ipu-programmers-guide/en/latest/about_ipu.html
@@ -174,9 +176,10 @@ together with the two constants above."""
 # An offloaded optimizer state is loaded from streaming memory next to each tensor's VarUpdate and
 # stored back (PopART's RemoteLoad / RemoteStore), one tensor at a time; spread over every tile,
 # each tile's peak holds its slice of one tensor's state, so the IPU's total (the sum of its
-# tiles' peaks, as Poplar reports it) holds the largest tensor's state once, not-always-live. For
-# the tiny BERT profile (A1) that is the word embeddings' AdamW state, 15.6 MB of the 40.4 MB of
-# variables (weights and accumulators are 12.8 MB). No constant: the emulator counts it so.
+# tiles' peaks, as Poplar reports it) holds the largest tensor's state once, not-always-live and
+# after the backward (so with the temporaries: the larger of the two). For the tiny BERT profile
+# (A1) that is the word embeddings' AdamW state, 15.6 MB of the 40.4 MB of variables (weights and
+# accumulators are 12.8 MB). No constant: the emulator counts it so.
 
 BACKWARD_CODE_FACTOR = 2.0
 """Backward programs per forward operation when training (code of the gradient ops relative to

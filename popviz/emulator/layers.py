@@ -410,7 +410,7 @@ def layer_table(m: Measurement, setup: EngineSetup, stages: Sequence[StageEstima
             optimizer.update(zip(mine, _apportion(values, int(round(sum(values)))), strict=True))
     elif setup.training:  # offloaded: the largest tensor's state, on chip while its update runs
         for numel, name in largest.values():
-            optimizer[name] += numel * slot_bytes
+            temp[name] = max(temp[name], int(numel * slot_bytes))
     accumulators = dict.fromkeys(names, 0)
     if setup.training and setup.gradient_accumulation > 1 and setup.accumulator_on_chip:
         for n in names:
@@ -447,8 +447,8 @@ def layer_table(m: Measurement, setup: EngineSetup, stages: Sequence[StageEstima
              "Backward cycles per operation kind (the cost model's), with the recomputed forward added; "
              "activation bytes are what each layer stashes per micro-batch; optimizer state "
              f"{slot_bytes} bytes per trainable element"
-             + (" (offloaded: only the IPU's largest tensor's, held while its update runs)"
-                if not setup.optimizer_on_chip else "")
+             + (" (offloaded: 0; the IPU's largest tensor's state, held while its update runs, counts in "
+                "its layer's temporary bytes)" if not setup.optimizer_on_chip else "")
              + ("; inference: no optimizer state or stash" if not setup.training else "") + "."]
     if spanning:
         notes.append(f"{', '.join(spanning[:3])}{' ...' if len(spanning) > 3 else ''} run in more than one "

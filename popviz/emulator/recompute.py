@@ -85,6 +85,8 @@ def parse_type(value: Any) -> RecomputationType:
             pass
     elif isinstance(value, str):
         name = value.strip().rpartition(".")[2].lower()
+        if name == "norecompute":  # popart's Python binding spells None so
+            return RecomputationType.NONE
         for member in RecomputationType:
             if name in (member.label.lower(), member.name.lower()):
                 return member
@@ -217,11 +219,16 @@ def resolve(m: Measurement, setup: EngineSetup) -> tuple[RecomputationType, str]
                     f"Recomputation: Pipeline, PopTorch's default for a pipelined model on {ipus} IPUs "
                     f"(autoRecomputation not set; poptorch Compiler.cpp); {cps} kept as stashed tensors.")
         why = ("a single IPU" if ipus == 1 else f"{setup.strategy or 'no strategy'}")
-        extra = f"; the {cps} have no effect without it" if n_cp else ""
+        extra = f"; the {cps} {'has' if n_cp == 1 else 'have'} no effect without it" if n_cp else ""
         return (RecomputationType.NONE,
                 f"Recomputation: None (autoRecomputation not set, and PopTorch sets Pipeline only for a "
                 f"pipeline over more than one IPU, here {why}){extra}.")
-    kind = parse_type(raw)
+    try:
+        kind = parse_type(raw)
+    except ValueError as exc:  # PopTorch refuses the option when it compiles
+        from popviz.emulator.errors import CPP_ERROR, Error
+
+        raise Error(f"{exc} (set with opts._Popart.set)", type=CPP_ERROR) from None
     if kind is RecomputationType.Pipeline and not (pipelined and ipus > 1):
         return (RecomputationType.NONE,
                 f"Recomputation: None (autoRecomputation = Pipeline applies only to a pipeline over more "

@@ -1,0 +1,25 @@
+"""benchmarks/fidelity/run.py runs a calibration case under the real emulator (a subprocess, the
+real capture) and prints its estimate, the hardware figure and the error. B9 is the cheapest case;
+its numbers are the cost model's, so changing a constant changes this test."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT
+
+pytest.importorskip("torch")
+
+
+def test_the_small_cnn_case_runs_and_reports_its_error(tmp_path):
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "fidelity" / "run.py"), "B9", "--markdown",
+                           "--keep", str(tmp_path)], capture_output=True, text=True, timeout=600,
+                          env={**__import__("os").environ, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = proc.stdout.splitlines()
+    assert lines[2] == "| B9 | small CNN, 1 IPU, synthetic | 40,300.0/s | 47,323.5/s | -15% |"
+    assert lines[-1] == "median |error| over 1 figures: 15%; throughput alone (1): 15%"
+    assert (tmp_path / "b9_small_cnn" / "training").is_dir()  # --keep kept the captured report
