@@ -90,8 +90,9 @@ def test_page_renders_in_chromium_with_no_request_leaving_it(page, tmp_path):
     assert external(seen["requested"], page) == []
     assert seen["page_requests"] == []  # Chromium's network log: nothing fetched for the page
     assert seen["dns_queries"] == 0
-    # the summary, then per engine the pipeline, memory and host I/O tables: 6 + 2 × (4 + 4 + 2) rows
-    assert seen["svg"] == 12 and seen["table"] == 7 and seen["table_rows"] == 26
+    # the summary, then per engine the pipeline, memory, host I/O and throughput tables:
+    # 6 + 2 × (4 + 4 + 2 + 1) rows
+    assert (seen["svg"], seen["table"], seen["table_rows"]) == (12, 9, 28)
     # every figure is drawn at a readable size, its titles and labels as text
     assert len(seen["svg_boxes"]) == 12 and all(w >= 300 and h >= 150 for w, h in seen["svg_boxes"])
     assert all(n >= 5 for n in seen["svg_texts"])
