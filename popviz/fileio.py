@@ -259,3 +259,14 @@ def write_new_bytes(path: str | os.PathLike[str], data: bytes | Callable[[Any], 
         raise UsageError(f"{shown(p)}: cannot be written ({exc.strerror})") from None
     finally:
         Path(tmp).unlink(missing_ok=True)
+
+
+def path_arg(text: str) -> str:
+    """An argparse ``type`` for a FILE or DIR option: an empty or blank path (``--html ""``, an
+    unset shell variable) is a usage error, not the current directory or nothing at all."""
+    if not text.strip():
+        import argparse
+
+        raise argparse.ArgumentTypeError("needs a path, not an empty string")
+    return text
+

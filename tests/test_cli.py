@@ -153,3 +153,18 @@ def test_a_path_the_system_refuses_is_one_line(tmp_path):
                  ["plot", str(d.parent), "-o", long], ["history", "add", str(d.parent), "--db", f"{long}.db"]):
         assert_one_line_error(run_cli(*argv, cwd=tmp_path), long, "File name too long", "choose another path")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r"]
+
+
+@pytest.mark.parametrize("args", [
+    ("analyse", "{sample}", "--html", ""),
+    ("plot", "{sample}", "-o", " "),
+    ("baseline", "save", "{sample}", "-o", ""),
+    ("compare", "{sample}", "{sample}", "--junit", ""),
+    ("capture", "-o", "", "--", "true"),
+])
+def test_an_empty_output_path_is_a_usage_error(tmp_path, args):
+    # an unset shell variable ('--html "$OUT"') must not mean "nothing" or the current directory
+    sample = str(SAMPLES / "mnist_pipeline")
+    proc = run_cli(*(a.format(sample=sample) for a in args), cwd=tmp_path)
+    assert_one_line_error(proc, "needs a path, not an empty string")
+    assert list(tmp_path.iterdir()) == []

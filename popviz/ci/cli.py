@@ -8,6 +8,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from popviz.errors import UsageError
+from popviz.fileio import path_arg
 
 if TYPE_CHECKING:  # the comparison machinery is not needed to build the command line parser
     from popviz.ci.compare import Comparison
@@ -17,14 +18,14 @@ def add_output_arguments(p: argparse.ArgumentParser) -> None:
     fmt = p.add_mutually_exclusive_group()
     fmt.add_argument("--json", action="store_true", help="print the result as JSON")
     fmt.add_argument("--markdown", action="store_true", help="print the result as Markdown")
-    p.add_argument("--junit", metavar="FILE", help="also write a JUnit XML file (one testcase per metric and "
+    p.add_argument("--junit", metavar="FILE", type=path_arg, help="also write a JUnit XML file (one testcase per metric and "
                    "budget); FILE must not exist")
     p.add_argument("--summary", action="store_true",
                    help="also append the Markdown to $GITHUB_STEP_SUMMARY (GitHub Actions' job summary)")
     p.add_argument("--github", action="store_true",
                    help="GitHub Actions: --summary, plus an ::error:: annotation per regression")
     p.add_argument("--all", action="store_true", help="list unchanged metrics too")
-    p.add_argument("--config", metavar="FILE",
+    p.add_argument("--config", metavar="FILE", type=path_arg,
                    help="TOML with [tool.popviz] fail / ignore / budgets (default: ./pyproject.toml)")
 
 

@@ -68,8 +68,9 @@ def metric_value(name: str, value: Any, fail: Fail, where: str) -> float:
     lo, hi = metric_range(name)
     if not lo <= v <= hi:
         unit = definition(name).unit
+        bound = f"{lo:g} to {hi:g}" if hi < MAX_VALUE else f"{lo:g} to 2^62"
         raise fail(f"has an impossible value for metric {name!r} of {where}: {v:g} {unit} (must be "
-                   f"{lo:g} to {hi:g})")
+                   f"{bound})")
     return v
 
 

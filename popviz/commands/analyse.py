@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from popviz.fileio import path_arg
+
 NAME = "analyse"
 ALIASES = ("analyze",)
 HELP = "analyse a report directory and print findings"
@@ -20,7 +22,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     fmt = p.add_mutually_exclusive_group()
     fmt.add_argument("--json", action="store_true", help="print the result as JSON (docs/json.md)")
     fmt.add_argument("--markdown", action="store_true", help="print the result as Markdown")
-    p.add_argument("--html", metavar="FILE",
+    p.add_argument("--html", metavar="FILE", type=path_arg,
                    help="also write a self-contained HTML page (tables, findings, figures) to FILE")
     p.add_argument("--only", metavar="A,B",
                    help="run only these analyses, comma-separated: pipeline, memory, host_io, "

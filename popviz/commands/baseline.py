@@ -11,6 +11,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from popviz.fileio import path_arg
+
 NAME = "baseline"
 HELP = "save a run's metrics as a baseline file for popviz compare"
 
@@ -19,7 +21,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="action", metavar="ACTION", parser_class=type(p))
     save = sub.add_parser("save", help="write the baseline of REPORT to FILE", description=__doc__)
     save.add_argument("report", metavar="REPORT", help="report directory, engine directory or bundle")
-    save.add_argument("-o", "--output", metavar="FILE", required=True, help="the baseline file to write")
+    save.add_argument("-o", "--output", metavar="FILE", type=path_arg, required=True, help="the baseline file to write")
     save.add_argument("--force", action="store_true", help="replace FILE if it exists")
 
 

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import argparse
 
+from popviz.fileio import path_arg
+
 NAME = "capture"
 HELP = "run a PopTorch program with profiling and popviz's hooks on"
 
@@ -32,7 +34,7 @@ def _positive(text: str) -> int:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("-o", "--output", metavar="DIR",
+    p.add_argument("-o", "--output", metavar="DIR", type=path_arg,
                    help="report directory (default: popviz-reports/<timestamp>); must be new or empty")
     p.add_argument("--new-run", action="store_true",
                    help="make a new timestamped run directory inside DIR (which may hold others)")

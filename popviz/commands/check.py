@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import argparse
 
+from popviz.fileio import path_arg
+
 NAME = "check"
 HELP = "check a run against budgets and findings; exit 1 when one is broken"
 
@@ -20,7 +22,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from popviz.ci.cli import add_output_arguments
 
     p.add_argument("path", metavar="REPORT", help="report directory, engine directory, bundle or baseline file")
-    p.add_argument("--budget", metavar="FILE", help="TOML file of METRIC = \"<= LIMIT\" budgets")
+    p.add_argument("--budget", metavar="FILE", type=path_arg, help="TOML file of METRIC = \"<= LIMIT\" budgets")
     p.add_argument("--fail-on", choices=("info", "warning", "error"),
                    help="also fail on findings at or above this severity")
     p.add_argument("--ignore", metavar="CODES", help="finding codes the team has accepted, e.g. PIPE003,HIO002")

@@ -10,13 +10,15 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from popviz.fileio import path_arg
+
 NAME = "export"
 HELP = "convert profile.pop reports into portable popviz bundles"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("path", metavar="PATH", help="report directory (or one engine's directory)")
-    p.add_argument("-o", "--output", metavar="OUT",
+    p.add_argument("-o", "--output", metavar="OUT", type=path_arg,
                    help="directory to write the bundles to (default: PATH-bundle); must not "
                         "exist or be empty")
 

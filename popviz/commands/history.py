@@ -17,6 +17,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from popviz.fileio import path_arg
+
 NAME = "history"
 HELP = "record runs in a SQLite history and show each metric's trend"
 
@@ -27,18 +29,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                          description="Append a run's metrics (every engine) to a history database; the "
                          "file is created when absent.")
     add.add_argument("report", metavar="REPORT", help="report directory, engine directory, bundle or baseline file")
-    add.add_argument("--db", metavar="FILE", required=True, help="the history database (SQLite)")
+    add.add_argument("--db", metavar="FILE", type=path_arg, required=True, help="the history database (SQLite)")
     add.add_argument("--label", metavar="TEXT", help="what the run is, e.g. the commit (git rev-parse --short HEAD)")
     show = sub.add_parser("show", help="print each metric's trend and the runs where it stepped",
                           description="Print each metric's trend over the runs in --db FILE and flag the run "
                           "where its level changed by more than its compare threshold.")
     show.add_argument("metrics", metavar="METRIC", nargs="*",
                       help="metric names or globs (memory.*); all by default")
-    show.add_argument("--db", metavar="FILE", required=True, help="the history database (SQLite)")
+    show.add_argument("--db", metavar="FILE", type=path_arg, required=True, help="the history database (SQLite)")
     show.add_argument("--last", metavar="N", type=int, default=100, help="look at the N most recent runs (100)")
     show.add_argument("--fail", metavar="METRIC:SPEC", action="append", default=[],
                       help="step threshold for matching metrics, as in popviz compare (repeatable)")
-    show.add_argument("--config", metavar="FILE", help="TOML with [tool.popviz] fail (default: ./pyproject.toml)")
+    show.add_argument("--config", metavar="FILE", type=path_arg, help="TOML with [tool.popviz] fail (default: ./pyproject.toml)")
     show.add_argument("--all", action="store_true", help="list metrics that never changed too")
     fmt = show.add_mutually_exclusive_group()
     fmt.add_argument("--json", action="store_true", help="print the trends as JSON")

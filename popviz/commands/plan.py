@@ -20,6 +20,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from popviz.fileio import path_arg
+
 if TYPE_CHECKING:
     from popviz.analysis.layer_plan import LayerPlan
     from popviz.model import Report, ReportSet
@@ -59,7 +61,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     fmt = p.add_mutually_exclusive_group()
     fmt.add_argument("--json", action="store_true", help="print the plan as JSON (docs/plan.md)")
     fmt.add_argument("--markdown", action="store_true", help="print the plan as Markdown")
-    p.add_argument("--write", metavar="FILE",
+    p.add_argument("--write", metavar="FILE", type=path_arg,
                    help="also write the proposed split as a plan file (for --split FILE); never "
                         "over an existing file")
 

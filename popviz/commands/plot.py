@@ -12,13 +12,15 @@ import argparse
 import re
 import sys
 
+from popviz.fileio import path_arg
+
 NAME = "plot"
 HELP = "write the figures of a report (timeline, stages, memory, tiles, breakdown, host_io)"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("path", metavar="PATH", help="report directory, engine directory or bundle")
-    p.add_argument("-o", "--output", metavar="DIR", required=True, help="directory for the figure files")
+    p.add_argument("-o", "--output", metavar="DIR", type=path_arg, required=True, help="directory for the figure files")
     p.add_argument("--format", choices=("png", "svg"), default="png", help="file format (default png)")
     p.add_argument("--only", metavar="A,B", help="only these figures, comma-separated: timeline, stages, "
                    "memory, tiles, breakdown, host_io")
