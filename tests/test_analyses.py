@@ -734,3 +734,17 @@ def test_run_cycles_renumber_ipu_indices_far_apart():
     got = rc.by_ipu_type([0, 1])
     assert got.values.tolist() == [[0, "OnTileExecute", 50], [5, "OnTileExecute", 30],
                                    [10**8, "Sync", 70], [2**30, "OnTileExecute", 60]]
+
+
+def test_batching_line_names_optimizer_state_only_for_training():
+    # a capture may record PopART's on-chip default for an inference executor, which has no optimizer
+    from dataclasses import replace
+
+    from popviz.render.text import batching_line
+
+    training = testing.pipeline_report([1000, 2000], mode="training", optimizer_state_on_chip=False)
+    assert batching_line(training).endswith(" · optimizer state off chip")
+    inference = testing.pipeline_report([1000, 2000], mode="inference")
+    inference = replace(inference, config=replace(inference.config, optimizer_state_on_chip=True))
+    assert "optimizer" not in batching_line(inference)
+    assert batching_line(inference).startswith("device iterations ")

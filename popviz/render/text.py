@@ -190,7 +190,7 @@ def batching_line(report: Report) -> str:
     parts = [f"device iterations {v(c.device_iterations, 'device_iterations')}",
              f"gradient accumulation {v(c.gradient_accumulation, 'gradient_accumulation')}",
              f"replication {v(c.replication_factor, 'replication_factor')}", f"output mode {mode}"]
-    if c.optimizer_state_on_chip is not None:
+    if c.optimizer_state_on_chip is not None and c.mode != "inference":  # inference has no optimizer
         parts.append("optimizer state " + ("on chip" if c.optimizer_state_on_chip else "off chip"))
     return " · ".join(parts)
 
