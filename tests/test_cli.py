@@ -168,3 +168,15 @@ def test_an_empty_output_path_is_a_usage_error(tmp_path, args):
     proc = run_cli(*(a.format(sample=sample) for a in args), cwd=tmp_path)
     assert_one_line_error(proc, "needs a path, not an empty string")
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(("toml", "needle"), [
+    ('"pipeline.cycles_per_micro_batch" = "<= -5"',
+     'cannot pass for pipeline.cycles_per_micro_batch (its values are 0 cycles or more)'),
+    ('"host_io.stream_copy_pct" = "> 100"', "cannot pass for host_io.stream_copy_pct (its values are 0 to 100%)"),
+    ('pipeline.imbalance_ratio = "<= 1.2"', "budget 'pipeline' in budget.toml is a table, not a limit: quote"),
+])
+def test_a_budget_no_run_can_meet_is_a_usage_error(tmp_path, toml, needle):
+    (tmp_path / "budget.toml").write_text(toml + "\n", encoding="utf-8")
+    proc = run_cli("check", str(SAMPLES / "mnist_pipeline"), "--budget", "budget.toml", cwd=tmp_path)
+    assert_one_line_error(proc, needle)

@@ -209,7 +209,8 @@ def check_budgets(engines: list[EngineMetrics], budgets: list[Budget]) -> list[d
     """Every (engine, metric) a budget matches, with whether it holds. A budget that matches no
     metric of any engine, or that no value of a metric it matches could break (``<= 100`` on a
     share of time), checks nothing: UsageError, never a silent pass."""
-    from popviz.ci.thresholds import cannot_fail
+    from popviz.ci.thresholds import cannot_fail, cannot_pass
+    from popviz.ci.validate import MAX_VALUE, metric_range
 
     out = []
     for budget in budgets:
@@ -224,6 +225,12 @@ def check_budgets(engines: list[EngineMetrics], budgets: list[Budget]) -> list[d
                 if cannot_fail(budget, m):
                     raise UsageError(f"budget {budget.pattern} = \"{budget.text}\" cannot fail for {m} (its values "
                                      "never break it): a gate that cannot fail is not a gate; tighten the limit")
+                if cannot_pass(budget, m):
+                    lo, hi = metric_range(m)
+                    unit_text = "%" if unit == "pct" else f" {unit}"
+                    span = f"{lo:g} to {hi:g}{unit_text}" if hi < MAX_VALUE else f"{lo:g}{unit_text} or more"
+                    raise UsageError(f"budget {budget.pattern} = \"{budget.text}\" cannot pass for {m} (its values "
+                                     f"are {span}): no run can meet it; fix the limit")
                 value = e.metrics[m]
                 hits += 1
                 out.append({"engine": e.label, "metric": m, "unit": unit, "value": value,

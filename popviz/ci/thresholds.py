@@ -134,6 +134,9 @@ class Budget:
 
 
 def parse_budget(pattern: str, text: Any, origin: str) -> Budget:
+    if isinstance(text, dict):  # pipeline.cycles = "..." unquoted: TOML made a table of it
+        raise UsageError(f"budget {_shown(pattern)} in {origin} is a table, not a limit: quote a metric name "
+                         "that has dots, e.g. \"pipeline.imbalance_ratio\" = \"<= 1.2\"")
     m = re.fullmatch(r"\s*(<=|>=|<|>|==)\s*(-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)\s*", str(text))
     if not m or isinstance(text, bool):
         raise UsageError(f"budget {pattern} = {text!r} in {origin} must be an operator and a number, "
@@ -158,6 +161,17 @@ def cannot_fail(budget: Budget, name: str) -> bool:
 
     lo, hi = metric_range(name)
     return budget.holds(lo) and budget.holds(hi) and budget.op != "=="
+
+
+def cannot_pass(budget: Budget, name: str) -> bool:
+    """Whether ``budget`` breaks for every value metric ``name`` can take (e.g. ``<= -5`` on
+    cycles, ``> 100`` on a share of time): no run can meet it, so the budget itself is wrong."""
+    from popviz.ci.validate import metric_range
+
+    lo, hi = metric_range(name)
+    limit = budget.limit
+    return {"<=": limit < lo, "<": limit <= lo, ">=": limit > hi, ">": limit >= hi,
+            "==": not lo <= limit <= hi}[budget.op]
 
 
 # ------------------------------------------------------------------------------- configuration
