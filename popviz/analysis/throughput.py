@@ -106,7 +106,7 @@ def analyse(report: Report) -> AnalysisOutput:
         return AnalysisOutput(metrics=empty_metrics(), not_checked=[NotChecked(NAME, "samples per second", reason)])
     table = pd.DataFrame([{"samples_per_second": round(t.samples_per_second, 1),
                            "replica_samples_per_second": round(t.samples_per_second_per_replica, 1),
-                           "call_seconds": t.call_seconds, "micro_batch_ms": t.micro_batch_seconds * 1e3}])
+                           "call_ms": t.call_seconds * 1e3, "micro_batch_ms": t.micro_batch_seconds * 1e3}])
     label = "estimated by the emulator's cost model: " if t.estimated else ""
     caption = (f"{label}{t.samples_per_second:,.1f} samples/s for the whole system"
                + (f" ({t.replicas} replicas × {t.samples_per_second_per_replica:,.1f})" if t.replicas > 1 else "")
