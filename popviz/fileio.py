@@ -154,12 +154,9 @@ def refuse_existing(path: str | os.PathLike[str]) -> None:
     try:
         if p.exists() or p.is_symlink():
             raise UsageError(f"{shown(p)} exists; popviz never writes over files: choose a new file name")
-        if not p.parent.is_dir():
-            raise UsageError(f"{shown(p.parent)} is not a directory; create it first or choose another path")
     except OSError as exc:  # e.g. a name too long for the file system
         raise UsageError(f"{shown(p)} cannot be created ({exc.strerror}); choose another path") from None
-    if not os.access(p.parent, os.W_OK | os.X_OK):
-        raise UsageError(f"{shown(p.parent)} is not writable; choose a directory you can write to")
+    _check_parent(p)
 
 
 def check_replaceable(path: str | os.PathLike[str]) -> None:
@@ -175,12 +172,9 @@ def check_replaceable(path: str | os.PathLike[str]) -> None:
                              "file itself")
         if p.exists() and not p.is_file():
             raise UsageError(f"{shown(p)} exists and is not a regular file; choose a file name")
-        if not p.parent.is_dir():
-            raise UsageError(f"{shown(p.parent)} is not a directory; create it first or choose another path")
     except OSError as exc:  # e.g. a name too long for the file system
         raise UsageError(f"{shown(p)} cannot be created ({exc.strerror}); choose another path") from None
-    if not os.access(p.parent, os.W_OK | os.X_OK):
-        raise UsageError(f"{shown(p.parent)} is not writable; choose a directory you can write to")
+    _check_parent(p)
 
 
 def check_appendable(path: str | os.PathLike[str], what: str) -> None:
@@ -269,4 +263,17 @@ def path_arg(text: str) -> str:
 
         raise argparse.ArgumentTypeError("needs a path, not an empty string")
     return text
+
+
+def _check_parent(p: Path) -> None:
+    """UsageError unless ``p``'s directory exists and can be written (shared by the two checks)."""
+    from popviz.errors import UsageError
+
+    try:
+        if not p.parent.is_dir():
+            raise UsageError(f"{shown(p.parent)} is not a directory; create it first or choose another path")
+    except OSError as exc:  # e.g. a name too long for the file system
+        raise UsageError(f"{shown(p)} cannot be created ({exc.strerror}); choose another path") from None
+    if not os.access(p.parent, os.W_OK | os.X_OK):
+        raise UsageError(f"{shown(p.parent)} is not writable; choose a directory you can write to")
 
