@@ -8,11 +8,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-__version__ = "0.1.0"
-
 # ``popviz.capture`` is the capture package, callable as a context manager:
 # ``with popviz.capture("dir"): ...`` (see popviz/capture/__init__.py).
 from popviz import capture
+from popviz._version import __version__
 
 if TYPE_CHECKING:
     import os

@@ -18,9 +18,9 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from popviz import __version__
+from popviz import escape
+from popviz._version import __version__
 from popviz.errors import PopvizError
-from popviz.render import escape
 
 COMMANDS = ("analyse", "export", "emulate", "capture", "plot", "plan", "compare", "check", "baseline",
             "history")
@@ -133,7 +133,7 @@ class _PipeSafeStdout:
     would exit 1 on the spot, JSON printing would raise).
 
     It is also the last guard of the terminal channel (renderers escape names with
-    ``popviz.render.escape`` first): control sequences that are not rich's own are removed, and
+    ``popviz.escape`` first): control sequences that are not rich's own are removed, and
     a line that GitHub Actions would read as a workflow command (``::warning::``) is defused
     unless popviz wrote it on purpose with :meth:`write_command`.
     """

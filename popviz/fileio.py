@@ -110,7 +110,7 @@ def read_versioned_json(path: Path, *, format_name: str, format_version: int, ki
     UnsupportedFormatError telling the user to upgrade. ``kind`` names the format in messages
     (e.g. "bundle").
     """
-    from popviz import __version__
+    from popviz._version import __version__
 
     try:
         text = read_regular_text(path)

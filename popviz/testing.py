@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from popviz import __version__
+from popviz._version import __version__
 from popviz.emulator import hardware as _hardware
 from popviz.model import (
     ExecutionTable,

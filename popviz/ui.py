@@ -21,7 +21,7 @@ def status(message: str) -> Iterator[None]:
         return
     from rich.console import Console
 
-    from popviz.render.escape import markup
+    from popviz.escape import markup
 
     message = markup(message)  # paths and names are data, never markup
     with Console(stderr=True).status(message) as spinner:
@@ -37,6 +37,6 @@ def progress(detail: str) -> None:
     while a long profile is read); does nothing when no spinner is shown."""
     if _active:
         spinner, message = _active[-1]
-        from popviz.render.escape import markup
+        from popviz.escape import markup
 
         spinner.update(f"{message}: {markup(detail)}")

@@ -14,8 +14,8 @@ import pytest
 from corpus.make_corpus import CASES, make
 
 import popviz
+from popviz import escape
 from popviz.errors import PopvizError, shown
-from popviz.render import escape
 
 from conftest import assert_one_line_error, run_cli
 

@@ -26,14 +26,14 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from popviz import testing
+from popviz import escape, testing
 from popviz.analysis import analyse
 from popviz.ci import render as ci_render
 from popviz.ci.baseline import EngineMetrics
 from popviz.ci.compare import check_budgets, compare
 from popviz.ci.thresholds import parse_budget
 from popviz.model import ReportSet
-from popviz.render import console, escape, markdown
+from popviz.render import console, markdown
 from popviz.render import json as render_json
 
 EXAMPLES = int(os.environ.get("POPVIZ_FUZZ_EXAMPLES", "25"))

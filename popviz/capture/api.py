@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from popviz import __version__
+from popviz._version import __version__
 from popviz.capture import hooks
 from popviz.capture import launcher as L
 from popviz.errors import UsageError

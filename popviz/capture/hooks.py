@@ -900,7 +900,7 @@ class Recorder:
         return [], None
 
     def document(self) -> dict[str, Any]:
-        from popviz import __version__
+        from popviz._version import __version__
         from popviz.sources.manifest import MODEL_FORMAT, MODEL_FORMAT_VERSION
 
         self._fold_times()

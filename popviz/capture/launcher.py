@@ -33,7 +33,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from popviz import __version__
+from popviz._version import __version__
 from popviz.capture import hooks
 from popviz.capture.follow import follow_reports
 from popviz.childproc import SignalForwarder, exit_status, find_command

@@ -124,7 +124,7 @@ def load_side(path: str | os.PathLike[str]) -> list[EngineMetrics]:
 
 
 def document(engines: list[EngineMetrics], source: str) -> dict[str, Any]:
-    from popviz import __version__
+    from popviz._version import __version__
 
     return {"format": FORMAT, "format_version": FORMAT_VERSION, "written_by": f"popviz {__version__}",
             "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "source": source,

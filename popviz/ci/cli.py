@@ -59,7 +59,7 @@ def emit(c: Comparison, args: argparse.Namespace) -> int:
         append_text(os.environ["GITHUB_STEP_SUMMARY"], render.markdown(c, all_rows=args.all) + "\n")
     if args.github:
         from popviz.ci.compare import fmt
-        from popviz.render.escape import gh_command
+        from popviz.escape import gh_command
 
         for r in c.regressions:
             command(gh_command("error", f"{r.engine} {r.metric}: {fmt(r.base, r.unit)} → {fmt(r.new, r.unit)} "

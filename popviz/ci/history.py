@@ -205,7 +205,7 @@ def _check_schema(con: sqlite3.Connection, path: Path, create: bool, *, empty_ok
     with _transaction(con, path, write=create):
         version = con.execute("PRAGMA user_version").fetchone()[0]
         if version > SCHEMA_VERSION:
-            from popviz import __version__
+            from popviz._version import __version__
 
             raise UnsupportedFormatError(
                 f"{shown(path)} is a popviz history of schema {version}; this popviz {__version__} reads "
@@ -220,7 +220,7 @@ def _check_schema(con: sqlite3.Connection, path: Path, create: bool, *, empty_ok
             if not create:
                 raise UsageError(f"{shown(path)} holds no runs yet; add one with popviz history add REPORT "
                                  f"--db {shown(path)}")
-            from popviz import __version__
+            from popviz._version import __version__
 
             # One statement at a time: executescript() would commit the transaction first.
             for statement in SCHEMA.split(";"):
@@ -252,7 +252,7 @@ def _has_table(con: sqlite3.Connection, name: str) -> bool:
 def add(path: str | os.PathLike[str], engines: Sequence[EngineMetrics], *, label: str | None = None,
         source: str = "") -> Run:
     """Append one run (its engines' metrics and configurations) to the history; returns it."""
-    from popviz import __version__
+    from popviz._version import __version__
 
     if not engines:
         raise UsageError(f"{source or 'the run'} has no engine to add")

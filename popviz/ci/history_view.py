@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
+from popviz import escape as esc
 from popviz.ci.compare import fmt
 from popviz.ci.trend import Step, Trend, sparkline
-from popviz.render import escape as esc
 
 if TYPE_CHECKING:
     from popviz.ci.history import Run

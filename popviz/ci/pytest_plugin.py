@@ -96,7 +96,7 @@ class PopvizCapture:
             return self._run.load()
         except PopvizError as exc:
             message = exc.message
-        from popviz.render.escape import term
+        from popviz.escape import term
 
         pytest.fail(f"popviz: no report to check: {term(message)}", pytrace=False)
 
@@ -194,7 +194,7 @@ def _guard(fn: Callable[[], T]) -> T:
         return fn()
     except PopvizError as exc:
         message = exc.message  # failed outside the handler: no "during handling..." chain
-    from popviz.render.escape import term
+    from popviz.escape import term
 
     pytest.fail(f"popviz: {term(message)}", pytrace=False)
 

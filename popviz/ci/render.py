@@ -8,8 +8,8 @@ from itertools import zip_longest
 from typing import IO
 from xml.etree import ElementTree as ET
 
+from popviz import escape as esc
 from popviz.ci.compare import IMPROVED, MOVED, REGRESSED, Comparison, fmt
-from popviz.render import escape as esc
 
 MARK = {REGRESSED: "✗ regressed", IMPROVED: "✓ improved", MOVED: "↔ moved"}
 RESPLIT_NOTE = "the split changed: per-stage and per-IPU rows are marked moved and do not fail"
@@ -26,7 +26,7 @@ def _verdict(v: str) -> str:
 def _fmt_narrow(value: float | None, unit: str) -> str:
     """``fmt`` for narrow terminals: bytes in binary units (the exact bytes are in --json and Markdown)."""
     if unit == "bytes" and value is not None:
-        from popviz.render.text import fmt_bytes
+        from popviz.units import fmt_bytes
 
         return fmt_bytes(value)
     return fmt(value, unit)

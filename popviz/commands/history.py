@@ -69,7 +69,7 @@ def _add(args: argparse.Namespace) -> int:
         engines = load_side(args.report)
     run = history.add(args.db, engines, label=args.label, source=str(args.report))
     count = sum(len(e.metrics) for e in engines)
-    from popviz.render.escape import term
+    from popviz.escape import term
 
     print(term(f"popviz: added run {run.title} to {shown(args.db)}: {len(engines)} engine(s), {count} metric(s)"),
           file=sys.stderr)

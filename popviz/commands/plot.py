@@ -53,10 +53,9 @@ def _check_output_dir(out) -> None:  # (Path) -> None
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from popviz import plot
+    from popviz import escape, plot
     from popviz.errors import UsageError, shown
     from popviz.fileio import write_new_bytes
-    from popviz.render import escape
     from popviz.sources.discover import load
     from popviz.ui import status
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from popviz import __version__ as _popviz_version
+from popviz._version import __version__ as _popviz_version
 
 __version__ = f"3.4.0+popviz.emulator.{_popviz_version}"
 """PopTorch's last public API version, with a local label saying this is popviz's emulator."""

@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from popviz import __version__
+from popviz._version import __version__
 from popviz.emulator import hardware as hw
 from popviz.emulator import recompute
 from popviz.model import (

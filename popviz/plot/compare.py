@@ -34,10 +34,11 @@ COMPARE_METRICS: tuple[tuple[str, str], ...] = (
 def key_metrics(report: Report) -> dict[str, float]:
     """The headline figures of ``COMPARE_METRICS`` the report supports, by metric name (as
     ``popviz compare`` computes them; figures the report cannot give are left out)."""
-    from popviz import analyse
+    from popviz.analysis import analyse
     from popviz.ci.metrics import engine_metrics
+    from popviz.model import ReportSet
 
-    every = engine_metrics(analyse(report).engines[0])
+    every = engine_metrics(analyse(ReportSet([report])).engines[0])
     return {name: every[name] for name, _ in COMPARE_METRICS if name in every}
 
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import IO
 
+from popviz import escape
 from popviz.analysis.findings import EngineResult, Result
-from popviz.render import escape, text
+from popviz.render import text
 
 SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 PROSE_WIDTH = 120

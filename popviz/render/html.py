@@ -13,9 +13,10 @@ import io
 import re
 from typing import TYPE_CHECKING
 
-from popviz import __version__
+from popviz import escape
+from popviz._version import __version__
 from popviz.analysis.findings import EngineResult, Result, severity_rank
-from popviz.render import escape, text
+from popviz.render import text
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

@@ -10,7 +10,7 @@ import json
 import math
 from typing import Any
 
-from popviz import __version__
+from popviz._version import __version__
 from popviz.analysis.findings import EngineResult, Result
 
 SCHEMA = 1

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from popviz import escape
 from popviz.analysis.findings import EngineResult, Result
-from popviz.render import escape, text
+from popviz.render import text
 
 ICON = {"error": "❌", "warning": "⚠️", "info": "ℹ️"}
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from popviz import escape
 from popviz.analysis._common import num
 from popviz.analysis.layer_plan import LayerPlan, SplitView, code_dict
-from popviz.render import escape
-from popviz.render.text import fmt_bytes
+from popviz.units import fmt_bytes
 
 JSON_FORMAT = "popviz-plan-result"
 JSON_VERSION = 1

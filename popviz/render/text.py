@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from popviz.model import Report
+from popviz.units import fmt_bytes
 
 if TYPE_CHECKING:
     from popviz.analysis.findings import EngineResult, Result
@@ -27,18 +28,6 @@ def run_heading(run: str | None, engines: list[EngineResult]) -> str:
     n = len({e.report.instance for e in engines if is_instance(e.report)})
     where = f"run {run}" if run else "run (top level)"
     return where + (f" · {n} PopRun instances" if n > 1 else "")
-
-
-def fmt_bytes(n: float | None) -> str:
-    """``1536`` -> ``1.5 KiB``; binary units, as Poplar and PopVision print memory."""
-    if n is None:
-        return "n/a"
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(value) < 1024 or unit == "TiB":
-            return f"{value:,.0f} {unit}" if unit == "B" else f"{value:,.1f} {unit}"
-        value /= 1024
-    return f"{value:.1f} TiB"  # pragma: no cover
 
 
 def fmt_cell(value: object) -> str:

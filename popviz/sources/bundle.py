@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from popviz import __version__
+from popviz._version import __version__
 from popviz.errors import CorruptReportError, PopvizError, shown
 from popviz.fileio import atomic_write_bytes, read_versioned_json
 from popviz.model import (

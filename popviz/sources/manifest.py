@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from popviz import __version__
+from popviz._version import __version__
 from popviz.errors import CorruptReportError, shown
 from popviz.fileio import read_versioned_json
 from popviz.model import (
