@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 # ``popviz.capture`` is the capture package, callable as a context manager:
 # ``with popviz.capture("dir"): ...`` (see popviz/capture/__init__.py).
-from popviz import capture
+from popviz import _hooks, capture
 from popviz._version import __version__
 
 if TYPE_CHECKING:
@@ -62,6 +62,17 @@ def wrap(executor: Any, report_dir: str | os.PathLike[str] | None = None) -> Any
 
     return _wrap(executor, report_dir)
 
+
+def _analysis_metrics(report: Report, analysis: str) -> dict[str, Any]:
+    """The metrics of one analysis of ``report``: what the model's figure tables are built from."""
+    from popviz.analysis import registry
+
+    return registry()[analysis](report).metrics
+
+
+# The model's figure tables (below the analyses) get their metrics through this hook, not by
+# importing the analyses (docs/architecture.md).
+_hooks.analysis_metrics = _analysis_metrics
 
 __all__ = ["__version__", "analyse", "capture", "load", "wrap"]
 

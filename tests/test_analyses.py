@@ -16,8 +16,8 @@ import pytest
 
 from popviz import testing
 from popviz.analysis import host_io, memory, pipeline, thresholds
-from popviz.analysis.aggregate import RunCycles, cycle_totals
 from popviz.model import ExecutionTable, ModelConfig, Provenance, Report, Stage
+from popviz.model.aggregate import RunCycles, cycle_totals
 
 ROOT = Path(__file__).resolve().parent.parent
 TILE = 638_976  # Mk2 bytes per tile

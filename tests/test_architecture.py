@@ -32,7 +32,8 @@ LAYERS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
     (6, "sources", ("popviz.sources",)),
     (7, "model", ("popviz.model",)),
     (8, "base", ("popviz._version", "popviz.errors", "popviz.escape", "popviz.fileio", "popviz.paths",
-                 "popviz.childproc", "popviz.ui", "popviz.schedule", "popviz.plan_file", "popviz.units")),
+                 "popviz.childproc", "popviz.ui", "popviz.schedule", "popviz.plan_file", "popviz.units",
+                 "popviz._hooks")),
 )
 """Top to bottom. ``popviz`` alone is the package's ``__init__`` (the face); every other entry
 matches the module and its submodules. Layers of the same rank may not import each other."""

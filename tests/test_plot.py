@@ -8,7 +8,7 @@ import pytest
 
 import popviz
 from popviz import plot, testing
-from popviz.frames import MissingDataError, share_column
+from popviz.model.frames import MissingDataError, share_column
 
 from conftest import SAMPLES, assert_one_line_error, run_cli
 

@@ -1,5 +1,5 @@
 """Small pieces the analyses share: number formatting for evidence strings. (The per-run cycle
-aggregate, which runs are executor calls, is ``popviz.analysis.aggregate``.)"""
+aggregate, which runs are executor calls, is ``popviz.model.aggregate``.)"""
 
 from __future__ import annotations
 

@@ -26,11 +26,11 @@ spent working: ``C_b / (C_b + ramp_b)``.
 
 from __future__ import annotations
 
-import re
 from typing import TYPE_CHECKING, Any
 
-from popviz.analysis.aggregate import cycle_totals
 from popviz.model import STREAM_COPY_TYPES
+from popviz.model.aggregate import cycle_totals
+from popviz.model.names import WEIGHT_UPDATE_PROGRAM
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -38,7 +38,6 @@ if TYPE_CHECKING:
     from popviz.model import ExecutionTable
 
 WORK_TYPES = ("OnTileExecute", "DoExchange")
-WEIGHT_UPDATE_PROGRAM = re.compile(r"weight.?update|optimi[sz]er", re.IGNORECASE)
 PARTS = ("useful", "weight_update", "imbalance", "ramp", "exchange", "host", "other")
 """The shares, in the order they are shown."""
 LABELS = {"useful": "useful work", "weight_update": "weight update", "imbalance": "imbalance wait",

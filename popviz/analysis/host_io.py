@@ -11,7 +11,6 @@ from __future__ import annotations
 from typing import Any
 
 from popviz.analysis._common import ceil_exact, nbytes, pct
-from popviz.analysis.aggregate import cycle_totals
 from popviz.analysis.findings import AnalysisOutput, Collector
 from popviz.analysis.thresholds import (
     CALL_DEVICE_SECONDS_MIN,
@@ -23,6 +22,7 @@ from popviz.analysis.thresholds import (
     STREAM_COPY_WARN_FRAC,
 )
 from popviz.model import Report
+from popviz.model.aggregate import cycle_totals
 
 NAME = "host_io"
 WAIT_TYPES = ("StreamCopyBegin", "StreamCopyEnd")
@@ -163,7 +163,7 @@ def _outputs(report: Report, o: Collector) -> str | None:
 def _anchored(report: Report, o: Collector, mode: str, d: int, g: int, r: int) -> None:
     """Tensors returned with ``opts.anchorTensor(short, long, output_mode, period)``: each comes
     back with its own return mode (the engine's when none was given), on top of the outputs."""
-    from popviz.sources.manifest import output_mode_name
+    from popviz.model.names import output_mode_name
 
     anchors = recorded_option_dict(report, "anchored_tensors")
     if not anchors:

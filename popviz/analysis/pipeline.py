@@ -13,7 +13,6 @@ from __future__ import annotations
 from typing import Any
 
 from popviz.analysis._common import ceil_exact, num, pct
-from popviz.analysis.aggregate import cycle_totals
 from popviz.analysis.cycles import decompose, shares_line, sync_floor_cycles, weight_update_cycles
 from popviz.analysis.findings import AnalysisOutput, Collector
 from popviz.analysis.thresholds import (
@@ -23,6 +22,7 @@ from popviz.analysis.thresholds import (
     TIE_FRAC,
 )
 from popviz.model import ModelConfig, Report
+from popviz.model.aggregate import cycle_totals
 
 NAME = "pipeline"
 COUNTED_TYPES = ("OnTileExecute", "DoExchange")

@@ -1,23 +1,12 @@
-"""Every number the analyses compare against, in one place.
+"""Every number the analyses compare against, in one place (but for the two shared with the sources).
 
 Each constant says what it bounds; docs/analyses.md gives the reasoning behind its value. Change a
-value here and in that document together.
+value here and in that document together. The two that decide what a profile's runs are (which
+run is an executor call, when a raw profile is pipelined) are used by the sources too and live
+in :mod:`popviz.model.thresholds`.
 """
 
 from __future__ import annotations
-
-# ------------------------------------------------------------------------------ execution runs
-
-INFER_PIPELINED_OVERLAP_FRAC = 0.05
-"""Reading a profile without a capture manifest (popviz.sources.infer): the execution strategy
-is inferred as PipelinedExecution when the compute steps of different IPUs run at the same time
-for at least this fraction of the compute cycles (sharded stages never overlap; a pipeline
-overlaps in every steady-state cycle), ShardedExecution otherwise."""
-
-MAIN_RUN_MIN_COMPUTE_FRAC = 0.5
-"""A run counts as one executor call when its OnTileExecute cycles are at least this fraction of
-the busiest run's. Calls of one engine repeat the same program, so their compute is nearly equal;
-host weight/optimizer copy runs execute a small fraction of it and are left out."""
 
 # ------------------------------------------------------------------------------------ pipeline
 

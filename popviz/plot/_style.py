@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from popviz.frames import MissingDataError
+from popviz.model.frames import MissingDataError
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -49,7 +49,7 @@ class PlotDataError(MissingDataError):
 
 
 def _data(figure: str, table, *args: Any, **kwargs: Any):
-    """``table(*args)`` (a ``popviz.frames`` function), its MissingDataError named after ``figure``."""
+    """``table(*args)`` (a ``popviz.model.frames`` function), its MissingDataError named after ``figure``."""
     try:
         return table(*args, **kwargs)
     except PlotDataError:

@@ -10,7 +10,7 @@ if TYPE_CHECKING:
 
     from popviz.model import Report
 
-from popviz import frames
+from popviz.model import frames
 from popviz.plot._style import (
     PALETTE,
     _bytes_unit,
@@ -23,7 +23,7 @@ from popviz.plot._style import (
 
 def output_modes(report: Report):
     """Output bytes per call under each output mode (``Report.output_modes()``; see
-    ``popviz.frames.output_modes``)."""
+    ``popviz.model.frames.output_modes``)."""
     return _data("host_io", frames.output_modes, report)
 
 

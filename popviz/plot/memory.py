@@ -10,7 +10,7 @@ if TYPE_CHECKING:
 
     from popviz.model import Report
 
-from popviz import frames
+from popviz.model import frames
 from popviz.plot._style import (
     MAX_MEMORY_CATEGORIES,
     MAX_TILE_MARKERS,
@@ -26,7 +26,7 @@ from popviz.plot._style import (
 
 
 def memory_by_ipu(report: Report):
-    """Bytes per IPU and category (``Report.memory_by_ipu()``; see ``popviz.frames.memory_by_ipu``)."""
+    """Bytes per IPU and category (``Report.memory_by_ipu()``; see ``popviz.model.frames.memory_by_ipu``)."""
     return _data("memory", frames.memory_by_ipu, report)
 
 
@@ -124,7 +124,7 @@ def memory(report: Report, ax: Axes | None = None) -> Figure:
 
 
 def tile_memory(report: Report):
-    """Per-tile memory (``Report.tile_memory()``; see ``popviz.frames.tile_memory``)."""
+    """Per-tile memory (``Report.tile_memory()``; see ``popviz.model.frames.tile_memory``)."""
     return _data("tiles", frames.tile_memory, report)
 
 

@@ -10,7 +10,7 @@ if TYPE_CHECKING:
 
     from popviz.model import Report
 
-from popviz import frames
+from popviz.model import frames
 from popviz.plot._style import (
     PALETTE,
     PlotDataError,
@@ -26,7 +26,7 @@ MAX_BLOCKS_SHOWN = 2
 
 
 def stage_cycles(report: Report):
-    """Cycles of each pipeline stage (``Report.stage_cycles()``; see ``popviz.frames.stage_cycles``)."""
+    """Cycles of each pipeline stage (``Report.stage_cycles()``; see ``popviz.model.frames.stage_cycles``)."""
     return _data("stages", frames.stage_cycles, report)
 
 
@@ -44,7 +44,7 @@ def _why_no_stage_cycles(report: Report) -> str:
 
 
 def ipu_cycles(report: Report):
-    """Cycles of each IPU running stages (``Report.ipu_cycles()``; see ``popviz.frames.ipu_cycles``)."""
+    """Cycles of each IPU running stages (``Report.ipu_cycles()``; see ``popviz.model.frames.ipu_cycles``)."""
     return _data("stages", frames.ipu_cycles, report)
 
 

@@ -10,8 +10,8 @@ if TYPE_CHECKING:
 
     from popviz.model import Report
 
-from popviz import frames
-from popviz.frames import TIMELINE_CATEGORIES
+from popviz.model import frames
+from popviz.model.frames import TIMELINE_CATEGORIES
 from popviz.plot._style import (
     MAX_BARS_PER_IPU,
     PALETTE,
@@ -24,7 +24,7 @@ from popviz.plot._style import (
 
 
 def steps_frame(report: Report, run: int | None = None):
-    """One executor call's steps laid out in time (``Report.steps()``; see ``popviz.frames.steps``)."""
+    """One executor call's steps laid out in time (``Report.steps()``; see ``popviz.model.frames.steps``)."""
     return _data("timeline", frames.steps, report, run)
 
 

@@ -44,7 +44,7 @@ def with_layers(report: Report, operations: list[Operation],
     micro-batch)."""
     if report.layers is not None or not operations or report.execution is None:
         return report
-    from popviz.analysis.aggregate import cycle_totals
+    from popviz.model.aggregate import cycle_totals
 
     cfg = report.cfg
     d, g = cfg.device_iterations, cfg.gradient_accumulation

@@ -71,7 +71,7 @@ def _ipu_list(ipus: list[int]) -> str:
 
 
 def _from_execution(report: Report, fields: dict[str, Any], why: dict[str, str]) -> None:
-    from popviz.analysis.aggregate import cycle_totals
+    from popviz.model.aggregate import cycle_totals
 
     totals = cycle_totals(report.execution)
     runs = totals.calls()
@@ -95,7 +95,7 @@ def _from_execution(report: Report, fields: dict[str, Any], why: dict[str, str])
             why["execution_strategy"] = ("strategy inferred: PipelinedExecution (more than one IPU "
                                          "computes; the profile has no start cycles to confirm it)")
         else:
-            from popviz.analysis.thresholds import INFER_PIPELINED_OVERLAP_FRAC
+            from popviz.model.thresholds import INFER_PIPELINED_OVERLAP_FRAC
 
             pipelined = overlap >= INFER_PIPELINED_OVERLAP_FRAC
             fields["execution_strategy"] = "PipelinedExecution" if pipelined else "ShardedExecution"
@@ -103,7 +103,7 @@ def _from_execution(report: Report, fields: dict[str, Any], why: dict[str, str])
                 f"strategy inferred: {fields['execution_strategy']} (IPUs compute at the same time "
                 f"for {100 * overlap:.0f}% of the compute cycles"
                 + ("" if pipelined else ": the IPUs compute one after another") + ")")
-    from popviz.analysis.cycles import WEIGHT_UPDATE_PROGRAM
+    from popviz.model.names import WEIGHT_UPDATE_PROGRAM
 
     names = [str(c) for c in steps["program"].cat.categories]
     update_names = [n for n in names if WEIGHT_UPDATE_PROGRAM.search(n)]

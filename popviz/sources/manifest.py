@@ -31,13 +31,11 @@ from popviz.model import (
     Report,
     Stage,
 )
+from popviz.model.names import output_mode_name
 
 MODEL_FILE = "popviz-model.json"
 MODEL_FORMAT = "popviz-model"
 MODEL_FORMAT_VERSION = 1
-
-OUTPUT_MODE_NAMES = {0: "Final", 1: "EveryN", 2: "All", 3: "Sum", 4: "Default"}
-"""PopTorch's ``OutputMode`` values (``Options.output_mode`` stores the integer)."""
 
 # Options the hooks record in fields of their own; everything else goes to ModelConfig.options.
 _CONFIG_FIELDS = ("device_iterations", "replication_factor", "gradient_accumulation", "output_mode",
@@ -56,21 +54,6 @@ class ModelManifest:
     versions: Mapping[str, str]
     written_at: str | None
     path: Path
-
-
-def output_mode_name(value: Any) -> str | None:
-    """PopTorch's output mode (enum member, its integer value or its name) as the model's name."""
-    if value is None:
-        return None
-    name = getattr(value, "name", None)
-    if isinstance(name, str) and name in OUTPUT_MODE_NAMES.values():
-        return name
-    if isinstance(value, int) and not isinstance(value, bool):
-        return OUTPUT_MODE_NAMES.get(value)
-    if isinstance(value, str):
-        short = value.rsplit(".", 1)[-1]
-        return short if short in OUTPUT_MODE_NAMES.values() else None
-    return None
 
 
 def outputs_per_call(config: ModelConfig) -> int | None:

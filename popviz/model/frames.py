@@ -1,9 +1,11 @@
 """The DataFrames behind popviz's figures, one function per figure (units in column names).
 
 ``Report.steps()``, ``Report.stage_cycles()``, ``Report.memory_by_ipu()``, ... call these, and
-``popviz.plot`` draws them, so a figure and the table a notebook shows never disagree. They read
-the analyses' metrics (``popviz.analysis``) where an analysis computes the figure, so the console
-and the plots agree too. No matplotlib here.
+``popviz.plot`` draws them, so a figure and the table a notebook shows never disagree. Where an
+analysis computes the figure (stage and IPU cycles, memory per IPU, output modes), the table is
+built from that analysis's metrics, so the console and the plots agree too. The model does not
+import the analyses (they sit above it): it calls ``popviz._hooks.analysis_metrics``, which the
+package face sets to ``popviz.analysis``'s registry when popviz is imported. No matplotlib here.
 
 Data a table needs and the report lacks raises :class:`MissingDataError`, one line naming the
 engine, what is missing and why (an out-of-memory compile has no execution; an emulated report
@@ -86,14 +88,17 @@ def need_memory(report: Report):  # -> MemoryTable
 
 
 def analysis_metrics(report: Report, analysis: str) -> dict[str, Any]:
-    from popviz.analysis import registry
+    from popviz import _hooks
 
-    return registry()[analysis](report).metrics
+    if _hooks.analysis_metrics is None:
+        raise MissingDataError(f"engine '{report.label}': no analyses are installed to compute the "
+                               f"{analysis} table (import popviz first)")
+    return _hooks.analysis_metrics(report, analysis)
 
 
 def call_run(report: Report) -> int:
     """The first run of the execution profile that is an executor call."""
-    from popviz.analysis.aggregate import cycle_totals
+    from popviz.model.aggregate import cycle_totals
 
     runs = cycle_totals(need_execution(report)).calls()
     if not runs:
@@ -250,7 +255,7 @@ def time_shares(report: Report) -> pd.DataFrame:
     ``other_pct``: they add up to 100)."""
     import pandas as pd
 
-    from popviz.analysis.aggregate import cycle_totals
+    from popviz.model.aggregate import cycle_totals
 
     totals = cycle_totals(need_execution(report))
     runs = totals.calls()

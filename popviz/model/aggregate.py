@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from popviz.analysis.thresholds import MAIN_RUN_MIN_COMPUTE_FRAC
-from popviz.model import COMPUTE_TYPES
+from popviz.model.names import COMPUTE_TYPES
+from popviz.model.thresholds import MAIN_RUN_MIN_COMPUTE_FRAC
 
 if TYPE_CHECKING:
     import numpy as np
