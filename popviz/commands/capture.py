@@ -17,20 +17,11 @@ from __future__ import annotations
 
 import argparse
 
+from popviz.commands._options import add_layer_arguments, layer_env, positive
 from popviz.fileio import path_arg
 
 NAME = "capture"
 HELP = "run a PopTorch program with profiling and popviz's hooks on"
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -42,14 +33,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="run on popviz's IPU emulator: estimated reports, no IPU or Poplar SDK needed")
     p.add_argument("--pvti", action="store_true",
                    help="also write PopVision System Analyser traces (PVTI_OPTIONS) into DIR")
-    p.add_argument("--run-count", metavar="N", type=_positive,
+    p.add_argument("--run-count", metavar="N", type=positive,
                    help="executions of each program to profile "
                         "(autoReport.executionProfileProgramRunCount)")
-    p.add_argument("--calls", metavar="N", type=_positive,
+    p.add_argument("--calls", metavar="N", type=positive,
                    help="with --emulate: estimate only, stopping the command at the N-th call of an "
                         "executor (that call is estimated, not run); 1 = stop right after compiling")
-    from popviz.commands.emulate import add_layer_arguments
-
     add_layer_arguments(p, prefix="with --emulate: ")
     p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD ARGS",
                    help="the command to run, after --")
@@ -62,8 +51,6 @@ def run(args: argparse.Namespace) -> int:
     if args.calls is not None and not args.emulate:
         raise UsageError(f"--calls {args.calls} stops an emulated run: add --emulate (a real IPU run "
                          "is not stopped by popviz)")
-    from popviz.commands.emulate import layer_env
-
     for flag, value in (("--layer-depth", args.layer_depth), ("--split", args.split)):
         if value is not None and not args.emulate:
             raise UsageError(f"{flag} {value} applies to an emulated run: add --emulate (on an IPU, edit the "

@@ -18,49 +18,19 @@ import argparse
 import os
 import subprocess
 
+from popviz.commands._options import add_layer_arguments, layer_env, positive
+
 NAME = "emulate"
 HELP = "run a PopTorch script on the CPU with the emulator as poptorch"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from popviz.commands.capture import _positive
-
-    p.add_argument("--calls", metavar="N", type=_positive,
+    p.add_argument("--calls", metavar="N", type=positive,
                    help="estimate only: stop the command at the N-th call of an executor (that call is "
                         "estimated, not run; 1 = stop right after compiling); progress on stderr")
     add_layer_arguments(p)
     p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD [ARGS ...]",
                    help="the command to run, after --")
-
-
-def add_layer_arguments(p: argparse.ArgumentParser, prefix: str = "") -> None:
-    """``--layer-depth`` and ``--split`` (also used by ``popviz capture --emulate``)."""
-    from popviz.commands.capture import _positive
-
-    p.add_argument("--layer-depth", metavar="N", type=_positive,
-                   help=f"{prefix}module depth of the report's per-layer table (1 = the model's children; "
-                        "default: the shallowest depth at which the model repeats)")
-    p.add_argument("--split", metavar="SPEC",
-                   help=f"{prefix}re-place the script's blocks without editing it: layers_per_ipu=3,7,7,7 "
-                        "(movable layers per IPU, in order) or a plan file from popviz plan --write")
-
-
-def layer_env(args: argparse.Namespace) -> dict[str, str]:
-    """The emulator's environment variables for ``--layer-depth`` and ``--split`` (the split is
-    checked here, and a plan file's path made absolute)."""
-    from pathlib import Path
-
-    from popviz.emulator.layers import DEPTH_ENV, SPLIT_ENV
-    from popviz.plan_file import is_counts, parse_split
-
-    env = {}
-    if getattr(args, "layer_depth", None) is not None:
-        env[DEPTH_ENV] = str(args.layer_depth)
-    spec = getattr(args, "split", None)
-    if spec is not None:
-        plan = parse_split(spec)  # a bad value or file fails here, before the script starts
-        env[SPLIT_ENV] = plan.source if is_counts(spec) else str(Path(spec.strip()).resolve())
-    return env
 
 
 def command_from(args: argparse.Namespace) -> list[str]:

@@ -42,14 +42,14 @@ def _headroom(text: str) -> float:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from popviz.commands.capture import _positive
+    from popviz.commands._options import positive
 
     p.add_argument("path", metavar="REPORT", help="report directory, engine directory or bundle")
     p.add_argument("--engine", metavar="NAME", help="the engine to plan (when REPORT holds several)")
     n = p.add_mutually_exclusive_group()
-    n.add_argument("--ipus", metavar="N", type=_positive,
+    n.add_argument("--ipus", metavar="N", type=positive,
                    help="split over exactly N IPUs (default: as many as the current split)")
-    n.add_argument("--max-ipus", metavar="N", type=_positive,
+    n.add_argument("--max-ipus", metavar="N", type=positive,
                    help="try every number of IPUs from 1 to N and propose the fastest (throughput "
                         "of each shown)")
     p.add_argument("--headroom", metavar="FRAC", type=_headroom, default=0.9,
