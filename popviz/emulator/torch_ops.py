@@ -131,9 +131,9 @@ def _end_for_loop(outputs: list[torch.Tensor], inputs: list[torch.Tensor], trip_
 
 def _custom_operation(inputs: list[torch.Tensor], name: str, domain: str, domain_version: int,
                       num_outputs: int, outputs: list[torch.Tensor], attributes: str) -> list[torch.Tensor]:
-    from popviz.emulator import custom_ops
+    from popviz.emulator import custom_cpu
 
-    return custom_ops.run(inputs, name, domain, domain_version, outputs[:num_outputs], attributes)
+    return custom_cpu.run(inputs, name, domain, domain_version, outputs[:num_outputs], attributes)
 
 
 def _identity_loss(x: torch.Tensor, reduction: int) -> torch.Tensor:
