@@ -3,8 +3,9 @@
 ``popviz.capture`` is this package, and it is callable: ``with popviz.capture(dir): ...``
 captures the executors created in the block (see :meth:`CaptureModule.__call__`).
 
-* :mod:`popviz.capture.launcher` — ``popviz capture -- CMD``: the child process, its environment
-  (engine options, bootstrap), the log and the run manifest ``popviz-run.json``;
+* :mod:`popviz.capture.launcher` — ``popviz capture -- CMD``: the child process, its output and
+  log, the run's summary; :mod:`popviz.capture.childenv` its environment (engine options,
+  bootstrap); :mod:`popviz.capture.rundir` the run directory and manifest ``popviz-run.json``;
 * :mod:`popviz.capture.hooks` — wraps ``poptorch.trainingModel`` / ``inferenceModel`` executors
   and writes each engine's ``popviz-model.json``;
 * :mod:`popviz.capture.api` — what ``popviz.capture(dir)`` and ``popviz.wrap(executor)`` run.

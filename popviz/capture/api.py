@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from popviz._version import __version__
-from popviz.capture import hooks
+from popviz.capture import childenv, hooks, rundir
 from popviz.capture import launcher as L
 from popviz.errors import UsageError
 
@@ -68,39 +68,39 @@ def capture(report_dir: str | os.PathLike[str] | None = None, *, new_run: bool =
         raise UsageError(f"run_count must be a positive integer, got {run_count!r}")
     output = None if report_dir is None else os.fspath(report_dir)
     env = dict(os.environ)
-    user_engine = L.parse_json_env(L.ENGINE_OPTIONS_ENV, env)
-    user_pvti = L.parse_json_env(L.PVTI_ENV, env) if pvti else None
+    user_engine = childenv.parse_json_env(childenv.ENGINE_OPTIONS_ENV, env)
+    user_pvti = childenv.parse_json_env(childenv.PVTI_ENV, env) if pvti else None
     instance = hooks.instance_from_env(env)
-    planned = L.plan_dir(output, new_run, instance)
+    planned = rundir.plan_dir(output, new_run, instance)
     started = time.time()
     run: dict[str, Any] = {
-        "format": L.RUN_FORMAT, "format_version": L.RUN_FORMAT_VERSION,
+        "format": rundir.RUN_FORMAT, "format_version": rundir.RUN_FORMAT_VERSION,
         "written_by": f"popviz {__version__}", "status": "running", "started_by": "popviz.capture()",
         "command": list(sys.argv), "command_line": " ".join(sys.argv), "cwd": os.getcwd(),
-        "started_at": L.iso_now(), "ended_at": None, "duration_seconds": None,
+        "started_at": rundir.iso_now(), "ended_at": None, "duration_seconds": None,
         "exit_code": None, "signal": None, "popviz_exit_code": None,
         "hostname": socket.gethostname(), "popviz_pid": os.getpid(), "child_pid": None,
         "instance": instance, "emulated": None,
-        "versions": {"popviz": __version__, "python": sys.version.split()[0], **L.sdk_versions(env)},
+        "versions": {"popviz": __version__, "python": sys.version.split()[0], **childenv.sdk_versions(env)},
         "environment": {}, "engine_options": {}, "log": None, "engines": [], "notes": [],
     }
-    root = L.claim_dir(planned, output, new_run, instance, run)
+    root = rundir.claim_dir(planned, output, new_run, instance, run)
     abs_root = str(root.resolve())
-    engine_opts, conflicts = L.merge_options(user_engine, L.engine_options(abs_root, run_count))
-    changes = {L.ENGINE_OPTIONS_ENV: json.dumps(engine_opts)}
+    engine_opts, conflicts = childenv.merge_options(user_engine, childenv.engine_options(abs_root, run_count))
+    changes = {childenv.ENGINE_OPTIONS_ENV: json.dumps(engine_opts)}
     if pvti:
-        pvti_opts, pvti_conflicts = L.merge_options(user_pvti, {"enable": "true", "directory": abs_root})
-        changes[L.PVTI_ENV] = json.dumps(pvti_opts)
-        conflicts += [dict(c, variable=L.PVTI_ENV) for c in pvti_conflicts]
+        pvti_opts, pvti_conflicts = childenv.merge_options(user_pvti, {"enable": "true", "directory": abs_root})
+        changes[childenv.PVTI_ENV] = json.dumps(pvti_opts)
+        conflicts += [dict(c, variable=childenv.PVTI_ENV) for c in pvti_conflicts]
     saved = {k: os.environ.get(k) for k in changes}
     os.environ.update(changes)
     run["environment"] = changes
     run["engine_options"] = {"user": user_engine, "merged": engine_opts, "conflicts": [
-        dict(c, variable=c.get("variable", L.ENGINE_OPTIONS_ENV)) for c in conflicts]}
+        dict(c, variable=c.get("variable", childenv.ENGINE_OPTIONS_ENV)) for c in conflicts]}
     for c in conflicts:
-        _warn(L.conflict_message(c.get("variable", L.ENGINE_OPTIONS_ENV), c))
-    run_path = root / L.RUN_FILE
-    L.write_run_manifest(run_path, run)
+        _warn(childenv.conflict_message(c.get("variable", childenv.ENGINE_OPTIONS_ENV), c))
+    run_path = root / rundir.RUN_FILE
+    rundir.write_run_manifest(run_path, run)
     hooks.install(abs_root, owner="api", instance=instance, instance_fixed=bool(instance))
     hooks.STATE.depth = 1
     try:
@@ -118,17 +118,17 @@ def capture(report_dir: str | os.PathLike[str] | None = None, *, new_run: bool =
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
-        run["ended_at"] = L.iso_now()
+        run["ended_at"] = rundir.iso_now()
         run["duration_seconds"] = round(time.time() - started, 3)
         run["engines"] = L._engines_found(root)
         with contextlib.suppress(Exception):
-            L.write_run_manifest(run_path, run)
+            rundir.write_run_manifest(run_path, run)
 
 
 def _profile_dir(executor: Any) -> str | None:
     """Where Poplar writes this executor's profile: POPLAR_ENGINE_OPTIONS (which wins) or
     ``Options.enableProfiling(dir)``."""
-    raw = os.environ.get(L.ENGINE_OPTIONS_ENV)
+    raw = os.environ.get(childenv.ENGINE_OPTIONS_ENV)
     with contextlib.suppress(ValueError, TypeError):
         value = json.loads(raw or "{}").get("autoReport.directory")
         if value:

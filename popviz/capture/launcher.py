@@ -13,20 +13,20 @@
    SIGINT and SIGTERM sent to popviz (not those the terminal already sent to the child);
 5. completes ``popviz-run.json`` (exit status, end time, engines found) whatever happened, prints
    a summary and exits with the child's exit code (128 + N when a signal N killed it).
+
+The run directory and manifest are :mod:`popviz.capture.rundir`; the child's environment
+(engine options, bootstrap) :mod:`popviz.capture.childenv`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import datetime as _dt
 import json
 import os
-import re
 import shutil
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -35,337 +35,40 @@ from typing import IO, Any
 
 from popviz._version import __version__
 from popviz.capture import hooks
+from popviz.capture.childenv import (
+    ENGINE_OPTIONS_ENV,
+    PVTI_ENV,
+    conflict_message,
+    emulated,
+    engine_options,
+    make_bootstrap,
+    merge_options,
+    outer_options_removed,
+    parse_json_env,
+    prepend_path,
+    sdk_versions,
+)
 from popviz.capture.follow import follow_reports
+from popviz.capture.rundir import (
+    LOG_FILE,
+    RUN_FILE,
+    RUN_FORMAT,
+    RUN_FORMAT_VERSION,
+    claim_dir,
+    iso_now,
+    plan_dir,
+    write_run_manifest,
+)
 from popviz.childproc import SignalForwarder, exit_status, find_command
-from popviz.errors import MissingDependencyError, PopvizError, UsageError, shown
+from popviz.errors import PopvizError, UsageError, shown
 
-RUN_FILE = "popviz-run.json"
-LOG_FILE = "capture.log"
-RUN_FORMAT = "popviz-run"
-RUN_FORMAT_VERSION = 1
-DEFAULT_PARENT = "popviz-reports"
-BOOTSTRAP_PREFIX = "popviz-bootstrap-"
-BOOTSTRAP_MARKER = "popviz-bootstrap.marker"
-"""A file marking a bootstrap directory, so a bootstrap never chains another one."""
-PVTI_ENV = "PVTI_OPTIONS"
-ENGINE_OPTIONS_ENV = hooks.ENGINE_OPTIONS_ENV
 TEE_JOIN_SECONDS = 2.0
 """How long to wait, once the child has exited, for output still in the pipes (a grandchild that
 keeps them open is not waited for)."""
 
+
 class RunError(PopvizError):
     """The command could not be started."""
-
-
-def timestamp(now: _dt.datetime | None = None) -> str:
-    """Directory name of a run: local time, ``YYYYmmdd-HHMMSS``."""
-    return (now or _dt.datetime.now()).strftime("%Y%m%d-%H%M%S")
-
-
-def iso_now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).astimezone().isoformat(timespec="seconds")
-
-
-# ------------------------------------------------------------------------------ directories
-
-def _is_empty_dir(path: Path) -> bool:
-    return path.is_dir() and not any(path.iterdir())
-
-
-def failed_without_engines(path: Path) -> bool:
-    """``path`` holds only the record of a capture that failed and captured no engine (its
-    ``popviz-run.json`` and ``capture.log``): a retry may replace it, as nothing else is there."""
-    try:
-        names = {p.name for p in path.iterdir()}
-        if RUN_FILE not in names or not names <= {RUN_FILE, LOG_FILE}:
-            return False
-        doc = json.loads((path / RUN_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
-    return (isinstance(doc, dict) and doc.get("format") == "popviz-run"
-            and doc.get("status") in ("failed", "launch_failed") and doc.get("engines") == [])
-
-
-def _check_target(path: Path, new_run: bool) -> None:
-    """Refuse, before touching anything, a DIR that is a file or not empty (but for the record of
-    a failed capture that captured nothing, see :func:`failed_without_engines`), a dangling link,
-    or one that cannot be created."""
-    if path.is_symlink() and not path.exists():
-        raise UsageError(f"{shown(path)} is a dangling symbolic link; pass -o with a directory")
-    if not path.exists():
-        parent = next((p for p in path.absolute().parents if p.exists()), None)
-        if parent is None or not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
-            raise UsageError(f"{shown(path)} cannot be created ({shown(parent or path.parent)} is not a "
-                             "writable directory); pass -o with a directory you can write to")
-    if path.exists() and not path.is_dir():
-        raise UsageError(f"{shown(path)} exists and is not a directory; pass -o with a directory")
-    if not new_run and path.is_dir() and not _is_empty_dir(path) and not failed_without_engines(path):
-        raise UsageError(f"{shown(path)} is not empty; popviz never writes over reports: pass "
-                         "--new-run to make a new timestamped run inside it, or -o a new directory")
-
-
-def _unique_child(parent: Path) -> Path:
-    """Create and return ``parent/<timestamp>`` (``-2``, ``-3``... when taken): mkdir is atomic,
-    so two captures started at once never get the same directory."""
-    parent.mkdir(parents=True, exist_ok=True)
-    stamp = timestamp()
-    for n in range(1, 1000):
-        candidate = parent / (stamp if n == 1 else f"{stamp}-{n}")
-        try:
-            candidate.mkdir()
-            return candidate
-        except FileExistsError:
-            continue
-    raise UsageError(f"{shown(parent)}: cannot create a new run directory (1000 runs this second?)")
-
-
-def plan_dir(output: str | None, new_run: bool, instance: str | None) -> Path:
-    """Check the requested directory (nothing is created yet); return what ``claim_dir`` gets."""
-    if output is None:
-        return Path(DEFAULT_PARENT)
-    path = Path(output)
-    if instance and not new_run:
-        # One capture per rank of a multi-instance run: the ranks share DIR, each takes its
-        # own DIR/<instance>; DIR must not hold a single-instance run.
-        _check_target(path, new_run=True)
-        if (path / RUN_FILE).exists():
-            raise UsageError(f"{shown(path)} holds a single-process run ({RUN_FILE}); pass --new-run or "
-                             "-o a new directory for this multi-instance run")
-        _check_target(path / instance, False)
-        return path
-    _check_target(path, new_run)
-    return path
-
-
-def claim_dir(planned: Path, output: str | None, new_run: bool, instance: str | None,
-              manifest: dict[str, Any]) -> Path:
-    """Create the run directory and publish ``popviz-run.json`` in it exclusively.
-
-    Returns the directory; raises UsageError when another capture took it meanwhile."""
-    if output is None or new_run:
-        root = _unique_child(planned)
-    else:
-        root = planned
-        root.mkdir(parents=True, exist_ok=True)
-        if failed_without_engines(root):
-            for name in (RUN_FILE, LOG_FILE):
-                (root / name).unlink(missing_ok=True)
-            manifest.setdefault("notes", []).append(
-                "replaced the record of an earlier capture here that failed and captured no engine")
-    if instance:
-        root = root / instance
-        root.mkdir(parents=True, exist_ok=True)
-    if not _publish_exclusive(root / RUN_FILE, manifest):
-        raise UsageError(f"{shown(root)} was just taken by another capture; popviz never writes over "
-                         "reports: pass --new-run or -o a new directory")
-    return root
-
-
-def _encode(doc: Mapping[str, Any]) -> bytes:
-    return (json.dumps(doc, indent=1, allow_nan=False, default=str) + "\n").encode()
-
-
-def _publish_exclusive(path: Path, doc: Mapping[str, Any]) -> bool:
-    """Write ``path`` whole, only if it does not exist (hard link of a complete temp file)."""
-    from popviz.fileio import temp_file
-
-    fd, tmp = temp_file(path)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(_encode(doc))
-        try:
-            os.link(tmp, path)
-        except FileExistsError:
-            return False
-        except OSError:  # a filesystem without hard links: best effort
-            if path.exists():
-                return False
-            os.replace(tmp, path)
-        return True
-    finally:
-        Path(tmp).unlink(missing_ok=True)
-
-
-def write_run_manifest(path: Path, doc: Mapping[str, Any]) -> None:
-    from popviz.fileio import atomic_write_bytes
-
-    atomic_write_bytes(path, _encode(doc))
-
-
-# ------------------------------------------------------------------------------ options
-
-def _truthy(value: Any) -> str:
-    """Engine option values compare as Poplar reads them: strings, JSON true == "true"."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value).strip().lower() if isinstance(value, str) else json.dumps(value)
-
-
-def parse_json_env(name: str, env: Mapping[str, str]) -> dict[str, Any] | None:
-    """The user's JSON object in ``env[name]`` (None when unset or blank), or a UsageError."""
-    raw = env.get(name)
-    if raw is None or not raw.strip():
-        return None
-    try:
-        value = json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"{name} is not valid JSON ({exc.msg} at column {exc.colno}): fix or unset it; "
-                         f"it is {raw[:60]!r}{'...' if len(raw) > 60 else ''}") from None
-    if not isinstance(value, dict):
-        raise UsageError(f"{name} must be a JSON object like {{\"autoReport.all\": \"true\"}}, "
-                         f"got {type(value).__name__}: fix or unset it")
-    return value
-
-
-def outer_options_removed(user: dict[str, Any] | None, env: Mapping[str, str]) -> dict[str, Any] | None:
-    """The user's engine options without those an outer ``popviz capture`` set (a capture run
-    inside another: its options are popviz's, not the user's, and the inner capture's win)."""
-    outer = env.get(hooks.ENV_DIR)
-    if not user or not outer or str(user.get("autoReport.directory")) != outer:
-        return user
-    ours = engine_options(outer, None)
-    return {k: v for k, v in user.items()
-            if k not in ours and k != "autoReport.executionProfileProgramRunCount"} or None
-
-
-def engine_options(report_dir: str, run_count: int | None) -> dict[str, str]:
-    """The engine options popviz sets (values are strings, as Poplar reads them)."""
-    opts = {"autoReport.all": "true", "autoReport.directory": report_dir,
-            "debug.allowOutOfMemory": "true", "autoReport.outputSerializedGraph": "false"}
-    if run_count is not None:
-        opts["autoReport.executionProfileProgramRunCount"] = str(run_count)
-    return opts
-
-
-def merge_options(user: Mapping[str, Any] | None, ours: Mapping[str, Any]
-                  ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """``user`` merged with ``ours``: on a conflict the user's value is kept and reported."""
-    merged = dict(ours)
-    conflicts = []
-    for key, value in (user or {}).items():
-        if key in ours and _truthy(value) != _truthy(ours[key]):
-            conflicts.append({"key": key, "kept": value, "popviz_wanted": ours[key]})
-        merged[key] = value
-    return merged, conflicts
-
-
-def conflict_message(name: str, conflict: Mapping[str, Any]) -> str:
-    key, kept, wanted = conflict["key"], conflict["kept"], conflict["popviz_wanted"]
-    effect = {
-        "autoReport.directory": "Poplar's profiles go there, popviz's records stay in the run directory",
-        "autoReport.all": "profiling may be off: expect no profile.pop",
-    }.get(key, "kept as you set it")
-    return f"your {name} sets {key}={json.dumps(kept)} (popviz would set {json.dumps(wanted)}): {effect}"
-
-
-# ------------------------------------------------------------------------------ child environment
-
-BOOTSTRAP = '''\
-"""Written by popviz capture for one run (removed when it ends): chain the next sitecustomize,
-then install popviz's PopTorch hooks."""
-
-
-def _popviz_bootstrap():
-    import os
-    import sys
-
-    try:
-        import importlib.machinery
-        import importlib.util
-
-        # Skip every popviz bootstrap (this one, and an outer capture's in a nested one).
-        path = [p for p in sys.path
-                if not os.path.exists(os.path.join(p or os.curdir, "popviz-bootstrap.marker"))]
-        spec = importlib.machinery.PathFinder.find_spec("sitecustomize", path)
-        if spec is not None and spec.loader is not None:
-            module = importlib.util.module_from_spec(spec)
-            sys.modules["sitecustomize"] = module
-            spec.loader.exec_module(module)
-    except Exception as exc:
-        print("Error in sitecustomize; set PYTHONVERBOSE for traceback:", file=sys.stderr)
-        print(f"{type(exc).__name__}: {exc}", file=sys.stderr)
-    try:
-        from popviz.capture import hooks
-
-        hooks.install_from_env()
-    except Exception as exc:
-        print(f"popviz capture: hooks not installed in this process ({type(exc).__name__}: {exc}); "
-              "profiles are still written, without popviz-model.json", file=sys.stderr)
-
-
-_popviz_bootstrap()
-del _popviz_bootstrap
-'''
-
-
-def clean_stale_bootstraps(parent: str | None = None) -> list[str]:
-    """Remove bootstrap directories left by a popviz that was killed (its pid, in the name, is no
-    longer running); return their names. Others' and running captures' are left alone."""
-    from popviz.sources.runrecord import pid_alive
-
-    parent = parent or tempfile.gettempdir()
-    removed = []
-    try:
-        names = os.listdir(parent)
-    except OSError:
-        return removed
-    for name in names:
-        if not name.startswith(BOOTSTRAP_PREFIX):
-            continue
-        pid = name[len(BOOTSTRAP_PREFIX):].split("-", 1)[0]
-        path = os.path.join(parent, name)
-        if not pid.isdigit() or not os.path.isfile(os.path.join(path, BOOTSTRAP_MARKER)):
-            continue
-        if pid_alive(int(pid), socket.gethostname()) is False:
-            shutil.rmtree(path, ignore_errors=True)
-            removed.append(name)
-    return removed
-
-
-def make_bootstrap() -> Path:
-    """A temporary directory with the bootstrap ``sitecustomize.py`` and a link to this popviz
-    package, so the child imports the same popviz whatever its environment holds."""
-    clean_stale_bootstraps()
-    directory = Path(tempfile.mkdtemp(prefix=f"{BOOTSTRAP_PREFIX}{os.getpid()}-"))
-    (directory / "sitecustomize.py").write_text(BOOTSTRAP, encoding="utf-8")
-    (directory / BOOTSTRAP_MARKER).write_text("popviz capture bootstrap\n", encoding="utf-8")
-    package = Path(__file__).resolve().parent.parent
-    try:
-        (directory / "popviz").symlink_to(package, target_is_directory=True)
-    except OSError:
-        shutil.copytree(package, directory / "popviz",
-                        ignore=shutil.ignore_patterns("__pycache__"))
-    return directory
-
-
-def _prepend_path(env: dict[str, str], key: str, entry: str) -> None:
-    rest = env.get(key)
-    env[key] = entry + (os.pathsep + rest if rest else "")
-
-
-def emulated(env: dict[str, str]) -> dict[str, str]:
-    """``env`` in which ``import poptorch`` gets popviz's emulator."""
-    try:
-        from popviz.emulator.launch import emulated_env
-    except ImportError as exc:
-        raise MissingDependencyError(f"--emulate needs popviz's emulator, which cannot be imported "
-                                     f"({exc}); install popviz with the emulator "
-                                     "(pip install 'popviz[emulate]')") from None
-    return dict(emulated_env(env))
-
-
-def sdk_versions(env: Mapping[str, str]) -> dict[str, str]:
-    """The Poplar SDK version from its environment (``POPLAR_SDK_ENABLED`` names its folder)."""
-    out = {}
-    for key in ("POPLAR_SDK_ENABLED", "POPLAR_ROOT", "POPLAR_INSTALL_DIR"):
-        value = env.get(key)
-        if value:
-            match = re.search(r"(\d+\.\d+\.\d+)", Path(value).name) or re.search(r"(\d+\.\d+\.\d+)", value)
-            if match:
-                out["poplar_sdk"] = match.group(1)
-                out["poplar_sdk_path"] = value
-                break
-    return out
 
 
 # ------------------------------------------------------------------------------ the run
@@ -645,7 +348,7 @@ def run_capture(command: Sequence[str], *, output: str | None = None, new_run: b
             set_env["PYTHONUNBUFFERED"] = "1"  # live output through the pipe
         bootstrap = make_bootstrap()
         child_env.update(set_env)
-        _prepend_path(child_env, "PYTHONPATH", str(bootstrap))
+        prepend_path(child_env, "PYTHONPATH", str(bootstrap))
         # Every variable the child gets from popviz (the emulator's PYTHONPATH entry included).
         run["environment"] = {k: v for k, v in sorted(child_env.items()) if base_env.get(k) != v}
         run["engine_options"] = {"user": user_engine, "merged": engine_opts,

@@ -1,0 +1,156 @@
+"""The run directory of ``popviz capture`` and its run manifest: choosing and claiming the
+directory (new or empty, or a timestamped run inside it), and writing ``popviz-run.json``
+atomically."""
+
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from popviz.errors import UsageError, shown
+
+RUN_FILE = "popviz-run.json"
+LOG_FILE = "capture.log"
+RUN_FORMAT = "popviz-run"
+RUN_FORMAT_VERSION = 1
+DEFAULT_PARENT = "popviz-reports"
+
+
+def timestamp(now: _dt.datetime | None = None) -> str:
+    """Directory name of a run: local time, ``YYYYmmdd-HHMMSS``."""
+    return (now or _dt.datetime.now()).strftime("%Y%m%d-%H%M%S")
+
+
+def iso_now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).astimezone().isoformat(timespec="seconds")
+
+
+# ------------------------------------------------------------------------------ directories
+
+def _is_empty_dir(path: Path) -> bool:
+    return path.is_dir() and not any(path.iterdir())
+
+
+def failed_without_engines(path: Path) -> bool:
+    """``path`` holds only the record of a capture that failed and captured no engine (its
+    ``popviz-run.json`` and ``capture.log``): a retry may replace it, as nothing else is there."""
+    try:
+        names = {p.name for p in path.iterdir()}
+        if RUN_FILE not in names or not names <= {RUN_FILE, LOG_FILE}:
+            return False
+        doc = json.loads((path / RUN_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return (isinstance(doc, dict) and doc.get("format") == "popviz-run"
+            and doc.get("status") in ("failed", "launch_failed") and doc.get("engines") == [])
+
+
+def _check_target(path: Path, new_run: bool) -> None:
+    """Refuse, before touching anything, a DIR that is a file or not empty (but for the record of
+    a failed capture that captured nothing, see :func:`failed_without_engines`), a dangling link,
+    or one that cannot be created."""
+    if path.is_symlink() and not path.exists():
+        raise UsageError(f"{shown(path)} is a dangling symbolic link; pass -o with a directory")
+    if not path.exists():
+        parent = next((p for p in path.absolute().parents if p.exists()), None)
+        if parent is None or not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+            raise UsageError(f"{shown(path)} cannot be created ({shown(parent or path.parent)} is not a "
+                             "writable directory); pass -o with a directory you can write to")
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"{shown(path)} exists and is not a directory; pass -o with a directory")
+    if not new_run and path.is_dir() and not _is_empty_dir(path) and not failed_without_engines(path):
+        raise UsageError(f"{shown(path)} is not empty; popviz never writes over reports: pass "
+                         "--new-run to make a new timestamped run inside it, or -o a new directory")
+
+
+def _unique_child(parent: Path) -> Path:
+    """Create and return ``parent/<timestamp>`` (``-2``, ``-3``... when taken): mkdir is atomic,
+    so two captures started at once never get the same directory."""
+    parent.mkdir(parents=True, exist_ok=True)
+    stamp = timestamp()
+    for n in range(1, 1000):
+        candidate = parent / (stamp if n == 1 else f"{stamp}-{n}")
+        try:
+            candidate.mkdir()
+            return candidate
+        except FileExistsError:
+            continue
+    raise UsageError(f"{shown(parent)}: cannot create a new run directory (1000 runs this second?)")
+
+
+def plan_dir(output: str | None, new_run: bool, instance: str | None) -> Path:
+    """Check the requested directory (nothing is created yet); return what ``claim_dir`` gets."""
+    if output is None:
+        return Path(DEFAULT_PARENT)
+    path = Path(output)
+    if instance and not new_run:
+        # One capture per rank of a multi-instance run: the ranks share DIR, each takes its
+        # own DIR/<instance>; DIR must not hold a single-instance run.
+        _check_target(path, new_run=True)
+        if (path / RUN_FILE).exists():
+            raise UsageError(f"{shown(path)} holds a single-process run ({RUN_FILE}); pass --new-run or "
+                             "-o a new directory for this multi-instance run")
+        _check_target(path / instance, False)
+        return path
+    _check_target(path, new_run)
+    return path
+
+
+def claim_dir(planned: Path, output: str | None, new_run: bool, instance: str | None,
+              manifest: dict[str, Any]) -> Path:
+    """Create the run directory and publish ``popviz-run.json`` in it exclusively.
+
+    Returns the directory; raises UsageError when another capture took it meanwhile."""
+    if output is None or new_run:
+        root = _unique_child(planned)
+    else:
+        root = planned
+        root.mkdir(parents=True, exist_ok=True)
+        if failed_without_engines(root):
+            for name in (RUN_FILE, LOG_FILE):
+                (root / name).unlink(missing_ok=True)
+            manifest.setdefault("notes", []).append(
+                "replaced the record of an earlier capture here that failed and captured no engine")
+    if instance:
+        root = root / instance
+        root.mkdir(parents=True, exist_ok=True)
+    if not _publish_exclusive(root / RUN_FILE, manifest):
+        raise UsageError(f"{shown(root)} was just taken by another capture; popviz never writes over "
+                         "reports: pass --new-run or -o a new directory")
+    return root
+
+
+def _encode(doc: Mapping[str, Any]) -> bytes:
+    return (json.dumps(doc, indent=1, allow_nan=False, default=str) + "\n").encode()
+
+
+def _publish_exclusive(path: Path, doc: Mapping[str, Any]) -> bool:
+    """Write ``path`` whole, only if it does not exist (hard link of a complete temp file)."""
+    from popviz.fileio import temp_file
+
+    fd, tmp = temp_file(path)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(_encode(doc))
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            return False
+        except OSError:  # a filesystem without hard links: best effort
+            if path.exists():
+                return False
+            os.replace(tmp, path)
+        return True
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+
+
+def write_run_manifest(path: Path, doc: Mapping[str, Any]) -> None:
+    from popviz.fileio import atomic_write_bytes
+
+    atomic_write_bytes(path, _encode(doc))
