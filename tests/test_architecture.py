@@ -242,6 +242,21 @@ def test_upward_hooks_are_only_notebook_display():
     assert hooks == set(ALLOWED_UPWARD)
 
 
+MAX_LINES = 600
+
+
+def test_long_modules_say_why():
+    """A module over MAX_LINES lines says in its docstring why it stays whole ("over 600 lines
+    because ..."); otherwise it is split along its responsibilities."""
+    long = {}
+    for name, (path, _) in modules().items():
+        lines = len(path.read_text(encoding="utf-8").splitlines())
+        doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or ""
+        if lines > MAX_LINES and f"over {MAX_LINES} lines because" not in " ".join(doc.split()).lower():
+            long[name] = lines
+    assert long == {}
+
+
 # ------------------------------------------------------------------ the checker catches what it should
 
 def _tree(tmp_path: Path, files: dict[str, str]) -> Path:
