@@ -9,7 +9,7 @@ torch = pytest.importorskip("torch")
 
 import popviz.emulator as poptorch  # noqa: E402
 from popviz.emulator import hardware as hw  # noqa: E402
-from popviz.emulator.layers import DEPTH_ENV, SPLIT_ENV  # noqa: E402
+from popviz.emulator.structure import DEPTH_ENV, SPLIT_ENV  # noqa: E402
 
 H, V, SEQ = 8, 32, 4
 

@@ -90,7 +90,7 @@ torch = pytest.importorskip("torch")
 from test_emulator_layers import Tiny, check_sums, compiled  # noqa: E402
 
 import popviz.emulator as poptorch  # noqa: E402
-from popviz.emulator.layers import SPLIT_ENV  # noqa: E402
+from popviz.emulator.structure import SPLIT_ENV  # noqa: E402
 
 
 @pytest.fixture(autouse=True)

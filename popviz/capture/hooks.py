@@ -1348,6 +1348,6 @@ def install_from_env() -> bool:
 
 def _under_split() -> bool:
     """The emulator's ``--split`` re-places the script's blocks: their stages did not run."""
-    from popviz.emulator.layers import SPLIT_ENV
+    from popviz.emulator.structure import SPLIT_ENV
 
     return bool(os.environ.get(SPLIT_ENV, "").strip())

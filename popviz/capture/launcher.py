@@ -218,7 +218,7 @@ def _times_text(m: Mapping[str, Any], run: Mapping[str, Any]) -> str:
 
 def summary_lines(run: Mapping[str, Any], root: Path) -> list[str]:
     """The one-screen summary printed when the run ends."""
-    from popviz.emulator.layers import SPLIT_ENV
+    from popviz.emulator.structure import SPLIT_ENV
 
     code = run.get("exit_code")
     what = f"killed by {run['signal']}" if run.get("signal") else f"exit code {code}"

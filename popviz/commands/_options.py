@@ -32,7 +32,7 @@ def layer_env(args: argparse.Namespace) -> dict[str, str]:
     checked here, and a plan file's path made absolute)."""
     from pathlib import Path
 
-    from popviz.emulator.layers import DEPTH_ENV, SPLIT_ENV
+    from popviz.emulator.structure import DEPTH_ENV, SPLIT_ENV
     from popviz.plan_file import is_counts, parse_split
 
     env = {}

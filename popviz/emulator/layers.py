@@ -22,56 +22,26 @@ embeddings: the same ``Parameter`` registered in both) are counted once, in the 
 later module records ``tied_to`` the first, which is pinned ``first`` when it is the
 embeddings. The loss and the final head are pinned ``last`` when they run on the last IPU.
 
-``--split`` (:mod:`popviz.emulator.split`) re-places the blocks by layer-level module.
+``--split`` (:mod:`popviz.emulator.split`) re-places the blocks by layer-level module. The
+structure's plain data (:class:`~popviz.emulator.structure.Structure`, the environment variables,
+the setup error) is in :mod:`popviz.emulator.structure`, below this module and the split; the
+cost model (above) passes its operation costs to :func:`layer_table`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
-import sys
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from popviz.emulator.structure import DEPTH_ENV, ROOT_NAME, LayerSetupError, Structure
 from popviz.model import Layer, LayerTable
 
 if TYPE_CHECKING:
     import torch
 
     from popviz.emulator.costmodel import EngineSetup, Measurement, OpTable, StageEstimate
-
-DEPTH_ENV = "POPVIZ_EMULATOR_LAYER_DEPTH"
-SPLIT_ENV = "POPVIZ_EMULATOR_SPLIT"
-ROOT_NAME = "(model)"
-"""The layer name of a model that has no child module with parameters (it is its only layer)."""
-
-
-class LayerSetupError(SystemExit):
-    """A bad ``--layer-depth`` or ``--split`` for this model: one line on stderr, exit code 2."""
-
-    def __init__(self, message: str) -> None:
-        print(f"popviz: error: {' '.join(message.split())}", file=sys.stderr, flush=True)
-        super().__init__(2)
-        self.message = message
-
-
-@dataclass(frozen=True)
-class Structure:
-    """The model's layer-level modules (plain data, no torch)."""
-
-    depth: int
-    units: tuple[str, ...]
-    """Layer-level module paths in module order."""
-    movable: frozenset[str]
-    roles: dict[str, str] = field(default_factory=dict)
-    tied: dict[str, str] = field(default_factory=dict)
-    """Module -> the earlier module whose parameters it shares."""
-    how: str = ""
-    split: dict[str, int] | None = None
-    """Module -> IPU when a ``--split`` re-placed the blocks."""
-    split_note: str | None = None
-
 
 # ------------------------------------------------------------------------------ the structure
 
@@ -312,14 +282,12 @@ def _apportion(values: Sequence[float], total: int) -> list[int]:
 
 
 def layer_table(m: Measurement, setup: EngineSetup, stages: Sequence[StageEstimate],
-                table: OpTable | None = None) -> LayerTable | None:
-    """The per-layer table of an estimate whose measurement tracked layer-level modules."""
-    from popviz.emulator.costmodel import op_table
-
+                table: OpTable) -> LayerTable | None:
+    """The per-layer table of an estimate whose measurement tracked layer-level modules
+    (``table``: the estimate's operation costs, :func:`popviz.emulator.costmodel.op_table`)."""
     st: Structure | None = m.structure
     if st is None or not m.ops:
         return None
-    table = table or op_table(m, setup)
     ops = m.ops
     cycles = table.forward
 
@@ -463,5 +431,4 @@ def layer_table(m: Measurement, setup: EngineSetup, stages: Sequence[StageEstima
                       notes=tuple(notes))
 
 
-__all__ = ["DEPTH_ENV", "ROOT_NAME", "SPLIT_ENV", "LayerSetupError", "Structure", "UnitTracker", "discover",
-           "layer_table", "prepare"]
+__all__ = ["UnitTracker", "discover", "layer_table", "prepare"]

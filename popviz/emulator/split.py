@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 
-from popviz.emulator.layers import SPLIT_ENV, LayerSetupError, Structure
+from popviz.emulator.structure import SPLIT_ENV, LayerSetupError, Structure
 from popviz.plan_file import PlanFile
 
 
