@@ -494,16 +494,22 @@ def weight_update_cycles(stages: Sequence[StageEstimate], setup: EngineSetup, ip
             cycles += 2 * elements * slot_bytes / spec.per_cycle(hw.STREAMING_MEMORY_BYTES_PER_SECOND)
         r = setup.replication_factor
         if r > 1:
-            cycles += (2 * (r - 1) / r * grad_bytes / spec.per_cycle(spec.ipu_link_bytes_per_second)
-                       + hw.INTER_IPU_COPY_CYCLES)
+            ring = spec.per_cycle(spec.ipu_link_bytes_per_second) * ring_directions(r)
+            cycles += 2 * (r - 1) / r * grad_bytes / ring + hw.INTER_IPU_COPY_CYCLES
             if setup.optimizer_sharded:
                 # each replica updates 1/R of the weights (its shard of the state), then all-gathers
                 touched_sharded = touched - 2 * elements * slot_bytes * (r - 1) / r
                 cycles -= (touched - touched_sharded) / mem
-                cycles += (r - 1) / r * wbytes / spec.per_cycle(spec.ipu_link_bytes_per_second) \
-                    + hw.INTER_IPU_COPY_CYCLES
+                cycles += (r - 1) / r * wbytes / ring + hw.INTER_IPU_COPY_CYCLES
         out[ipu] = int(round(cycles))
     return out
+
+
+def ring_directions(replicas: int) -> int:
+    """How many times one IPU-Link's bandwidth a ring collective among ``replicas`` gets: GCL's
+    bi-directional ring pair for 3 or more (``hw.ALLREDUCE_RING_DIRECTIONS``); 2 replicas already
+    use both directions of their one link."""
+    return hw.ALLREDUCE_RING_DIRECTIONS if replicas > 2 else 1
 
 
 def _transfer(nbytes: int, setup: EngineSetup, ipus_per_replica: int):
