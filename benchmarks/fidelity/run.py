@@ -4,9 +4,12 @@
 
 Each case is a PopTorch script in this directory (random weights, synthetic data, the model
 rebuilt in plain PyTorch from its published configuration) run under
-``popviz capture --emulate --calls 1``; the estimated report is then measured the way the
-hardware figure was (throughput of the whole system, a memory total, whether it fits) and the
-error printed: ``(estimate - hardware) / hardware``. The figures and their sources are in
+``popviz capture --emulate --calls N`` (1: the estimate alone; more for a figure that is a
+training loop's rate, whose host work between calls is then measured); the estimated report is
+then measured the way the hardware figure was (throughput of the whole system, as the loop runs
+it, a memory total, whether it fits) and the error printed: ``(estimate - hardware) / hardware``.
+Rows whose own source says they measure something else are listed below the table ("not used for
+calibration") with their estimate and error, outside the median. The figures and their sources are in
 ``shared/reference/hardware-figures.md`` (ids A1, B9, ...). The last line is the median of the
 absolute errors. To add a figure: write the script, then add a ``Case`` below with the figure's
 id, what to measure and its value.
