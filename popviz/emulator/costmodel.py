@@ -589,7 +589,15 @@ class Estimate:
     """Which recomputation applied and why (a report note; empty for inference)."""
 
     def timeline(self) -> dict[str, list[tuple[float, float]]]:
-        """(start, end) seconds of each input and output transfer in one call (one replica)."""
+        """(start, end) seconds of each input and output transfer in one call (one replica).
+        Computed once per estimate: PopTorch's latency getters ask for it after every call (popviz
+        capture samples them), and a pipeline's steps frame has thousands of rows."""
+        cached = self.__dict__.get("_timeline")
+        if cached is None:
+            cached = self.__dict__["_timeline"] = self._timeline()
+        return cached
+
+    def _timeline(self) -> dict[str, list[tuple[float, float]]]:
         clock = self.target.clock_hz
         out: dict[str, list[tuple[float, float]]] = {"input": [], "output": []}
         steps = self.steps
