@@ -601,12 +601,14 @@ class BlockTracer:
         self._undo.clear()
 
     def ordered(self) -> list[dict[str, Any]]:
-        """The blocks in order of first start: ``id`` (PopTorch's, what ``Stage(...)`` names)
-        and ``name`` (the display name: the user_id, else the modules, e.g. ``layers.0-2``)."""
+        """The blocks in order of first start: ``name`` (the display name: the user_id, else the
+        modules, e.g. ``layers.0-2``) and, where it differs, ``id`` (PopTorch's automatic id,
+        what ``Stage(...)`` names)."""
         from popviz.block_names import display_names
 
         names = display_names(list(self.blocks), self.automatic, self.spans)
-        return [{**b, "id": k, "name": names[k]} for k, b in self.blocks.items()]
+        return [{**b, "name": names[k], **({"id": k} if names[k] != k else {})}
+                for k, b in self.blocks.items()]
 
 
 # ------------------------------------------------------------------------------ state
