@@ -29,7 +29,9 @@ MAX_PARTS = 3
 """More parts than this are named ``first..last``."""
 
 
-def _strip_private(path: str) -> str:
+def user_path(path: str) -> str:
+    """``path`` without the leading private components a wrapper adds (Lightning's
+    ``_forward_module.layer1`` -> ``layer1``): the path as the user's own model has it."""
     parts = path.split(".")
     while len(parts) > 1 and parts[0].startswith("_"):
         parts = parts[1:]
@@ -40,7 +42,7 @@ def module_label(paths: Sequence[str]) -> str:
     """One name for module ``paths`` (in execution order): numbered siblings as ranges
     (``layers.0``, ``layers.1``, ``layers.2`` -> ``layers.0-2``), parts joined with ``+``."""
     groups: list[list] = []  # [prefix, first, last] for numbered runs, [path] otherwise
-    for path in (_strip_private(p) for p in paths):
+    for path in (user_path(p) for p in paths):
         head, _, tail = path.rpartition(".")
         if head and tail.isdigit():
             n = int(tail)
@@ -91,4 +93,4 @@ def display_names(blocks: Sequence[str], automatic: Collection[str],
     return names
 
 
-__all__ = ["display_names", "module_label", "modules_of"]
+__all__ = ["display_names", "module_label", "modules_of", "user_path"]

@@ -132,19 +132,48 @@ def test_an_unknown_stage_id_is_still_poptorchs_error():
         estimate(model, strategy)
 
 
+class Steps(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer1 = torch.nn.Linear(4, 8)
+        self.layer2 = torch.nn.Linear(8, 2)
+
+    def forward(self, x):
+        with poptorch.Block(ipu_id=0):
+            x = torch.relu(self.layer1(x))
+        with poptorch.Block(ipu_id=1):
+            x = self.layer2(x)
+        with poptorch.Block(ipu_id=1):  # no module of its own (a Lightning step's loss)
+            return x.argmax(dim=1)
+
+
+class Wrapper(torch.nn.Module):
+    """What Lightning's IPUStrategy hands PopTorch: the user's module as ``_forward_module``."""
+
+    def __init__(self, inner: torch.nn.Module) -> None:
+        super().__init__()
+        self._forward_module = inner
+
+    def forward(self, x):
+        return self._forward_module(x)
+
+
 def test_with_block_without_user_id_and_a_moduleless_block():
-    class Steps(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.layer1 = torch.nn.Linear(4, 8)
-            self.layer2 = torch.nn.Linear(8, 2)
-
-        def forward(self, x):
-            with poptorch.Block(ipu_id=0):
-                x = torch.relu(self.layer1(x))
-            with poptorch.Block(ipu_id=1):
-                x = self.layer2(x)
-            with poptorch.Block(ipu_id=1):  # no module of its own (a Lightning step's loss)
-                return x.argmax(dim=1)
-
     assert stages(estimate(Steps())) == [(0, ("layer1",)), (1, ("layer2", "block 2"))]
+
+
+def test_a_wrapped_model_is_named_as_the_users_model(monkeypatch, tmp_path):
+    est = estimate(Wrapper(Steps()))
+    assert stages(est) == [(0, ("layer1",)), (1, ("layer2", "block 2"))]
+    # the layers too (were: one layer, "_forward_module", spanning both stages)
+    assert [(x.name, x.block, x.ipu) for x in est.layers] == [("layer1", "layer1", 0), ("layer2", "layer2", 1)]
+    assert "inside the wrapper _forward_module" in est.layers.notes[0]
+    # a plan file names them so too, and --split finds them
+    from popviz.emulator.layers import SPLIT_ENV
+    from popviz.plan_file import PlanFile, write_plan
+
+    plan = write_plan(PlanFile(engine="inference", ipus=2, layers_per_ipu=(0, 2),
+                               placements=(("layer1", 1), ("layer2", 1))), tmp_path / "plan.json")
+    monkeypatch.setenv(SPLIT_ENV, str(plan))
+    est = estimate(Wrapper(Steps()))
+    assert stages(est) == [(1, ("layer1+layer2",))]
