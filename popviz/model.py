@@ -552,7 +552,7 @@ LAYER_SOURCES = ("emulator", "debug_context", "calibrated")
 pass, PopTorch's debug contexts in a real profile, or a real profile's per-stage figures
 distributed over its layers in the proportions of an emulator estimate."""
 _LAYER_INTS = ("fwd_cycles", "bwd_cycles", "weight_bytes", "optimizer_bytes", "accumulator_bytes",
-               "activation_bytes", "temporary_bytes")
+               "activation_bytes", "temporary_bytes", "recompute_bytes")
 
 
 @dataclass(frozen=True)
@@ -588,6 +588,13 @@ class Layer:
     weights a tied output projection shares, the loss); None when it may move."""
     tied_to: str | None = None
     """Name of another layer sharing this layer's weights (a tied projection), where known."""
+    recompute_bytes: int = 0
+    """Activations this layer's forward saves for the backward that the backward makes again
+    (recomputation), per micro-batch; 0 when nothing is recomputed. They are live, with the rest of
+    their recomputation interval's, while that interval's backward runs (in ``temporary_bytes``)."""
+    recompute_group: int | None = None
+    """Its recomputation interval, stage aside: layers of one stage with the same group are
+    recomputed together (the recomputationCheckpoints before it); None when not recomputed."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -597,7 +604,7 @@ class Layer:
         if self.pin is not None and self.pin not in LAYER_PINS:
             raise ModelError(f"layer {self.name!r}: pin must be one of {LAYER_PINS} or null, "
                              f"got {self.pin!r}")
-        for name in ("stage", "ipu"):
+        for name in ("stage", "ipu", "recompute_group"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
                 raise ModelError(f"layer {self.name!r}: {name} must be a non-negative integer or null, "

@@ -373,6 +373,9 @@ def test_device_and_timing_calls():
     assert [len(counters[k][0]) for k in ("input", "input_complete", "output", "output_complete")] == [2, 2, 2, 2]
     low, high, avg = model.getLatency()
     assert 0 < low <= avg <= high
+    # the transfers' timeline is worked out once per estimate (popviz capture asks for these
+    # after every call it samples)
+    assert model.popvizEstimate().timeline() is model.popvizEstimate().timeline()
     model.detachFromDevice()
     with pytest.raises(poptorch.Error, match="Device is not attached"):
         model.detachFromDevice()

@@ -157,6 +157,12 @@ def test_replicas_share_the_host_link():
     updates = est.steps[est.steps.program == "weightUpdate"].set_index("ipu")["cycles"].to_dict()
     # all-reduce: 2(R - 1)/R x 4,000 B of gradients at 64 GB/s = 83.1 cycles, + 2,000 per copy
     assert updates[0] == 3_585
+    # 4 replicas: GCL's bi-directional ring pair, two links' worth: 2(3/4) x 4,000 B at 128 GB/s
+    # = 62.3 cycles (one ring would be 124.7); a 2-replica ring already used both link directions
+    four = costmodel.estimate(measurement(), setup(replication_factor=4))
+    assert set(four.steps[(four.steps.program == "weightUpdate") & (four.steps.ipu == 0)].cycles) == {
+        1_502 + 62 + 2_000}
+    assert costmodel.ring_directions(2) == 1 and costmodel.ring_directions(4) == 2
     # 8 replicas of 2 IPUs: 4 links for 8 replicas, 16 GB/s each... 160 B at 4 GB/s again
     eight = costmodel.estimate(measurement(), setup(replication_factor=8))
     assert set(eight.steps[eight.steps.program == "input/mid"].cycles) == {53}

@@ -89,3 +89,37 @@ def test_replicated_tensor_sharding_splits_the_optimizer_state():
     plain, sharded = memory(False), memory(True)
     assert plain == (64 * 64 + 64) * 8  # Adam: two float32 slots per element
     assert sharded == plain // 4
+
+
+def test_host_work_between_calls_is_measured_and_added_to_the_loop_rate():
+    """The script's own work between two calls: the calling thread's CPU time (busy work counts, a
+    sleep — like waiting for data-loader workers — only in the wall time)."""
+    import time
+
+    from popviz.analysis.throughput import throughput
+
+    torch.set_num_threads(1)
+    model = torch.nn.Linear(4, 2)
+    ex = poptorch.inferenceModel(model, poptorch.Options().deviceIterations(2))
+    x = torch.zeros(4, 4)
+    ex(x)
+    for _ in range(2):
+        time.sleep(0.05)
+        end = time.thread_time() + 0.02
+        while time.thread_time() < end:  # 20 ms of the script's own CPU work
+            pass
+        ex(x)
+    report = ex.popvizReport()
+    ex.destroy()
+    emulator = report.cfg.options["emulator"]
+    assert emulator["host_gaps_measured"] == 2
+    assert 0.02 <= emulator["host_seconds_between_calls"] < 0.05 <= emulator["host_wall_seconds_between_calls"]
+    assert any(n.startswith("The script's own host work between calls, measured (not estimated) over 2 gaps")
+               for n in report.provenance.notes)
+    t = throughput(report)
+    assert t.loop_samples_per_second == pytest.approx(
+        t.samples_per_call / (t.call_seconds + emulator["host_seconds_between_calls"]))
+    first = poptorch.inferenceModel(model, poptorch.Options())
+    first(x)
+    assert "host_seconds_between_calls" not in first.popvizReport().cfg.options["emulator"]  # one call: no gap
+    first.destroy()

@@ -231,3 +231,28 @@ def test_a_head_returning_to_ipu0_is_an_extra_stage_not_an_extra_ipu() -> None:
     plan = make_plan(report)
     assert len(plan.proposed.stages) == 4
     assert plan.proposed.layers_per_ipu == [1, 1, 1, 1]
+
+
+def test_recomputed_activations_of_one_interval_are_live_together() -> None:
+    """PopART's recomputation already on: a stage holds the recomputed activations of each of its
+    intervals (its layers of one ``recompute_group``) at once, on top of the largest temporary."""
+    from popviz.analysis.planner import explain_no_fit, stage_temporary_bytes
+
+    s = PlanSettings(capacity_bytes=10_000, headroom_frac=1.0)
+    same = [LayerCost(f"l{i}", 10, temporary_bytes=100 * (i + 1), recompute_bytes=1_000, recompute_group=0)
+            for i in range(3)]
+    # one interval (no checkpoints): 3 x 1,000 live with the largest temporary, 300
+    assert stage_temporary_bytes(same, s) == 3_300
+    assert evaluate(same, [1, 2], s).stages[1].memory_bytes == 300 + 2_000
+    # a checkpoint after each layer: one layer's worth at a time
+    split = [LayerCost(x.name, 10, temporary_bytes=x.temporary_bytes, recompute_bytes=1_000, recompute_group=i)
+             for i, x in enumerate(same)]
+    assert stage_temporary_bytes(split, s) == 1_300
+    # a folded tied projection's temporary runs in a stage of its own: not in the interval
+    tied = [LayerCost("emb", 10, temporary_bytes=50, recompute_bytes=200, recompute_group=0,
+                      other_temporary_bytes=5_000)]
+    assert stage_temporary_bytes(tied, s) == 5_000
+    # nothing to gain from the "recompute" lever when recomputation is already on
+    big = [LayerCost(f"l{i}", 10, activation_bytes=4_000, recompute_bytes=100, recompute_group=0) for i in range(3)]
+    levers = {lv.name: lv for lv in explain_no_fit(big, 1, s).levers}
+    assert (levers["recompute"].saved_bytes, levers["recompute"].closes_gap) == (0, False)

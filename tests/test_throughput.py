@@ -38,6 +38,25 @@ def test_samples_per_second_from_run_durations():
     assert (t.micro_batch_size, t.micro_batches_per_call, t.replicas, t.estimated) == (16, 8, 2, False)
 
 
+def test_loop_rate_adds_the_measured_host_work_between_calls():
+    import dataclasses
+
+    report = timed()
+    assert throughput(report).loop_samples_per_second is None  # not measured: no loop figure
+    report.config = dataclasses.replace(report.cfg, options={"emulator": {"host_seconds_between_calls": 0.1}})
+    t = throughput(report)
+    # 256 samples per call of 0.4 s, plus 0.1 s of the script's own work between calls
+    assert (t.host_seconds_between_calls, t.loop_samples_per_second, t.samples_per_second) == (0.1, 512.0, 640.0)
+    out = analyse(ReportSet([report])).engines[0].outputs["throughput"]
+    assert out.metrics["loop_samples_per_second"] == 512.0
+    assert out.table.iloc[0][["host_ms_between_calls", "loop_samples_per_second"]].tolist() == [100.0, 512.0]
+    assert out.caption.endswith("as the script's loop runs it: 512.0 samples/s (each call plus 100.00 ms of the "
+                                "script's own host work between calls, measured on the machine that ran it)")
+    for bad in (-1.0, "0.1", True, None):
+        report.config = dataclasses.replace(report.cfg, options={"emulator": {"host_seconds_between_calls": bad}})
+        assert throughput(report).loop_samples_per_second is None
+
+
 def test_call_time_from_cycles_when_durations_are_unknown():
     report = testing.single_ipu_report(5000, gradient_accumulation=4, device_iterations=2)
     busiest = int(report.execution.steps.groupby("ipu")["cycles"].sum().max())

@@ -19,9 +19,12 @@ class EncoderLayer(nn.Module):
     separate query/key/value projections, GELU feed-forward."""
 
     def __init__(self, hidden: int, heads: int, ffn: int, eps: float = 1e-12, pre_norm: bool = False,
-                 causal: bool = False) -> None:
+                 causal: bool = False, dropout: float = 0.0) -> None:
         super().__init__()
         self.heads, self.pre_norm, self.causal = heads, pre_norm, causal
+        # Hugging Face's hidden dropout: after the attention's output projection and after the
+        # feed-forward (0: no dropout op at all)
+        self.drop = nn.Dropout(dropout) if dropout else nn.Identity()
         self.query, self.key, self.value = (nn.Linear(hidden, hidden) for _ in range(3))
         self.out = nn.Linear(hidden, hidden)
         self.norm1 = nn.LayerNorm(hidden, eps=eps)
@@ -40,14 +43,14 @@ class EncoderLayer(nn.Module):
         if mask is not None:
             scores = scores + mask
         ctx = torch.softmax(scores, dim=-1) @ v
-        return self.out(ctx.transpose(1, 2).reshape(b, s, h))
+        return self.drop(self.out(ctx.transpose(1, 2).reshape(b, s, h)))
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         if self.pre_norm:
             x = x + self._attention(self.norm1(x), mask)
-            return x + self.fc2(torch.nn.functional.gelu(self.fc1(self.norm2(x))))
+            return x + self.drop(self.fc2(torch.nn.functional.gelu(self.fc1(self.norm2(x)))))
         x = self.norm1(x + self._attention(x, mask))
-        return self.norm2(x + self.fc2(torch.nn.functional.gelu(self.fc1(x))))
+        return self.norm2(x + self.drop(self.fc2(torch.nn.functional.gelu(self.fc1(x)))))
 
 
 class BertEmbeddings(nn.Module):

@@ -386,7 +386,7 @@ def _amp(out: LayerPlan, report: Report, costs: list[planner.LayerCost]) -> list
     needed = False
     for st in out.proposed.stages:
         first = sum(x.entries for x in out.proposed.stages[:st.ipu])
-        temp = max(x.temporary_bytes for x in costs[first:first + st.entries])
+        temp = planner.stage_temporary_bytes(costs[first:first + st.entries], s)
         free = (s.budget_bytes - (st.memory_bytes - temp)) / s.capacity_bytes
         now = report.cfg.available_memory_proportion.get(st.ipu, DEFAULT_AMP_FRAC)
         if free < now:
@@ -469,6 +469,7 @@ def calibrate(real: Report, estimate: Report) -> Report:
                    optimizer_bytes=round(x.optimizer_bytes * mem[k]),
                    activation_bytes=round(x.activation_bytes * mem[k]),
                    temporary_bytes=round(x.temporary_bytes * mem[k]),
+                   recompute_bytes=round(x.recompute_bytes * mem[k]),
                    **({"accumulator_bytes": round(x.accumulator_bytes * mem[k])}
                       if hasattr(x, "accumulator_bytes") else {}))
            for x, k in zip(estimate.layers, stage_of, strict=True)]

@@ -49,6 +49,15 @@ class LayerCost:
     tail_activation_bytes: int = 0
     """Of ``activation_bytes``, the tied projection's: stashed at the last stage's depth (one
     micro-batch), not at the depth of the stage it shares an IPU with."""
+    recompute_bytes: int = 0
+    """Activations the backward recomputes (PopART's recomputation already on): live, with the
+    other layers' of the same stage and ``recompute_group``, while that interval's backward runs,
+    on top of ``temporary_bytes``."""
+    recompute_group: int | None = None
+    """The layer's recomputation interval, stage aside (None: not recomputed)."""
+    other_temporary_bytes: int = 0
+    """Temporaries of the parts folded into this layer (a tied projection, a returning head),
+    which run in a stage of their own: outside its recomputation interval."""
 
 
 @dataclass(frozen=True)
@@ -130,7 +139,45 @@ class _Prefix:
             self.fixed.append(self.fixed[-1] + f)
             self.act.append(self.act[-1] + layer.activation_bytes - layer.tail_activation_bytes)
         self.temp = [layer.temporary_bytes for layer in layers]
+        self.again = [(layer.recompute_group, layer.recompute_bytes) for layer in layers]
+        self.other = [layer.other_temporary_bytes for layer in layers]
         self.code = settings.code_bytes
+
+    def stage_temp(self, first: int, stop: int) -> int:
+        """The largest temporary of layers[first:stop] on one IPU, with the recomputed
+        activations of its recomputation interval (that stage's layers of the same group)."""
+        t = _StageTemp(self)
+        for k in range(first, stop):
+            t.add(k)
+        return t.value
+
+
+class _StageTemp:
+    """The running stage temporary as layers are added to a stage, one at a time (the DP's inner
+    loop): ``max(temporary + its interval's recomputed bytes)`` over the stage's layers."""
+
+    def __init__(self, p: _Prefix) -> None:
+        self.p = p
+        self.value = 0
+        self.sums: dict[int, int] = {}
+        self.peak: dict[int, int] = {}
+
+    def add(self, k: int) -> None:
+        temp = self.p.temp[k]
+        group, nbytes = self.p.again[k]
+        self.value = max(self.value, self.p.other[k])
+        if group is None:
+            self.value = max(self.value, temp)
+            return
+        self.sums[group] = self.sums.get(group, 0) + nbytes
+        self.peak[group] = max(self.peak.get(group, 0), temp)
+        self.value = max(self.value, self.peak[group] + self.sums[group])
+
+
+def stage_temporary_bytes(layers: Sequence[LayerCost], settings: PlanSettings) -> int:
+    """The largest temporary on the IPU holding ``layers`` (one stage), recomputed activations of
+    its recomputation intervals included."""
+    return _Prefix(layers, settings).stage_temp(0, len(layers))
 
 
 def stage_memory_bytes(
@@ -138,8 +185,7 @@ def stage_memory_bytes(
 ) -> int:
     """Bytes the IPU holding layers[first:stop] needs at stash depth ``depth``."""
     p = _Prefix(layers[first:stop], settings)
-    temp = max(p.temp, default=0)
-    return p.fixed[-1] + p.act[-1] * depth + temp + p.code
+    return p.fixed[-1] + p.act[-1] * depth + p.stage_temp(0, stop - first) + p.code
 
 
 def _check(layers: Sequence[LayerCost], settings: PlanSettings) -> tuple[int, int]:
@@ -187,12 +233,10 @@ def plan(
                 continue
             best = (inf, inf)
             best_j = -1
-            temp = 0
+            temp = _StageTemp(p)
             for j in range(i + 1, n + 1):
-                t = p.temp[j - 1]
-                if t > temp:
-                    temp = t
-                mem = p.fixed[j] - p.fixed[i] + (p.act[j] - p.act[i]) * depth + temp + p.code
+                temp.add(j - 1)
+                mem = p.fixed[j] - p.fixed[i] + (p.act[j] - p.act[i]) * depth + temp.value + p.code
                 if mem > budget:
                     break  # memory only grows with more layers
                 rest = prev[j]
@@ -224,7 +268,7 @@ def plan(
                     stop=j,
                     cycles=p.cyc[j] - p.cyc[i],
                     memory_bytes=p.fixed[j] - p.fixed[i] + (p.act[j] - p.act[i]) * depth
-                    + max(p.temp[i:j]) + p.code,
+                    + p.stage_temp(i, j) + p.code,
                     stash_depth=depth,
                 )
             )
@@ -252,7 +296,7 @@ def evaluate(
         j = i + k
         depth = stash_depth(s, n_stages + settings.extra_stages, settings.training, settings.recompute)
         mem = (p.fixed[j] - p.fixed[i] + (p.act[j] - p.act[i]) * depth
-               + max(p.temp[i:j]) + p.code)
+               + p.stage_temp(i, j) + p.code)
         stages.append(StagePlan(i, j, p.cyc[j] - p.cyc[i], mem, depth))
         i = j
     lo, hi = _check(layers, settings)
@@ -353,7 +397,9 @@ def _scaled(layers: Sequence[LayerCost], *, optimizer_div: int = 1, activation_d
             ) -> list[LayerCost]:
     return [replace(x, optimizer_bytes=x.optimizer_bytes // optimizer_div,
                     activation_bytes=x.activation_bytes // activation_div,
-                    temporary_bytes=x.temporary_bytes // activation_div) for x in layers]
+                    temporary_bytes=x.temporary_bytes // activation_div,
+                    recompute_bytes=x.recompute_bytes // activation_div,
+                    other_temporary_bytes=x.other_temporary_bytes // activation_div) for x in layers]
 
 
 def _fits(layers: Sequence[LayerCost], n: int, settings: PlanSettings) -> bool:
@@ -374,13 +420,16 @@ def explain_no_fit(
     opt = sum(x.optimizer_bytes for x in seg)
     act = sum(x.activation_bytes for x in seg)
     optimizer_used = settings.training and not settings.offload_optimizer
+    recomputing = any(x.recompute_group is not None for x in layers)
     levers = [
         Lever("offload_optimizer", opt if optimizer_used else 0,
               optimizer_used and _fits(layers, n, replace(settings, offload_optimizer=True))),
-        Lever("recompute", act * (worst.stash_depth - 1),
-              settings.training and not settings.recompute
+        # already recomputing (PopTorch's default for a multi-IPU pipeline): nothing more to gain
+        # this way (saves 0, so it is not shown)
+        Lever("recompute", 0 if recomputing else act * (worst.stash_depth - 1),
+              settings.training and not settings.recompute and not recomputing
               and _fits(layers, n, replace(settings, recompute=True))),
-        Lever("halve_micro_batch", (act * worst.stash_depth + max(x.temporary_bytes for x in seg)) // 2,
+        Lever("halve_micro_batch", (act * worst.stash_depth + stage_temporary_bytes(seg, settings)) // 2,
               _fits(_scaled(layers, activation_div=2), n, settings)),
     ]
     peak = worst.memory_bytes
@@ -414,6 +463,23 @@ def layer_costs(layers: Sequence) -> list[LayerCost]:
     names = {x.name for x in layers}
     folded = {x.name: x for x in layers if x.tied_to is not None and x.tied_to in names}
     layers = list(layers)
+    # the recomputed activations each layer's temporary holds in the report's own placement: its
+    # stage's layers of the same recomputation group (taken out, so a split adds its own)
+    interval: dict[tuple, int] = {}
+    for x in layers:
+        group = getattr(x, "recompute_group", None)
+        if group is not None:
+            key = (getattr(x, "stage", None), group)
+            interval[key] = interval.get(key, 0) + getattr(x, "recompute_bytes", 0)
+
+    def own(x) -> tuple[int, int, int | None]:
+        """(temporary without its interval's recomputed bytes, recomputed bytes, group)."""
+        group = getattr(x, "recompute_group", None)
+        if group is None:
+            return x.temporary_bytes, 0, None
+        live = interval.get((getattr(x, "stage", None), group), 0)
+        return max(0, x.temporary_bytes - live), getattr(x, "recompute_bytes", 0), group
+
     returning = returning_heads(layers)
     movable = [i for i, x in enumerate(layers) if getattr(x, "role", "layer") == "layer"]
     after_last = {x.name for i, x in enumerate(layers) if movable and i > movable[-1]}
@@ -425,6 +491,7 @@ def layer_costs(layers: Sequence) -> list[LayerCost]:
         if index == 0:
             extra += [t for t in layers if t.name in returning]
         tail = [t for t in extra if t.name in after_last]
+        temp, again, group = own(x)
         out.append(LayerCost(
             tail_fwd_cycles=sum(t.fwd_cycles for t in tail),
             tail_bwd_cycles=sum(t.bwd_cycles for t in tail),
@@ -435,8 +502,8 @@ def layer_costs(layers: Sequence) -> list[LayerCost]:
             weight_bytes=sum(t.weight_bytes + getattr(t, "accumulator_bytes", 0) for t in (x, *extra)),
             optimizer_bytes=x.optimizer_bytes + sum(t.optimizer_bytes for t in extra),
             activation_bytes=x.activation_bytes + sum(t.activation_bytes for t in extra),
-            temporary_bytes=max([x.temporary_bytes] + [t.temporary_bytes for t in extra]),
-            pin=x.pin,
+            temporary_bytes=temp, other_temporary_bytes=max([t.temporary_bytes for t in extra], default=0),
+            pin=x.pin, recompute_bytes=again, recompute_group=group,
         ))
     return out
 

@@ -35,6 +35,12 @@ class Throughput:
     """Per replica: D × G."""
     replicas: int
     estimated: bool
+    host_seconds_between_calls: float | None = None
+    """The script's own host work between calls, measured (emulated reports run with ``--calls N``
+    > 1), else None."""
+    loop_samples_per_second: float | None = None
+    """The whole system's rate as the script's loop runs it: samples per call over (call time +
+    host work between calls); None when that host work was not measured."""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -43,7 +49,8 @@ class Throughput:
 def empty_metrics() -> dict[str, Any]:
     return {k: None for k in ("samples_per_second", "samples_per_second_per_replica", "call_seconds",
                               "micro_batch_seconds", "samples_per_call", "micro_batch_size",
-                              "micro_batches_per_call", "replicas", "estimated")}
+                              "micro_batches_per_call", "replicas", "estimated",
+                              "host_seconds_between_calls", "loop_samples_per_second")}
 
 
 def micro_batch_size(report: Report) -> int | None:
@@ -87,11 +94,24 @@ def throughput(report: Report) -> Throughput | None:
     g = (cfg.gradient_accumulation or 1) if cfg.mode == "training" else 1
     r = cfg.replication_factor or (report.target.num_replicas if report.target is not None else 1) or 1
     per_call = micro * d * g * r
+    gap = host_seconds_between_calls(report)
     return Throughput(
         samples_per_second=per_call / seconds, samples_per_second_per_replica=per_call / r / seconds,
         call_seconds=seconds, micro_batch_seconds=seconds / (d * g), samples_per_call=per_call,
         micro_batch_size=micro, micro_batches_per_call=d * g, replicas=r,
-        estimated=bool(report.provenance.estimated) if report.provenance is not None else False)
+        estimated=bool(report.provenance.estimated) if report.provenance is not None else False,
+        host_seconds_between_calls=gap,
+        loop_samples_per_second=per_call / (seconds + gap) if gap is not None else None)
+
+
+def host_seconds_between_calls(report: Report) -> float | None:
+    """The script's host work between calls as the emulator measured it
+    (``config.options.emulator.host_seconds_between_calls``), or None."""
+    emulator = report.cfg.options.get("emulator") if report.cfg.options else None
+    value = emulator.get("host_seconds_between_calls") if isinstance(emulator, dict) else None
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0:
+        return float(value)
+    return None
 
 
 def analyse(report: Report) -> AnalysisOutput:
@@ -107,12 +127,19 @@ def analyse(report: Report) -> AnalysisOutput:
     table = pd.DataFrame([{"samples_per_second": round(t.samples_per_second, 1),
                            "replica_samples_per_second": round(t.samples_per_second_per_replica, 1),
                            "call_ms": t.call_seconds * 1e3, "micro_batch_ms": t.micro_batch_seconds * 1e3}])
+    if t.loop_samples_per_second is not None:
+        table["host_ms_between_calls"] = t.host_seconds_between_calls * 1e3
+        table["loop_samples_per_second"] = round(t.loop_samples_per_second, 1)
     label = "estimated by the emulator's cost model: " if t.estimated else ""
     caption = (f"{label}{t.samples_per_second:,.1f} samples/s for the whole system"
                + (f" ({t.replicas} replicas × {t.samples_per_second_per_replica:,.1f})" if t.replicas > 1 else "")
                + f" · one call: {t.samples_per_call:,} samples (micro-batch {t.micro_batch_size} × "
                f"{t.micro_batches_per_call:,} micro-batches × {t.replicas} replica{'s' if t.replicas != 1 else ''}) "
                f"in {_seconds(t.call_seconds)}, {_seconds(t.micro_batch_seconds)} per micro-batch")
+    if t.loop_samples_per_second is not None:
+        caption += (f" · as the script's loop runs it: {t.loop_samples_per_second:,.1f} samples/s (each call plus "
+                    f"{_seconds(t.host_seconds_between_calls)} of the script's own host work between calls, "
+                    "measured on the machine that ran it)")
     return AnalysisOutput(metrics=t.as_dict(), table=table, caption=caption)
 
 
@@ -128,4 +155,5 @@ def metrics(report: Report) -> dict[str, Any]:
     return t.as_dict() if t is not None else empty_metrics()
 
 
-__all__ = ["NAME", "Throughput", "analyse", "call_seconds", "empty_metrics", "metrics", "micro_batch_size", "throughput"]
+__all__ = ["NAME", "Throughput", "analyse", "call_seconds", "empty_metrics", "host_seconds_between_calls", "metrics",
+           "micro_batch_size", "throughput"]

@@ -152,6 +152,9 @@ class EngineSetup:
     spec: hw.IpuSpec = field(default_factory=hw.spec)
     host: hw.HostLink = field(default_factory=hw.host_link)
     calls: int | None = None
+    host_gaps_seconds: Sequence[tuple[float, float]] = ()
+    """Measured between one call's return and the script's next call, one per pair of consecutive
+    calls: (wall seconds, CPU seconds of the thread that calls the executor)."""
     extra_notes: Sequence[str] = ()
     """More provenance notes (e.g. the ``--split`` applied)."""
 
@@ -494,16 +497,22 @@ def weight_update_cycles(stages: Sequence[StageEstimate], setup: EngineSetup, ip
             cycles += 2 * elements * slot_bytes / spec.per_cycle(hw.STREAMING_MEMORY_BYTES_PER_SECOND)
         r = setup.replication_factor
         if r > 1:
-            cycles += (2 * (r - 1) / r * grad_bytes / spec.per_cycle(spec.ipu_link_bytes_per_second)
-                       + hw.INTER_IPU_COPY_CYCLES)
+            ring = spec.per_cycle(spec.ipu_link_bytes_per_second) * ring_directions(r)
+            cycles += 2 * (r - 1) / r * grad_bytes / ring + hw.INTER_IPU_COPY_CYCLES
             if setup.optimizer_sharded:
                 # each replica updates 1/R of the weights (its shard of the state), then all-gathers
                 touched_sharded = touched - 2 * elements * slot_bytes * (r - 1) / r
                 cycles -= (touched - touched_sharded) / mem
-                cycles += (r - 1) / r * wbytes / spec.per_cycle(spec.ipu_link_bytes_per_second) \
-                    + hw.INTER_IPU_COPY_CYCLES
+                cycles += (r - 1) / r * wbytes / ring + hw.INTER_IPU_COPY_CYCLES
         out[ipu] = int(round(cycles))
     return out
+
+
+def ring_directions(replicas: int) -> int:
+    """How many times one IPU-Link's bandwidth a ring collective among ``replicas`` gets: GCL's
+    bi-directional ring pair for 3 or more (``hw.ALLREDUCE_RING_DIRECTIONS``); 2 replicas already
+    use both directions of their one link."""
+    return hw.ALLREDUCE_RING_DIRECTIONS if replicas > 2 else 1
 
 
 def _transfer(nbytes: int, setup: EngineSetup, ipus_per_replica: int):
@@ -580,7 +589,15 @@ class Estimate:
     """Which recomputation applied and why (a report note; empty for inference)."""
 
     def timeline(self) -> dict[str, list[tuple[float, float]]]:
-        """(start, end) seconds of each input and output transfer in one call (one replica)."""
+        """(start, end) seconds of each input and output transfer in one call (one replica).
+        Computed once per estimate: PopTorch's latency getters ask for it after every call (popviz
+        capture samples them), and a pipeline's steps frame has thousands of rows."""
+        cached = self.__dict__.get("_timeline")
+        if cached is None:
+            cached = self.__dict__["_timeline"] = self._timeline()
+        return cached
+
+    def _timeline(self) -> dict[str, list[tuple[float, float]]]:
         clock = self.target.clock_hz
         out: dict[str, list[tuple[float, float]]] = {"input": [], "output": []}
         steps = self.steps
@@ -637,19 +654,44 @@ def build_report(est: Estimate, setup: EngineSetup, *, versions: Mapping[str, st
     duration = est.call_cycles / est.target.clock_hz
     runs = pd.DataFrame({"run": [0], "name": ["call"], "duration_seconds": [duration]})
     when = captured_at or _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    config, host_note = _with_host_gaps(est.config, setup.host_gaps_seconds)
     return Report(
         name=setup.name,
         provenance=Provenance(source="emulator", estimated=True, tool=f"popviz {__version__} emulator",
                               versions={"popviz": __version__, **(versions or {})}, captured_at=when,
                               notes=notes(setup) + ((est.recompute_note,) if est.recompute_note else ())
-                              + tuple(setup.extra_notes)),
+                              + tuple(setup.extra_notes) + host_note),
         target=est.target,
         memory=est.memory,
         execution=ExecutionTable(est.steps, runs),
-        config=est.config,
+        config=config,
         host_io=HostIO(tensors=tuple(setup.inputs) + tuple(setup.outputs), calls=setup.calls),
         layers=est.layers,
     )
+
+
+def _with_host_gaps(config: ModelConfig, gaps: Sequence[tuple[float, float]]
+                    ) -> tuple[ModelConfig, tuple[str, ...]]:
+    """The script's host work between calls, as measured: ``options.emulator`` gets
+    ``host_seconds_between_calls`` (mean CPU time of the calling thread: the work that cannot overlap
+    a synchronous call), ``host_wall_seconds_between_calls`` (mean wall time, waits included) and
+    ``host_gaps_measured``; plus a note."""
+    gaps = [(w, c) for w, c in gaps if math.isfinite(w) and math.isfinite(c) and w >= 0 and c >= 0]
+    if not gaps:
+        return config, ()
+    wall = sum(w for w, _ in gaps) / len(gaps)
+    cpu = sum(c for _, c in gaps) / len(gaps)
+    emulator = {**dict(config.options.get("emulator", {})), "host_seconds_between_calls": cpu,
+                "host_wall_seconds_between_calls": wall, "host_gaps_measured": len(gaps)}
+    config = dataclasses.replace(config, options={**config.options, "emulator": emulator})
+    return config, (
+        f"The script's own host work between calls, measured (not estimated) over {len(gaps)} gap"
+        f"{'s' if len(gaps) != 1 else ''}: {cpu * 1e3:,.2f} ms of CPU in the thread that calls the model, "
+        f"{wall * 1e3:,.2f} ms of wall time (waits for data-loader workers included) per call. PopTorch's "
+        "calls are synchronous, so that thread's work runs between calls on an IPU host too: the throughput "
+        "table's 'as the loop runs' figure adds it to each estimated call. The wall time's waits depend on "
+        "this machine's cores (workers overlap the IPU's call on a host with cores to spare) and are "
+        "not added.",)
 
 
 def summary(est: Estimate) -> dict[str, Any]:

@@ -193,6 +193,11 @@ class PoplarExecutor:
         self._compile_time: _dt.timedelta | None = None
         self._compiled_inputs: tuple | None = None
         self._last_call_start: float | None = None
+        self._last_call_end: tuple[float, float] | None = None
+        """(``time.perf_counter``, ``time.thread_time``) when the last call returned: the script's
+        own host work runs from then until its next call (data loading, metrics, logging)."""
+        self._host_gaps: list[tuple[float, float]] = []
+        """(wall seconds, the calling thread's CPU seconds) between one call's return and the next."""
         self._anchor_memory: dict[str, torch.Tensor] = {}
         self._arg_names = self._forward_arg_names(model)
 
@@ -564,6 +569,10 @@ class PoplarExecutor:
         assert self._options.connection_type != ConnectionType.Never, (
             "Trying to run a model on an offline device (ConnectionType.Never): use model.compile(inputs) "
             "instead of model(inputs)")
+        if self._last_call_end is not None:
+            wall, cpu = self._last_call_end
+            self._host_gaps.append((time.perf_counter() - wall, time.thread_time() - cpu))
+            self._last_call_end = None
         args, kwargs = self._canonical(args, kwargs)
         most = _calls.limit()
         report = _progress.reporter()
@@ -575,6 +584,7 @@ class PoplarExecutor:
             self._validate(args, kwargs)
             if not self._attached:
                 self.attachToDevice()
+        self._setup.host_gaps_seconds = self._host_gaps
         if most is not None and self._setup.calls + 1 >= most:
             self._setup.calls += 1
             self._last_call_start = time.time()
@@ -610,7 +620,14 @@ class PoplarExecutor:
         for leaf in tree_flatten(result)[0]:
             if isinstance(leaf, torch.Tensor):
                 leaf.backward = _no_backward
+        self._last_call_end = (time.perf_counter(), time.thread_time())
         return result
+
+    def _popviz_host_work_starts(self) -> None:
+        """Called by popviz's capture hooks after their own work following a call, so that the
+        host work measured between calls is the script's alone."""
+        if self._last_call_end is not None:
+            self._last_call_end = (time.perf_counter(), time.thread_time())
 
     def _train(self, micro: list, outputs: _Outputs, d: int, g: int, r: int,
                act: _progress.Activity | None = None) -> None:

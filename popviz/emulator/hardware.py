@@ -148,6 +148,18 @@ INTER_IPU_COPY_CYCLES = 2000
 """Fixed cycles of one inter-IPU copy program (on top of bytes / link bandwidth). Assumption;
 known error 2x."""
 
+ALLREDUCE_RING_DIRECTIONS = 2
+"""Rings a gradient all-reduce among R >= 3 replicas runs at once. GCL (Graphcore's collectives
+library, "GCL User Guide", collective methods) reduces over a *bi-directional ring pair*: the data is
+split in two halves that travel round the ring in opposite directions, so each IPU sends to both of
+its ring neighbours at once over its two full-duplex IPU-Links, and the collective takes half the
+time one ring would. A ring of 2 replicas already uses both directions of
+the one link between them, so it gains nothing (1 direction-equivalent). The link bandwidth is the
+spec's ``ipu_link_bytes_per_second`` (64 GB/s, 512 Gbps, the IPU-M2000 / Bow-2000 datasheets'
+IPU-Link figure). GCL's quad-directional rings (two ring pairs, on 2-D torus systems) are not
+modelled. Checked against B3 (2 replicas) and B7 (4 replicas), which disagree with each other
+(docs/emulator.md, Fidelity)."""
+
 STREAMING_MEMORY_BYTES_PER_SECOND = 20e9
 """Bandwidth from one IPU to streaming memory, where offloaded optimizer state lives (an
 IPU-M2000 shares its gateway's DDR among 4 IPUs; ~20 GB/s each is assumed). Known error 2x."""

@@ -394,10 +394,17 @@ def layer_table(m: Measurement, setup: EngineSetup, stages: Sequence[StageEstima
     fwd: dict[str, float] = dict.fromkeys(names, 0.0)
     bwd: dict[str, float] = dict.fromkeys(names, 0.0)
     temp: dict[str, int] = dict.fromkeys(names, 0)
+    plan = table.recompute
+    again: dict[str, int] = dict.fromkeys(names, 0)
+    group: dict[str, int | None] = dict.fromkeys(names)
     for i, c in enumerate(cycles):
         fwd[owner[i]] += c
         bwd[owner[i]] += table.backward[i]
         temp[owner[i]] = max(temp[owner[i]], int(table.temporary[i]))
+        if setup.training and plan.made_bytes and plan.recomputed[i]:
+            again[owner[i]] += plan.made_bytes[i]
+            if group[owner[i]] is None:
+                group[owner[i]] = plan.groups[i]
     fwd_int: dict[str, int] = {}
     bwd_int: dict[str, int] = {}
     for s in stages:
@@ -464,7 +471,8 @@ def layer_table(m: Measurement, setup: EngineSetup, stages: Sequence[StageEstima
             name=shown[n] or ROOT_NAME, role=role, block=block_of[n], stage=seg_of[n], ipu=ipus[seg_of[n]],
             fwd_cycles=fwd_int[n], bwd_cycles=bwd_int[n], weight_bytes=weights[n],
             optimizer_bytes=optimizer[n], accumulator_bytes=accumulators[n], activation_bytes=activations[n] if setup.training else 0,
-            temporary_bytes=temp[n], pin=pin, tied_to=shown.get(tied_to, tied_to)))
+            temporary_bytes=temp[n], pin=pin, tied_to=shown.get(tied_to, tied_to), recompute_bytes=again[n],
+            recompute_group=group[n]))
     notes = [f"Layers at module {st.how}.",
              "Operations outside every layer-level module count with the nearest layer before them in the "
              "same stage; per-layer cycles and bytes add up to each stage's compute and each IPU's layer "

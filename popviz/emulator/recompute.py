@@ -192,6 +192,13 @@ class RecomputePlan:
     live_bytes: tuple[int, ...]
     """Per operation: the recomputed activations of its interval (0 when not recomputed), live
     while that interval's backward runs."""
+    made_bytes: tuple[int, ...] = ()
+    """Per operation: the recomputed activations it makes itself (its interval's ``live_bytes``
+    add them up); empty when nothing is recomputed."""
+    groups: tuple[int, ...] = ()
+    """Per operation: its interval, stage aside (Pipeline: the recomputationCheckpoints before
+    it; operations of one stage and one group are recomputed together); empty when nothing is
+    recomputed."""
 
     def stash_bytes(self, segments: int) -> list[int]:
         out = [0] * segments
@@ -313,6 +320,7 @@ def plan(m: Measurement, setup: EngineSetup) -> RecomputePlan:
     checkpoint_keys = {k for c in m.checkpoints for k in c.keys}
     stash: list[StashItem] = []
     live_by_interval: dict[int, int] = {}
+    made = [0] * n
     counted: set[tuple[int, int]] = set()
     keys = m.saved_keys if len(m.saved_keys) == len(m.saved_slots) else [-1 - i for i in range(len(m.saved_slots))]
     producers = (m.saved_producers if len(m.saved_producers) == len(m.saved_slots)
@@ -332,6 +340,7 @@ def plan(m: Measurement, setup: EngineSetup) -> RecomputePlan:
             counted.add((seg, key))
         else:
             live_by_interval[interval[producer]] = live_by_interval.get(interval[producer], 0) + nbytes
+            made[producer] += nbytes
     for c in m.checkpoints:  # checkpoint outputs no backward op saved: still needed to recompute
         missing = [(k, b) for k, b in zip(c.keys, c.sizes, strict=False) if (c.segment, k) not in counted]
         if missing:
@@ -347,7 +356,12 @@ def plan(m: Measurement, setup: EngineSetup) -> RecomputePlan:
     live = tuple(live_by_interval.get(interval[j], 0) if rec[j] else 0 for j in range(n))
     count = sum(rec)
     note = f"{note} {count:,} of {n:,} forward operations recomputed in the backward pass."
-    return RecomputePlan(kind, note, tuple(rec), tuple(s for s in stash if s.bytes), live)
+    if kind is RecomputationType.Pipeline:
+        positions = sorted(c.position for c in m.checkpoints)
+        groups = tuple(sum(1 for p in positions if p <= j) for j in range(n))
+    else:
+        groups = tuple(interval)
+    return RecomputePlan(kind, note, tuple(rec), tuple(s for s in stash if s.bytes), live, tuple(made), groups)
 
 
 __all__ = ["EXPLICIT_OPTION", "NORM_OPS", "OPTION", "Checkpoint", "CheckpointLog", "RecomputationType",
