@@ -177,3 +177,21 @@ def test_a_wrapped_model_is_named_as_the_users_model(monkeypatch, tmp_path):
     monkeypatch.setenv(SPLIT_ENV, str(plan))
     est = estimate(Wrapper(Steps()))
     assert stages(est) == [(1, ("layer1+layer2",))]
+
+
+def test_a_layers_block_is_that_of_its_own_operations():
+    """Code in the model's forward before the first block (a Hugging Face model's attention
+    mask) counts with the first layer, but does not make that layer's block None."""
+
+    class Masked(Model):
+        def forward(self, x):
+            x = x * 2.0  # before every block: IPU 0, no block
+            return super().forward(x)
+
+    model = Masked()
+    poptorch.BeginBlock(model.bert.embeddings, "Embedding", ipu_id=0)
+    poptorch.BeginBlock(model.bert.encoder.layer[3], ipu_id=1)
+    est = estimate(model)
+    assert [(x.name, x.block) for x in est.layers][:2] == [("bert.embeddings", "Embedding"),
+                                                          ("bert.encoder.layer.0", "Embedding")]
+    assert stages(est) == [(0, ("Embedding",)), (1, ("bert.encoder.layer.3-5+classifier",))]

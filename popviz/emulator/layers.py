@@ -382,6 +382,11 @@ def layer_table(m: Measurement, setup: EngineSetup, stages: Sequence[StageEstima
             seg_of[name] = o.segment
             block_of[name] = o.block
         first_in_seg.setdefault(o.segment, name)
+    own_block: dict[str, str | None] = {}  # the block of a layer's own first operation (not of code before it)
+    for i, o in enumerate(ops):
+        if raw[i] is not None and raw[i] not in own_block:
+            own_block[raw[i]] = o.block
+    block_of.update((n, b) for n, b in own_block.items() if n in block_of)
 
     def at(index: int, segment: int) -> str:
         if index < len(ops) and ops[index].segment == segment:
