@@ -90,21 +90,22 @@ class Encoder(nn.Module):
 
 def split(model: Encoder, layers_per_ipu: list[int]) -> None:
     """Place the layers on IPUs the way Graphcore's examples do: BeginBlock at the first layer of
-    each IPU's run; the embeddings go with the first run, the classifier with the last."""
+    each IPU's run; the embeddings go with the first run, the classifier with the last. No
+    user_id: popviz names each block by its modules (``layers.0-2``)."""
     if sum(layers_per_ipu) != len(model.layers):
         raise SystemExit(f"--layers-per-ipu {layers_per_ipu} covers {sum(layers_per_ipu)} layers; "
                          f"the model has {len(model.layers)}")
-    model.embeddings = poptorch.BeginBlock(model.embeddings, "embeddings", ipu_id=0)
+    model.embeddings = poptorch.BeginBlock(model.embeddings, ipu_id=0)
     first = 0
     for ipu, count in enumerate(layers_per_ipu):
         if count:
-            model.layers[first] = poptorch.BeginBlock(model.layers[first], f"layers{first}", ipu_id=ipu)
+            model.layers[first] = poptorch.BeginBlock(model.layers[first], ipu_id=ipu)
         first += count
     if hasattr(model, "mlm"):  # the tied projection must sit with the word embeddings
-        model.mlm = poptorch.BeginBlock(model.mlm, "mlm", ipu_id=0)
+        model.mlm = poptorch.BeginBlock(model.mlm, ipu_id=0)
         return
     last = max(i for i, c in enumerate(layers_per_ipu) if c)
-    model.classifier = poptorch.BeginBlock(model.classifier, "classifier", ipu_id=last)
+    model.classifier = poptorch.BeginBlock(model.classifier, ipu_id=last)
 
 
 def main() -> None:

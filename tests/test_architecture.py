@@ -33,7 +33,7 @@ LAYERS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
     (7, "model", ("popviz.model",)),
     (8, "base", ("popviz._version", "popviz.errors", "popviz.escape", "popviz.fileio", "popviz.paths",
                  "popviz.childproc", "popviz.ui", "popviz.schedule", "popviz.plan_file", "popviz.units",
-                 "popviz._hooks")),
+                 "popviz._hooks", "popviz.block_names")),
 )
 """Top to bottom. ``popviz`` alone is the package's ``__init__`` (the face); every other entry
 matches the module and its submodules. Layers of the same rank may not import each other."""

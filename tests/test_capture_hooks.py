@@ -221,6 +221,53 @@ def test_begin_blocks_same_as_ipu_model_name_and_single_ipu(tmp_path):
     assert (plain.execution_strategy, plain.stages, plain.output_mode) == (None, (), "Sum")
 
 
+UNNAMED = '''
+import torch, poptorch
+
+class Encoder(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layer = torch.nn.ModuleList(torch.nn.Linear(2, 2) for _ in range(4))
+
+    def forward(self, x):
+        for layer in self.layer:
+            x = layer(x)
+        return x
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embeddings = torch.nn.Linear(2, 2)
+        self.encoder = Encoder()
+
+    def forward(self, x):
+        return self.encoder(self.embeddings(x))
+
+net = Net()
+poptorch.BeginBlock(net.embeddings, ipu_id=0)
+poptorch.BeginBlock(net.encoder.layer[1], ipu_id=1)
+for name in ("first", "second"):  # the second executor sees the ids PopTorch kept on the hooks
+    opts = poptorch.Options().deviceIterations(2).modelName(name)
+    opts.setExecutionStrategy(poptorch.PipelinedExecution(poptorch.Stage("0").ipu(0),
+                                                          poptorch.Stage("1").ipu(1)))
+    model = poptorch.inferenceModel(net, opts)
+    model(torch.randn(4, 2))
+'''
+
+
+def test_blocks_without_user_id_are_named_by_their_modules(tmp_path):
+    """On (a double of) real PopTorch: BeginBlock without user_id gets PopTorch's id "0", "1"
+    (what Stage("0") names) and keeps it; the manifest shows the modules each block ran."""
+    proc = captured(tmp_path, UNNAMED)
+    assert proc.returncode == 0, proc.stderr
+    for name in ("first", "second"):
+        doc = json.loads((tmp_path / "out" / name / "popviz-model.json").read_text())
+        assert doc["options"]["stages"] == [{"index": 0, "ipu": 0, "blocks": ["embeddings+encoder.layer.0"]},
+                                            {"index": 1, "ipu": 1, "blocks": ["encoder.layer.1-3"]}]
+        assert [(b["id"], b["name"]) for b in doc["model"]["blocks"]] == [
+            ("0", "embeddings+encoder.layer.0"), ("1", "encoder.layer.1-3")]
+
+
 API = '''
 import json, os, sys, torch
 import poptorch   # imported before popviz captures: patched when the capture starts

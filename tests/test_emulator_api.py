@@ -439,9 +439,10 @@ def test_begin_block_and_repr():
     model(torch.ones(3, 4))
     # l0 runs before the first block: on IPU 0, a stage of its own (PopTorch's user guide,
     # overview.rst: "PopTorch places the first layers on ipu_id 0 by default", relied on by its
-    # docs/user_guide/pipeline_simple.py); l2's block got the automatic id "0"
+    # docs/user_guide/pipeline_simple.py); l2's block got the automatic id "0" and is shown by
+    # its module path; the user_id "mid" is kept
     assert [(s.ipu, s.blocks) for s in model.popvizEstimate().config.stages] == [
-        (0, ()), (1, ("mid",)), (2, ("0",))]
+        (0, ()), (1, ("mid",)), (2, ("l2",))]
     assert [s.weight_bytes for s in model.popvizEstimate().stages] == [80, 80, 80]
     poptorch.removeBlocks(chain)
     assert not chain.l1._forward_pre_hooks

@@ -113,11 +113,12 @@ def own_dir_capture(tmp_path_factory):
 def test_unnamed_blocks_are_recorded_once_per_executor(own_dir_capture):
     tmp, _ = own_dir_capture
     doc = json.loads((tmp / "cap" / "training" / "popviz-model.json").read_text())
-    assert doc["options"]["stages"] == [{"index": 0, "ipu": 0, "blocks": ["0"]},
-                                        {"index": 1, "ipu": 1, "blocks": ["1"]}]
-    # Linear(8, 16): 144 parameters; Linear(16, 4): 68
-    assert [(b["name"], b["ipu"], b["parameters"]) for b in doc["model"]["blocks"]] == [
-        ("0", 0, 144), ("1", 1, 68)]
+    # `with poptorch.Block(ipu_id=...)` without a user_id: named by the module each ran
+    assert doc["options"]["stages"] == [{"index": 0, "ipu": 0, "blocks": ["a"]},
+                                        {"index": 1, "ipu": 1, "blocks": ["b"]}]
+    # Linear(8, 16): 144 parameters; Linear(16, 4): 68; PopTorch's automatic ids kept beside
+    assert [(b["id"], b["name"], b["ipu"], b["parameters"]) for b in doc["model"]["blocks"]] == [
+        ("0", "a", 0, 144), ("1", "b", 1, 68)]
 
 
 def test_profiles_written_elsewhere_are_gathered_with_their_manifest(own_dir_capture):

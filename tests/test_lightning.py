@@ -52,8 +52,10 @@ def test_analysis_reflects_the_strategy(lightning_capture):
     assert (infer["mode"], infer["device_iterations"], infer["gradient_accumulation"]) == ("inference", 20, 1)
     for config in (train, infer):
         assert config["execution_strategy"] == "PipelinedExecution"
-        # the steps' own block on IPU3 (the loss, the argmax) joins the last stage
+        # the steps' own block on IPU3 (the loss, the argmax) joins the last stage; blocks
+        # without a user_id are named by the module they run (not Lightning's wrapper's path),
+        # the steps' block by PopTorch's id
         assert [(s["ipu"], s["blocks"]) for s in config["stages"]] == [
-            (0, ["0"]), (1, ["1"]), (2, ["2"]), (3, ["3", "4"])]
+            (0, ["layer1"]), (1, ["layer2"]), (2, ["layer3"]), (3, ["layer4", "block 4"])]
     codes = {f["code"] for f in engines["training"]["findings"]}
     assert "PIPE002" not in codes  # no false "too few micro-batches" from blocks counted per micro-batch

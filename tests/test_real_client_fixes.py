@@ -59,7 +59,7 @@ def test_first_layers_before_the_first_block_are_on_ipu0(tmp_path):
     default". Was: 3 stages on IPUs 1-3, IPU 0 empty."""
     engine = capture(tmp_path, STEM, "--calls", "1")
     assert [(s["index"], s["ipu"], s["blocks"]) for s in engine["config"]["stages"]] == [
-        (0, 0, []), (1, 1, ["0"]), (2, 2, ["1"]), (3, 3, ["2"])]
+        (0, 0, []), (1, 1, ["l1"]), (2, 2, ["l2"]), (3, 3, ["l3"])]
     assert engine["target"]["ipus_per_replica"] == 4
 
 
@@ -69,7 +69,7 @@ def test_first_layers_stay_on_ipu0_when_the_compile_fails(tmp_path):
     IPUs 1-3, contradicting the error's "a model with 4 pipeline stages")."""
     engine = capture(tmp_path, STEM.replace("gradientAccumulation(8)", "gradientAccumulation(4)"))
     assert [(s["index"], s["ipu"], s["blocks"]) for s in engine["config"]["stages"]] == [
-        (0, 0, []), (1, 1, ["0"]), (2, 2, ["1"]), (3, 3, ["2"])]
+        (0, 0, []), (1, 1, ["l1"]), (2, 2, ["l2"]), (3, 3, ["l3"])]
     assert engine["config"]["gradient_accumulation"] == 4
 
 

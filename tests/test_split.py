@@ -112,7 +112,8 @@ def test_split_re_places_the_blocks(monkeypatch):
     note = ("Blocks re-placed by --split layers_per_ipu=1,3 (2 IPUs); the script's own BeginBlock/Block "
             "placements were ignored.")
     assert note in report.provenance.notes and note in report.layers.notes
-    assert [s.blocks for s in report.config.stages] == [("embed",), ("body.1",), ("norm",)]
+    # the re-placed blocks are named by the modules they run, like blocks without a user_id
+    assert [s.blocks for s in report.config.stages] == [("embed+body.0",), ("body.1-3",), ("norm+proj+loss",)]
     check_sums(ex)
 
 
@@ -260,6 +261,10 @@ def test_done_when_plan_then_split(tmp_path):
     assert layers.layers[0].pin == "first" and layers.layers[-1].tied_to == "embeddings"
     assert [x.ipu for x in layers] == [0, 0, 0, 1, 1, 2, 2, 3, 3, 0]
     assert per_ipu_cycles(even) == {0: 2392597, 1: 1575664, 2: 1575664, 3: 1575664}
+    # the script's BeginBlocks have no user_id: each block is named by the modules it runs
+    assert [(s.ipu, s.blocks) for s in even.config.stages] == [
+        (0, ("embeddings", "layers.0-1")), (1, ("layers.2-3",)), (2, ("layers.4-5",)), (3, ("layers.6-7",)),
+        (0, ("mlm+loss",))]
     costs = planner.layer_costs(layers.layers)
     assert [c.name for c in costs] == ["embeddings"] + [f"layers.{i}" for i in range(8)]
     assert planner.extra_stages(layers.layers) == 1  # the tied projection runs on IPU 0 again
@@ -278,7 +283,7 @@ def test_done_when_plan_then_split(tmp_path):
     # the stages are the re-placed blocks (not the script's own, which the split ignored): the
     # tied head stays on IPU 0, a fifth stage
     assert [(s.ipu, s.blocks) for s in planned.config.stages] == [
-        (0, ("embeddings",)), (1, ("layers.0",)), (2, ("layers.3",)), (3, ("layers.5",)), (0, ("mlm",))]
+        (0, ("embeddings",)), (1, ("layers.0-2",)), (2, ("layers.3-4",)), (3, ("layers.5-7",)), (0, ("mlm+loss",))]
     assert any("Blocks re-placed by --split" in n and "layers_per_ipu=0,3,2,3 over 4 IPUs" in n
                for n in planned.provenance.notes)
     measured = per_ipu_cycles(planned)

@@ -370,6 +370,17 @@ def _memory_proportions(amp: Any) -> dict[str, float]:
     return out
 
 
+_AUTOMATIC_HOOKS: set[int] = set()
+"""BeginBlock markers first seen without a user_id: PopTorch keeps the automatic id it gives
+one on its first run, so a later executor sees an id the user never wrote."""
+
+
+def _hook_is_automatic(hook: Any) -> bool:
+    if getattr(hook, "_user_id", None) is None or getattr(hook, "_automatic", False):
+        _AUTOMATIC_HOOKS.add(id(hook))
+    return id(hook) in _AUTOMATIC_HOOKS
+
+
 def _begin_block_hook(module: Any) -> Any:
     """The BeginBlock marker (a forward pre-hook) on ``module``, if any."""
     hooks = getattr(module, "_forward_pre_hooks", None)
@@ -400,7 +411,7 @@ def model_summary(model: Any) -> dict[str, Any]:
         for name, module in model.named_modules():
             hook = _begin_block_hook(module)
             if hook is not None:
-                user_id = getattr(hook, "_user_id", None)
+                user_id = None if _hook_is_automatic(hook) else getattr(hook, "_user_id", None)
                 summary["begin_blocks"].append({
                     "name": None if user_id is None else str(user_id),
                     "ipu": getattr(hook, "_ipu_id", None), "module": name or type(module).__name__})
@@ -434,6 +445,12 @@ class BlockTracer:
         self.poptorch = poptorch
         self.root = root_model
         self.blocks: dict[str, dict[str, Any]] = {}
+        self.automatic: set[str] = set()
+        """Ids PopTorch made (blocks without a user_id): named by their modules."""
+        self.spans: dict[str, set[str | None]] = {}
+        """Module path -> the blocks current while it ran (:mod:`popviz.block_names`)."""
+        self._open: list[set[str | None]] = []
+        self._paths: dict[int, str] = {}
         self.current: str | None = None
         self.auto_id = 0
         self.seen_params: set[int] = set()
@@ -447,11 +464,16 @@ class BlockTracer:
         micro-batch) restarts the numbering of unnamed blocks, so a block is recorded once."""
         self._undo: list[Callable[[], None]] = []
 
-    def _enter(self, user_id: Any, ipu_id: Any) -> None:
+    def _enter(self, user_id: Any, ipu_id: Any, automatic: bool = False) -> None:
         if user_id is None:
             user_id = str(self.auto_id)
             self.auto_id += 1
+            automatic = True
         name = str(user_id)
+        if automatic:
+            self.automatic.add(name)
+        for blocks in self._open:
+            blocks.add(name)
         block = self.blocks.setdefault(name, {"name": name, "ipu": None, "parameters": 0,
                                               "parameter_bytes": 0, "modules": 0})
         if isinstance(ipu_id, int) and block["ipu"] is None:
@@ -461,10 +483,22 @@ class BlockTracer:
 
     def _post_hook(self, _module: Any, _inputs: Any, _output: Any) -> None:
         self.depth = max(0, self.depth - 1)
+        if self._open:
+            self._open.pop()
+
+    def _span(self, module: Any) -> None:
+        """Record that ``module`` runs now, in the current block (its own BeginBlock started)."""
+        path = self._paths.get(id(module))
+        blocks = self.spans.setdefault(path, set()) if path is not None else set()
+        blocks.add(self.current)
+        self._open.append(blocks)
 
     def _pre_hook(self, module: Any, _inputs: Any) -> None:
         top = self.depth == 0
         self.depth += 1
+        if top:
+            self._open.clear()
+        spanned = len(self._open)
         try:
             if module is self.root or top:
                 self.auto_id = 0
@@ -472,7 +506,10 @@ class BlockTracer:
                 self.entered = False
             hook = _begin_block_hook(module)
             if hook is not None:
-                self._enter(getattr(hook, "_user_id", None), getattr(hook, "_ipu_id", None))
+                user_id = getattr(hook, "_user_id", None)
+                self._enter(user_id, getattr(hook, "_ipu_id", None),
+                            automatic=user_id is not None and _hook_is_automatic(hook))
+            self._span(module)
             if self.current is None:
                 if not self.entered and module is not self.root and not top and (
                         next(module.children(), None) is None
@@ -490,7 +527,8 @@ class BlockTracer:
                 block["parameter_bytes"] += b
                 block["modules"] += 1
         except Exception:  # never disturb the trace
-            pass
+            if len(self._open) == spanned:
+                self._open.append(set())
 
     def _patch_block_class(self, block_cls: type) -> None:
         tracer = self
@@ -538,6 +576,8 @@ class BlockTracer:
             self._undo.append(lambda: setattr(block_cls, "__exit__", original_exit))
 
     def __enter__(self) -> BlockTracer:
+        with contextlib.suppress(Exception):
+            self._paths = {id(m): path for path, m in self.root.named_modules()}
         block_cls = getattr(self.poptorch, "Block", None)
         if isinstance(block_cls, type):
             self._patch_block_class(block_cls)
@@ -561,7 +601,14 @@ class BlockTracer:
         self._undo.clear()
 
     def ordered(self) -> list[dict[str, Any]]:
-        return list(self.blocks.values())
+        """The blocks in order of first start: ``name`` (the display name: the user_id, else the
+        modules, e.g. ``layers.0-2``) and, where it differs, ``id`` (PopTorch's automatic id,
+        what ``Stage(...)`` names)."""
+        from popviz.block_names import display_names
+
+        names = display_names(list(self.blocks), self.automatic, self.spans)
+        return [{**b, "name": names[k], **({"id": k} if names[k] != k else {})}
+                for k, b in self.blocks.items()]
 
 
 # ------------------------------------------------------------------------------ state
@@ -879,7 +926,8 @@ class Recorder:
         and the emulator's report records the stages of the re-placed blocks."""
         if _under_split():
             return [], None
-        explicit = [dict(s, blocks=list(s["blocks"])) for s in self.opts["stages"]]
+        label = {b.get("id", b["name"]): b["name"] for b in self.traced_blocks}
+        explicit = [dict(s, blocks=[label.get(b, b) for b in s["blocks"]]) for s in self.opts["stages"]]
         block_ipu = {b["name"]: b.get("ipu") for b in self.traced_blocks}
         for b in self.summary.get("begin_blocks", []):
             if b["name"] is not None:

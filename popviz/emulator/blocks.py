@@ -13,10 +13,16 @@ stage 0 (PopTorch's user guide, ``docs/user_guide/overview.rst``: "PopTorch plac
 layers on ipu_id 0 by default"; ``docs/user_guide/pipeline_simple.py`` relies on it), so a stem
 followed by ``BeginBlock(..., ipu_id=1)`` is a pipeline over IPUs 0 and 1. They belong to no
 named block (:attr:`BlockTrace.first` has ``block=None``).
+
+Names: blocks keep PopTorch's ids while the model runs (``Stage("0")`` resolves the first block
+without a ``user_id``); :class:`ModuleSpans` records which modules ran in which block, and
+:func:`relabel` then gives the measurement the display names of :mod:`popviz.block_names`
+(the ``user_id``, else the module paths, e.g. ``layers.0-2``), which every output shows.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections import OrderedDict
 from collections.abc import Callable
@@ -24,6 +30,7 @@ from typing import Any
 
 import torch
 
+from popviz.block_names import display_names
 from popviz.emulator.errors import Error
 from popviz.emulator.strategy import BlockPlacement, StageResolver
 
@@ -46,6 +53,8 @@ class BlockTrace:
         """Placements of the ``with Block`` statements currently open, innermost last."""
         self.placements: dict[str, BlockPlacement] = {}
         """Every block started, in order of first start."""
+        self.automatic: set[str] = set()
+        """Ids PopTorch (or ``--split``) made: blocks started without a ``user_id``."""
         self.listeners: list[Callable[[BlockPlacement], None]] = []
         self.cleared = False
         """True after a ``with Block`` ended with no enclosing one and before the next block
@@ -59,15 +68,20 @@ class BlockTrace:
         placement = BlockPlacement(layer, self._split_stages, ipu)
         self._split_stages += 1
         self.placements.setdefault(placement.block, placement)
+        self.automatic.add(placement.block)
         self.current = placement
         for listener in self.listeners:
             listener(placement)
 
-    def begin(self, user_id: str | None, ipu_id: int | None) -> None:
+    def begin(self, user_id: str | None, ipu_id: int | None, automatic: bool = False) -> None:
+        """A block starts; ``automatic``: ``user_id`` is an id PopTorch gave (a BeginBlock
+        without one keeps its first automatic id), not the user's."""
         if self.split is not None:
             return
         placement = self.resolver.begin(user_id, ipu_id)
         self.placements.setdefault(placement.block, placement)
+        if automatic or user_id is None:
+            self.automatic.add(placement.block)
         self.current = placement
         self.cleared = False
         for listener in self.listeners:
@@ -86,6 +100,7 @@ class BlockTrace:
             return
         placement = BlockPlacement(f"stage{stage}", int(stage), int(ipu))
         self.placements.setdefault(placement.block, placement)
+        self.automatic.add(placement.block)
         self.current = placement
         self.cleared = False
         self._stack.append(placement)
@@ -103,6 +118,69 @@ class BlockTrace:
             self.current = self._stack[-1]
             for listener in self.listeners:
                 listener(self.current)
+
+
+class ModuleSpans:
+    """While the model runs under ``trace``: which blocks were current while each of its modules
+    ran (a module entirely inside one block names it). Hooks are added after the model's own
+    (a ``BeginBlock`` has started its block when the module is recorded) and removed on exit."""
+
+    def __init__(self, model: torch.nn.Module, trace: BlockTrace) -> None:
+        self._model = model
+        self._trace = trace
+        self.spans: dict[str, set[str | None]] = {}
+        """Module path (``""``: the model) -> blocks current while it ran, in order of first run."""
+        self._open: list[set[str | None]] = []
+        self._handles: list[Any] = []
+
+    def _on_block(self, placement: BlockPlacement) -> None:
+        for blocks in self._open:
+            blocks.add(placement.block)
+
+    def _pre(self, path: str) -> Callable[..., None]:
+        def pre(module: Any, inputs: Any) -> None:
+            current = self._trace.current
+            blocks = self.spans.setdefault(path, set())
+            blocks.add(current.block if current is not None else None)
+            self._open.append(blocks)
+        return pre
+
+    def _post(self, module: Any, inputs: Any, output: Any) -> None:
+        if self._open:
+            self._open.pop()
+
+    def __enter__(self) -> ModuleSpans:
+        for path, module in self._model.named_modules():
+            self._handles.append(module.register_forward_pre_hook(self._pre(path)))
+            self._handles.append(module.register_forward_hook(self._post, always_call=True))
+        self._trace.listeners.append(self._on_block)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+        if self._on_block in self._trace.listeners:
+            self._trace.listeners.remove(self._on_block)
+
+    def names(self) -> dict[str, str]:
+        """Block id -> display name (:func:`popviz.block_names.display_names`)."""
+        return display_names(list(self._trace.placements), self._trace.automatic, self.spans)
+
+
+def relabel(measurement: Any, names: dict[str, str]) -> Any:
+    """``measurement`` (:class:`popviz.emulator.costmodel.Measurement`) with its blocks called by
+    their display names (ids not in ``names`` are kept)."""
+    def name(block: str | None) -> str | None:
+        return names.get(block, block) if block is not None else None
+
+    for segment in measurement.segments:
+        segment.blocks = [name(b) for b in segment.blocks]
+    measurement.ops = [o if o.block is None else o.replace(block=name(o.block)) for o in measurement.ops]
+    measurement.params = [p if p.block is None else dataclasses.replace(p, block=name(p.block))
+                          for p in measurement.params]
+    measurement.saved_bytes_by_block = {name(b): v for b, v in measurement.saved_bytes_by_block.items()}
+    return measurement
 
 
 FIRST_LAYERS = BlockPlacement(None, 0, 0)  # type: ignore[arg-type]
@@ -175,13 +253,14 @@ class _BlockHook:
     def __init__(self, user_id: str | None, ipu_id: int | None) -> None:
         self._user_id = user_id
         self._ipu_id = ipu_id
+        self._automatic = user_id is None
 
     def __call__(self, module: torch.nn.Module, inputs: Any) -> None:
         trace = active_trace()
         if trace is not None:
             if self._user_id is None:
                 self._user_id = trace.resolver.next_auto_id()
-            trace.begin(self._user_id, self._ipu_id)
+            trace.begin(self._user_id, self._ipu_id, automatic=self._automatic)
 
     def __repr__(self) -> str:
         return f"BeginBlock(user_id={self._user_id}, ipu_id={self._ipu_id})"
@@ -236,4 +315,5 @@ def removeBlocks(module: torch.nn.Module) -> None:
             (k, h) for k, h in m._forward_pre_hooks.items() if not isinstance(h, _BlockHook))
 
 
-__all__ = ["BeginBlock", "Block", "BlockFunction", "BlockTrace", "active_trace", "removeBlocks", "tracing"]
+__all__ = ["BeginBlock", "Block", "BlockFunction", "BlockTrace", "ModuleSpans", "active_trace", "relabel",
+           "removeBlocks", "tracing"]

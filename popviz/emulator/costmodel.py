@@ -104,7 +104,7 @@ class Measurement:
     """Each saved-for-backward tensor counted in ``saved_bytes``: (segment, index in ``ops`` of the
     operation saving it, bytes)."""
     structure: Any = None
-    """The model's layer structure (:class:`popviz.emulator.layers.Structure`) when it was
+    """The model's layer structure (:class:`popviz.emulator.structure.Structure`) when it was
     tracked; the report's per-layer table is built from it."""
     checkpoints: list[Any] = field(default_factory=list)
     """``recomputationCheckpoint`` calls (:class:`popviz.emulator.recompute.Checkpoint`)."""

@@ -42,7 +42,7 @@ from popviz.emulator import fake as _fake
 from popviz.emulator import optim as _optim
 from popviz.emulator import progress as _progress
 from popviz.emulator.batching import Batching, Outputs, dtype_name, nbytes, no_backward
-from popviz.emulator.blocks import BlockTrace, tracing
+from popviz.emulator.blocks import BlockTrace, ModuleSpans, relabel, tracing
 from popviz.emulator.device_state import DeviceState, training_steps, wrapped_models
 from popviz.emulator.enums import ConnectionType, OutputMode, ReductionType
 from popviz.emulator.errors import CPP_ERROR, Error
@@ -248,10 +248,12 @@ class PoplarExecutor(Batching, DeviceState):
         rng = torch.get_rng_state()
         trace = self._trace()
         units = layers.UnitTracker(self._model, structure, trace) if structure is not None else None
+        spans = ModuleSpans(self._model, trace) if isinstance(self._model, torch.nn.Module) else None
         faking = _fake.faked(self._model, args, kwargs) if fake else contextlib.nullcontext((args, kwargs))
         try:
             with faking as (args, kwargs), torch.set_grad_enabled(self._training), tracing(trace), \
                     units if units is not None else contextlib.nullcontext(), \
+                    spans if spans is not None else contextlib.nullcontext(), \
                     measuring(self._model, trace, self._training, units) as recorder:
                 if self._training:
                     with LossCollector() as losses, upcasting():
@@ -274,7 +276,10 @@ class PoplarExecutor(Batching, DeviceState):
                 named.append(("loss", t))
             else:
                 named.append(("output" if len(tensors) == 1 else f"output{i}", t))
-        return recorder.result(), named
+        measurement = recorder.result()
+        if spans is not None:  # blocks by their display names from here on (PopTorch's ids: the trace)
+            measurement = relabel(measurement, spans.names())
+        return measurement, named
 
     def _check_pipeline(self, forward_stages: int) -> None:
         o = self._options

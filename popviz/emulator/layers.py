@@ -7,7 +7,10 @@ parameter shapes): a BERT encoder's ``encoder.layer.0`` … ``encoder.layer.23``
 blocks. Those children, and their siblings with parameters, are the movable layers (role
 ``layer``). The rest of the model is covered by its largest modules with parameters that
 contain no movable layer: the embeddings (before the first layer, holding an ``nn.Embedding``),
-heads and loss modules (after the last), anything else (``other``). ``--layer-depth N``
+heads and loss modules (after the last), anything else (``other``). With no repeated modules,
+the model's children with parameters are the layers (those of the model it wraps, for a wrapper
+like Lightning's, whose only child with parameters has a private name); layers are named as
+the user's model has them (:func:`popviz.block_names.user_path`). ``--layer-depth N``
 (``POPVIZ_EMULATOR_LAYER_DEPTH``) sets the depth instead. Operations outside every layer-level
 module (code in a parent's ``forward``, modules without parameters) belong to the nearest layer
 before them in the same stage (else the next one), so every operation, parameter and stashed
@@ -35,6 +38,7 @@ import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from popviz.block_names import user_path
 from popviz.emulator.structure import DEPTH_ENV, ROOT_NAME, LayerSetupError, Structure
 from popviz.model import Layer, LayerTable
 
@@ -116,9 +120,11 @@ def discover(model: torch.nn.Module, depth: int | None = None) -> Structure:
             how = (f"depth {d} chosen automatically: the shallowest with repeated modules "
                    f"({movable[0]} ... {movable[-1]}, {len(movable)} layers); --layer-depth N overrides it")
         else:
-            movable = [p for p, m in modules.items() if _depth(p) == 1 and _has_params(m)]
-            how = ("depth 1: no repeated modules, so the model's children with parameters are its layers "
-                   "(--layer-depth N overrides it)")
+            d = _wrapped_depth(modules)
+            movable = [p for p, m in modules.items() if _depth(p) == d and _has_params(m)]
+            inside = f" (inside the wrapper {movable[0].rpartition('.')[0]})" if d > 1 and movable else ""
+            how = (f"depth {d}: no repeated modules, so the model's children with parameters are its "
+                   f"layers{inside} (--layer-depth N overrides it)")
             if not movable:
                 d, movable = 0, [""]
                 how = "depth 0: no child module has parameters, so the model is its only layer"
@@ -131,6 +137,21 @@ def discover(model: torch.nn.Module, depth: int | None = None) -> Structure:
     every_name = dict(model.named_modules(remove_duplicate=False))  # a shared module under each name
     return Structure(depth=d, units=tuple(units), movable=movable_set,
                      roles=_roles(model, every_name, units, movable_set), tied=_tied(model, units), how=how)
+
+
+def _wrapped_depth(modules: dict[str, torch.nn.Module]) -> int:
+    """1, or deeper when the model wraps the user's: its only child with parameters has a private
+    name (Lightning's ``_forward_module``, ``torch.compile``'s ``_orig_mod``) and children with
+    parameters of its own; then that child's children are the model's children."""
+    path = ""
+    while True:
+        kids = [p for p, m in modules.items() if _depth(p) == _depth(path) + 1
+                and p.startswith(_join(path, "")) and _has_params(m)]
+        if (len(kids) == 1 and kids[0].rpartition(".")[2].startswith("_")
+                and any(_has_params(c) for c in modules[kids[0]].children())):
+            path = kids[0]
+            continue
+        return _depth(path) + 1
 
 
 def _movable_at(modules: dict[str, torch.nn.Module], d: int) -> list[str]:
@@ -329,6 +350,11 @@ def layer_table(m: Measurement, setup: EngineSetup, stages: Sequence[StageEstima
             seg_of[name] = o.segment
             block_of[name] = o.block
         first_in_seg.setdefault(o.segment, name)
+    own_block: dict[str, str | None] = {}  # the block of a layer's own first operation (not of code before it)
+    for i, o in enumerate(ops):
+        if raw[i] is not None and raw[i] not in own_block:
+            own_block[raw[i]] = o.block
+    block_of.update((n, b) for n, b in own_block.items() if n in block_of)
 
     def at(index: int, segment: int) -> str:
         if index < len(ops) and ops[index].segment == segment:
@@ -400,6 +426,10 @@ def layer_table(m: Measurement, setup: EngineSetup, stages: Sequence[StageEstima
     movable_pos = [i for i, n in enumerate(names) if n in st.movable]
     last_movable = movable_pos[-1] if movable_pos else -1
     tied_targets = {st.tied[n] for n in names if n in st.tied}
+    # named as the user's model has them (not under Lightning's _forward_module), unless that repeats one
+    shown = {n: user_path(n) for n in names}
+    if len(set(shown.values())) != len(shown):
+        shown = {n: n for n in names}
     layers = []
     for i, n in enumerate(names):
         role = st.roles.get(n, "other")
@@ -411,10 +441,10 @@ def layer_table(m: Measurement, setup: EngineSetup, stages: Sequence[StageEstima
               and ipus[seg_of[n]] == max_ipu and max_ipu > 0):
             pin = "last"
         layers.append(Layer(
-            name=n or ROOT_NAME, role=role, block=block_of[n], stage=seg_of[n], ipu=ipus[seg_of[n]],
+            name=shown[n] or ROOT_NAME, role=role, block=block_of[n], stage=seg_of[n], ipu=ipus[seg_of[n]],
             fwd_cycles=fwd_int[n], bwd_cycles=bwd_int[n], weight_bytes=weights[n],
             optimizer_bytes=optimizer[n], accumulator_bytes=accumulators[n], activation_bytes=activations[n] if setup.training else 0,
-            temporary_bytes=temp[n], pin=pin, tied_to=tied_to, recompute_bytes=again[n],
+            temporary_bytes=temp[n], pin=pin, tied_to=shown.get(tied_to, tied_to), recompute_bytes=again[n],
             recompute_group=group[n]))
     notes = [f"Layers at module {st.how}.",
              "Operations outside every layer-level module count with the nearest layer before them in the "

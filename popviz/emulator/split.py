@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 
+from popviz.block_names import user_path
 from popviz.emulator.structure import SPLIT_ENV, LayerSetupError, Structure
 from popviz.plan_file import PlanFile
 
@@ -39,7 +40,10 @@ def split_map(structure: Structure, plan: PlanFile) -> dict[str, int]:
     ipu_of: dict[str, int] = {}
     if plan.placements:
         known = set(structure.units)
+        # the layer table names layers as the user's model has them (popviz.block_names.user_path)
+        alias = {user_path(u): u for u in structure.units if user_path(u) not in known}
         for name, ipu in plan.placements:
+            name = alias.get(name, name)
             if name not in known:
                 sample = ", ".join(movable[:3]) + (" ..." if len(movable) > 3 else "")
                 raise LayerSetupError(f"--split {what}: layer {name!r} is not a layer of this model "

@@ -37,7 +37,8 @@ class Layer:
     role: str = "layer"
     """One of :data:`LAYER_ROLES`."""
     block: str | None = None
-    """The PopTorch block (``BeginBlock`` user id) it runs in, where known."""
+    """The PopTorch block it runs in, where known, by its display name (the ``user_id``, else the
+    module paths the block ran, e.g. ``layers.0-2``: :mod:`popviz.block_names`)."""
     stage: int | None = None
     ipu: int | None = None
     fwd_cycles: int = 0

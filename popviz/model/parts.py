@@ -58,7 +58,8 @@ class Target:
 
 @dataclass(frozen=True)
 class Stage:
-    """One pipeline (or sharding) stage: the blocks it runs and the IPU it runs on."""
+    """One pipeline (or sharding) stage: the blocks it runs (display names,
+    :mod:`popviz.block_names`) and the IPU it runs on."""
 
     index: int
     ipu: int

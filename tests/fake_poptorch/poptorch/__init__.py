@@ -181,6 +181,9 @@ class _BlockHook:
         self._ipu_id = ipu_id
 
     def __call__(self, module, inputs):
+        if self._user_id is None:  # PopTorch keeps the automatic id it gives on the first run
+            self._user_id = str(Block._next_auto_id)
+            Block._next_auto_id += 1
         Block.start(self._user_id, self._ipu_id)
 
     def __repr__(self):
@@ -188,6 +191,8 @@ class _BlockHook:
 
 
 class Block:
+    _next_auto_id = 0
+
     @staticmethod
     def start(user_id=None, ipu_id=None):
         return None
