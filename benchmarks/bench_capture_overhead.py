@@ -92,7 +92,7 @@ def main() -> int:
     args = parser.parse_args()
     import torch
 
-    from popviz.capture import hooks
+    from popviz.capture import hooks, patching
 
     inputs = (torch.zeros(160, 1, 28, 28), torch.zeros(160, dtype=torch.long))
     ok = True
@@ -105,7 +105,7 @@ def main() -> int:
         for label, work, sleep, calls in cases:
             cls = make_executor_class(torch, work, sleep)
             plain, wrapped = cls(), cls()
-            hooks.wrap_executor(wrapped, mode="training", root=str(Path(tmp) / label.replace(" ", "-")))
+            patching.wrap_executor(wrapped, mode="training", root=str(Path(tmp) / label.replace(" ", "-")))
             warm = min(500, calls)
             measure(plain, wrapped, inputs, warm)  # warm up (the first call writes the manifest)
             a, b = measure(plain, wrapped, inputs, calls)

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from popviz._version import __version__
-from popviz.capture import childenv, hooks, rundir
+from popviz.capture import childenv, hooks, patching, rundir, snapshot
 from popviz.capture import launcher as L
 from popviz.errors import UsageError
 
@@ -40,7 +40,7 @@ class CaptureRun:
         """The engines captured so far, as :func:`popviz.load` reads them."""
         from popviz.sources.discover import load
 
-        hooks.flush()
+        patching.flush()
         return load(self.dir)
 
 
@@ -62,7 +62,7 @@ def capture(report_dir: str | os.PathLike[str] | None = None, *, new_run: bool =
             yield CaptureRun(root, joined=True)
         finally:
             hooks.STATE.depth -= 1
-            hooks.flush()
+            patching.flush()
         return
     if run_count is not None and (not isinstance(run_count, int) or run_count < 1):
         raise UsageError(f"run_count must be a positive integer, got {run_count!r}")
@@ -101,7 +101,7 @@ def capture(report_dir: str | os.PathLike[str] | None = None, *, new_run: bool =
         _warn(childenv.conflict_message(c.get("variable", childenv.ENGINE_OPTIONS_ENV), c))
     run_path = root / rundir.RUN_FILE
     rundir.write_run_manifest(run_path, run)
-    hooks.install(abs_root, owner="api", instance=instance, instance_fixed=bool(instance))
+    patching.install(abs_root, owner="api", instance=instance, instance_fixed=bool(instance))
     hooks.STATE.depth = 1
     try:
         yield CaptureRun(Path(abs_root))
@@ -111,7 +111,7 @@ def capture(report_dir: str | os.PathLike[str] | None = None, *, new_run: bool =
         run["error"] = f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0]}"
         raise
     finally:
-        hooks.uninstall()
+        patching.uninstall()
         hooks.STATE.depth = 0
         for key, value in saved.items():
             if value is None:
@@ -133,8 +133,8 @@ def _profile_dir(executor: Any) -> str | None:
         value = json.loads(raw or "{}").get("autoReport.directory")
         if value:
             return str(value)
-    options = getattr(executor, "__dict__", {}).get("_options") or hooks._attr(executor, "options")
-    popart = hooks._attr(options, "_Popart", "options")
+    options = getattr(executor, "__dict__", {}).get("_options") or snapshot._attr(executor, "options")
+    popart = snapshot._attr(options, "_Popart", "options")
     with contextlib.suppress(Exception):
         value = popart["engineOptions"]["autoReport.directory"]
         if value:
@@ -161,4 +161,4 @@ def wrap(executor: Any, report_dir: str | os.PathLike[str] | None = None) -> Any
                              "inside `with popviz.capture(dir):`, or turn profiling on "
                              "(POPLAR_ENGINE_OPTIONS autoReport.directory, Options.enableProfiling)")
         root = str(Path(found).resolve())
-    return hooks.wrap_executor(executor, root=root)
+    return patching.wrap_executor(executor, root=root)

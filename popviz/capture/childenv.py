@@ -118,9 +118,9 @@ def _popviz_bootstrap():
         print("Error in sitecustomize; set PYTHONVERBOSE for traceback:", file=sys.stderr)
         print(f"{type(exc).__name__}: {exc}", file=sys.stderr)
     try:
-        from popviz.capture import hooks
+        from popviz.capture import patching
 
-        hooks.install_from_env()
+        patching.install_from_env()
     except Exception as exc:
         print(f"popviz capture: hooks not installed in this process ({type(exc).__name__}: {exc}); "
               "profiles are still written, without popviz-model.json", file=sys.stderr)
