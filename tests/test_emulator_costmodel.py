@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 
 from popviz.emulator import costmodel, hardware
-from popviz.emulator.costmodel import EngineSetup, Measurement, OpCost, ParamInfo, Segment
+from popviz.emulator.cost_inputs import EngineSetup, Measurement, OpCost, ParamInfo, Segment
 from popviz.model import HostTensor
 from popviz.sources.bundle import read_bundle, write_bundle
 

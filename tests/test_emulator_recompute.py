@@ -9,7 +9,7 @@ import enum
 import pytest
 
 from popviz.emulator import costmodel, hardware, recompute
-from popviz.emulator.costmodel import EngineSetup, Measurement, OpCost, Segment
+from popviz.emulator.cost_inputs import EngineSetup, Measurement, OpCost, Segment
 from popviz.emulator.recompute import Checkpoint, RecomputationType, parse_type
 
 MK2 = hardware.SPECS["Mk2"]

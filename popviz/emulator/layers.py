@@ -45,7 +45,8 @@ from popviz.model import Layer, LayerTable
 if TYPE_CHECKING:
     import torch
 
-    from popviz.emulator.costmodel import EngineSetup, Measurement, OpTable, StageEstimate
+    from popviz.emulator.cost_inputs import EngineSetup, Measurement
+    from popviz.emulator.costmodel import OpTable, StageEstimate
 
 # ------------------------------------------------------------------------------ the structure
 

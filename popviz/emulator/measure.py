@@ -23,8 +23,8 @@ from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import flop_registry
 
 from popviz.emulator.blocks import BlockTrace
-from popviz.emulator.costmodel import Measurement, OpCost, ParamInfo, Segment
-from popviz.emulator.recompute import CheckpointLog, tracking
+from popviz.emulator.cost_inputs import Measurement, OpCost, ParamInfo, Segment
+from popviz.emulator.recompute import CheckpointLog, _key, _nbytes, tracking
 from popviz.emulator.strategy import BlockPlacement
 
 _aten = torch.ops.aten
@@ -40,19 +40,6 @@ _FREE_OPS = {_aten.detach.default, _aten.lift_fresh.default, _aten.alias.default
 
 def _tensors(tree: Any) -> list[torch.Tensor]:
     return [t for t in tree_flatten(tree)[0] if isinstance(t, torch.Tensor)]
-
-
-def _key(t: torch.Tensor) -> int | None:
-    """The tensor's storage (shared by its views): the storage object's own address, which a
-    fake tensor (no data) has too."""
-    try:
-        return t.untyped_storage()._cdata
-    except (RuntimeError, NotImplementedError):
-        return None
-
-
-def _nbytes(t: torch.Tensor) -> int:
-    return t.numel() * t.element_size()
 
 
 class Recorder:

@@ -45,7 +45,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from popviz.emulator.costmodel import EngineSetup, Measurement
+    import torch
+
+    from popviz.emulator.cost_inputs import EngineSetup, Measurement
 
 
 class RecomputationType(enum.IntEnum):
@@ -129,8 +131,6 @@ class CheckpointLog:
                 self.producer_op[key] = index
 
     def mark(self, tensors: Sequence[Any]) -> None:
-        from popviz.emulator.measure import _key, _nbytes
-
         keys: dict[int, int] = {}
         for t in tensors:
             key = _key(t)
@@ -366,3 +366,16 @@ def plan(m: Measurement, setup: EngineSetup) -> RecomputePlan:
 
 __all__ = ["EXPLICIT_OPTION", "NORM_OPS", "OPTION", "Checkpoint", "CheckpointLog", "RecomputationType",
            "RecomputePlan", "StashItem", "checkpoint", "parse_type", "plan", "resolve", "tracking"]
+
+
+def _key(t: torch.Tensor) -> int | None:
+    """The tensor's storage (shared by its views): the storage object's own address, which a
+    fake tensor (no data) has too."""
+    try:
+        return t.untyped_storage()._cdata
+    except (RuntimeError, NotImplementedError):
+        return None
+
+
+def _nbytes(t: torch.Tensor) -> int:
+    return t.numel() * t.element_size()
