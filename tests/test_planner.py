@@ -157,7 +157,7 @@ def _simulated_cycles(stages, g: int, training: bool) -> int:
 
 
 def test_pipeline_cycles_match_the_emulators_schedule() -> None:
-    from popviz.analysis.planner import pipeline_cycles
+    from popviz.analysis.pipeline_time import pipeline_cycles
 
     rng = random.Random(11)
     for _ in range(150):
@@ -172,7 +172,7 @@ def test_pipeline_cycles_match_the_emulators_schedule() -> None:
 
 
 def test_pipeline_cycles_by_hand() -> None:
-    from popviz.analysis.planner import pipeline_cycles
+    from popviz.analysis.pipeline_time import pipeline_cycles
 
     # two IPUs, G = 16: slots IPU0 2,100 | IPU1 3,500 + 7,000 | IPU0 4,200; the first and last
     # pipeline cycles hold one slot, the 16 between hold IPU1's 10,500 at most
@@ -182,7 +182,8 @@ def test_pipeline_cycles_by_hand() -> None:
 
 
 def test_a_tied_projection_back_on_the_first_ipu_is_a_stage_of_its_own() -> None:
-    from popviz.analysis.planner import layer_costs, pipeline_cycles, refine, stage_work
+    from popviz.analysis.pipeline_time import pipeline_cycles, refine, stage_work
+    from popviz.analysis.planner import layer_costs
     from popviz.testing import layer_table
 
     t = layer_table([100] + [1000] * 6 + [1500], names=["emb", *(f"l{i}" for i in range(6)), "mlm"],

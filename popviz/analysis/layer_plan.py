@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from popviz.analysis import planner
+from popviz.analysis import pipeline_time, planner
 from popviz.analysis.planner import DEFAULT_HEADROOM_FRAC, PlanSettings, Shortfall, Split
 from popviz.errors import UsageError
 
@@ -250,7 +250,7 @@ def settings_for(report: Report, costs: list[planner.LayerCost],
 
 def _view(split: Split, report: Report, layers: Sequence[Layer], costs: Sequence[planner.LayerCost],
           settings: PlanSettings, g: int | None) -> SplitView:
-    work = planner.stage_work(costs, split.layers_per_ipu, settings)
+    work = pipeline_time.stage_work(costs, split.layers_per_ipu, settings)
     n = len(split.stages)
     forward = len(work)  # one more than the IPUs with a tied projection back on the first IPU
     s = 2 * forward - 1 if settings.training else forward
@@ -259,7 +259,7 @@ def _view(split: Split, report: Report, layers: Sequence[Layer], costs: Sequence
     if g and split.bottleneck_cycles:
         # G micro-batches through the pipeline, ramp-up and ramp-down included; the ramp
         # efficiency is the share of that time the slowest IPU's steady state would take.
-        elapsed = planner.pipeline_cycles(work, g, settings.training)
+        elapsed = pipeline_time.pipeline_cycles(work, g, settings.training)
         eff = min(1.0, g * split.bottleneck_cycles / elapsed) if elapsed else None
         rate = clock * g / elapsed if elapsed else 0.0
     else:
@@ -358,7 +358,7 @@ def make_plan(report: Report, *, ipus: int | None = None, max_ipus: int | None =
     tied_back = any(c.tail_fwd_cycles or c.tail_bwd_cycles for c in costs)
     for k, split in sorted(result.by_ipus.items()):
         if split is not None and g and tied_back:
-            split = planner.refine(costs, split, settings, g)
+            split = pipeline_time.refine(costs, split, settings, g)
         out.by_ipus[k] = _view(split, report, kept, costs, settings, g) if split else None
     fitting = [v for v in out.by_ipus.values() if v is not None]
     if fitting:

@@ -169,7 +169,7 @@ class ModuleSpans:
 
 
 def relabel(measurement: Any, names: dict[str, str]) -> Any:
-    """``measurement`` (:class:`popviz.emulator.costmodel.Measurement`) with its blocks called by
+    """``measurement`` (:class:`popviz.emulator.cost_inputs.Measurement`) with its blocks called by
     their display names (ids not in ``names`` are kept)."""
     def name(block: str | None) -> str | None:
         return names.get(block, block) if block is not None else None

@@ -9,7 +9,7 @@ pair counts the bytes autograd keeps for the backward pass (the activation stash
 
 Blocks are grouped into *segments*: consecutive blocks on the same IPU, which is how PopTorch
 forms pipeline stages (a new stage each time the IPU changes). The result,
-:class:`~popviz.emulator.costmodel.Measurement`, is plain data the cost model turns into cycles
+:class:`~popviz.emulator.cost_inputs.Measurement`, is plain data the cost model turns into cycles
 and bytes.
 """
 
