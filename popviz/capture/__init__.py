@@ -6,8 +6,10 @@ captures the executors created in the block (see :meth:`CaptureModule.__call__`)
 * :mod:`popviz.capture.launcher` — ``popviz capture -- CMD``: the child process, its output and
   log, the run's summary; :mod:`popviz.capture.childenv` its environment (engine options,
   bootstrap); :mod:`popviz.capture.rundir` the run directory and manifest ``popviz-run.json``;
-* :mod:`popviz.capture.hooks` — wraps ``poptorch.trainingModel`` / ``inferenceModel`` executors
-  and writes each engine's ``popviz-model.json``;
+* :mod:`popviz.capture.patching` — wraps ``poptorch.trainingModel`` / ``inferenceModel``
+  executors; :mod:`popviz.capture.recorder` writes each engine's ``popviz-model.json`` from what
+  :mod:`~popviz.capture.snapshot` and :mod:`~popviz.capture.block_tracing` record;
+  :mod:`popviz.capture.hooks` holds what they share (capture state, per-call statistics);
 * :mod:`popviz.capture.api` — what ``popviz.capture(dir)`` and ``popviz.wrap(executor)`` run.
 
 Importing this package imports nothing else: the bootstrap of every captured Python process
