@@ -6,6 +6,7 @@ matplotlib, torch, pva) load only when a function needs them.
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING
 
 # ``popviz.capture`` is the capture package, callable as a context manager:
@@ -14,7 +15,6 @@ from popviz import _hooks, capture
 from popviz._version import __version__
 
 if TYPE_CHECKING:
-    import os
     from collections.abc import Sequence
     from typing import Any
 
@@ -33,18 +33,25 @@ def load(path: str | os.PathLike[str]) -> ReportSet:
     return _load(path)
 
 
-def analyse(reports: Report | ReportSet, only: Sequence[str] | None = None) -> Result:
-    """Run the analyses (all, or those named in ``only``) on a Report or a ReportSet.
+def analyse(reports: Report | ReportSet | str | os.PathLike[str],
+            only: Sequence[str] | None = None) -> Result:
+    """Run the analyses (all, or those named in ``only``) on a Report, a ReportSet or the report
+    directory a path names (loaded with :func:`load`).
 
-    >>> result = popviz.analyse(popviz.load("sample_reports/mnist_pipeline"))
+    >>> result = popviz.analyse("sample_reports/mnist_pipeline")
     >>> result            # in Jupyter: summary, findings and figures
     """
     from popviz.analysis import analyse as _analyse
     from popviz.model import Report as _Report
     from popviz.model import ReportSet as _ReportSet
 
+    if isinstance(reports, (str, os.PathLike)):
+        reports = load(reports)
     if isinstance(reports, _Report):
         reports = _ReportSet([reports])
+    if not isinstance(reports, _ReportSet):
+        raise TypeError(f"popviz.analyse takes a Report, a ReportSet or a report directory's path, "
+                        f"not {type(reports).__name__}")
     return _analyse(reports, only=only)
 
 

@@ -51,3 +51,18 @@ def test_report_and_report_set_reprs():
     reports = popviz.load(SAMPLES / "mnist_pipeline")
     assert repr(reports) == f"ReportSet(root={str(SAMPLES / 'mnist_pipeline')!r}, engines=['inference', 'training'])"
     assert repr(reports["training"]).startswith("Report(name='training', source='emulator', estimated=True, ")
+
+
+def test_analyse_takes_a_report_directory_path_as_a_repl_user_types_it():
+    by_path = popviz.analyse(str(SAMPLES / "mnist_pipeline"))
+    assert repr(by_path) == repr(popviz.analyse(popviz.load(SAMPLES / "mnist_pipeline")))
+    assert len(popviz.analyse(SAMPLES / "oom_model").findings) == len(
+        popviz.analyse(popviz.load(SAMPLES / "oom_model")).findings)
+
+
+def test_analyse_of_something_else_says_what_it_takes():
+    import pytest
+
+    with pytest.raises(TypeError, match=r"^popviz.analyse takes a Report, a ReportSet or a report "
+                                        r"directory's path, not int$"):
+        popviz.analyse(3)
