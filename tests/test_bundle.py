@@ -145,3 +145,27 @@ def test_execution_table_round_trip_keeps_unknown_start_cycles(tmp_path):
     write_bundle(r, tmp_path)
     back = read_bundle(tmp_path)
     assert back == r and back.execution.steps["start_cycle"].isna().all()
+
+
+EXIT_AFTER_LOADS = """
+import sys, time
+import popviz
+popviz.load(sys.argv[1])
+time.sleep(0.5)  # the decode pool's threads park holding their last task
+popviz.load(sys.argv[1])
+"""
+
+
+@pytest.mark.slow  # eight interpreters, ~10 s
+def test_process_exits_cleanly_after_loading_bundles():
+    """Loading must not leave Python objects in Arrow's decode threads: with a Python file object
+    handed to Parquet, about half of these interpreters aborted at exit with "terminate called
+    without an active exception" (exit 134) after their work was done, failing CI steps."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    sample = Path(__file__).resolve().parents[1] / "sample_reports" / "bert_even_split"
+    codes = [subprocess.run([sys.executable, "-c", EXIT_AFTER_LOADS, str(sample)], capture_output=True,
+                            text=True, timeout=120) for _ in range(8)]
+    assert [(c.returncode, c.stderr[-200:]) for c in codes] == [(0, "")] * 8
