@@ -12,7 +12,15 @@ out (not installed here; its per-step cost is microseconds).
 
 Run it with ``popviz capture --emulate --calls 31``: 2 epochs of 15 calls run on the CPU (their
 host work between calls is measured), the 31st is estimated.
+
+``b10_mnist_pipeline.py trace`` is instead the configuration of the PopVision execution trace in
+the tutorial's README (``static/pipeline-figure.png``, added with SDK 2.5): ``mnist_pipeline.py
+--profile`` at its defaults, i.e. the same network, micro-batch, G and D, AdamW with its state on
+chip (``--offload-optimiser`` unset), the default output mode (Final for training) and
+``defaultPrefetchBufferingDepth`` 3; one call, estimated.
 """
+
+import sys
 
 import numpy as np
 import poptorch
@@ -71,8 +79,26 @@ def accuracy(predictions, labels):
     return torch.sum(torch.eq(ind, labels)).item() / labels.size()[0] * 100.0
 
 
+def trace_call():
+    """One call in the configuration of the README's execution trace (``mnist_pipeline.py``)."""
+    opts = poptorch.Options()
+    opts._Popart.set("defaultPrefetchBufferingDepth", 3)
+    opts.deviceIterations(D)
+    opts.setExecutionStrategy(poptorch.PipelinedExecution(
+        poptorch.Stage("B1").ipu(0), poptorch.Stage("B2").ipu(1), poptorch.Stage("B3").ipu(2),
+        poptorch.Stage("B4").ipu(3)))
+    opts.Training.gradientAccumulation(G)
+    model = Network()
+    training = poptorch.trainingModel(model, opts, optimizer=poptorch.optim.AdamW(model.parameters(), lr=0.001))
+    n = MB * G * D
+    training(torch.randn(n, 1, 28, 28), torch.randint(0, 10, (n,)))
+
+
 def main():
     torch.set_num_threads(1)
+    if sys.argv[1:] == ["trace"]:
+        trace_call()
+        return
     opts = poptorch.Options().deviceIterations(D)
     opts.Training.gradientAccumulation(G)
     opts.setExecutionStrategy(poptorch.PipelinedExecution(
