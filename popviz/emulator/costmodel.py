@@ -92,13 +92,15 @@ def amp_rate(op: OpCost, spec: hw.IpuSpec, half_partials: bool) -> float:
 
 def amp_efficiency(op: OpCost, spec: hw.IpuSpec, half_partials: bool = False) -> float:
     """Fraction of the AMP units' peak a matmul or convolution reaches:
-    ``AMP_PEAK_EFFICIENCY × c / (c + AMP_HALF_CYCLES)`` where c is its cycles at peak. Small
+    ``AMP_PEAK_EFFICIENCY × c / (c + AMP_HALF_CYCLES)`` where c is its cycles at peak
+    (``CONV_HALF_CYCLES`` for a convolution). Small
     products (micro-batch 1 transformers) reach a few percent, large ones approach the
     efficiency of a well-shaped product; equivalently each costs its cycles at
     ``AMP_PEAK_EFFICIENCY`` plus ``AMP_HALF_CYCLES / AMP_PEAK_EFFICIENCY`` of planning overhead
     (operand rearrangement, partial-sum reductions across tiles)."""
     ideal = op.flops / amp_rate(op, spec, half_partials)
-    return hw.AMP_PEAK_EFFICIENCY * ideal / (ideal + hw.AMP_HALF_CYCLES)
+    half = hw.CONV_HALF_CYCLES if op_kind(op) == "conv" else hw.AMP_HALF_CYCLES
+    return hw.AMP_PEAK_EFFICIENCY * ideal / (ideal + half)
 
 
 def op_cycles(op: OpCost, spec: hw.IpuSpec, cap: float | None = None, half_partials: bool = False) -> float:
@@ -112,7 +114,8 @@ def op_cycles(op: OpCost, spec: hw.IpuSpec, cap: float | None = None, half_parti
     launches, syncs and the exchange laying out operands)."""
     kind = op_kind(op)
     if kind in ("matmul", "conv"):
-        compute = (op.flops / amp_rate(op, spec, half_partials) + hw.AMP_HALF_CYCLES) / hw.AMP_PEAK_EFFICIENCY
+        half = hw.CONV_HALF_CYCLES if kind == "conv" else hw.AMP_HALF_CYCLES
+        compute = (op.flops / amp_rate(op, spec, half_partials) + half) / hw.AMP_PEAK_EFFICIENCY
         exchange = op.activation_bytes / spec.per_cycle(spec.exchange_bytes_per_second)
         cycles = (compute + exchange) * serialisation_factor(op, cap)
     elif kind == "gather":

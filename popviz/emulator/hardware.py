@@ -106,6 +106,18 @@ tokens x 768) and ~13% for BERT-Large at 384 tokens (B15), ~35% for BERT-Base at
 (P6): ``AMP_PEAK_EFFICIENCY x c / (c + AMP_HALF_CYCLES)`` with c the product's cycles at peak
 follows all four within ~20% (fitted over the fidelity cases together, not per case)."""
 
+CONV_HALF_CYCLES = 9_000
+"""``AMP_HALF_CYCLES`` for convolutions: a convolution reaches half of ``AMP_PEAK_EFFICIENCY`` at
+half the size a matmul does. With the matmul's curve every CNN figure was estimated too slow
+(B9 −15%, B7 −22%, P1 −22%, B10's trace −40%) while the transformer figures, all matmuls, held
+within 7%. Hypothesis: a CNN's convolutions have many output positions to spread over the tiles
+and a short contraction (input channels × kernel), so PopLibs' planner needs less partial-sum
+reduction across tiles than for a transformer's matmuls at a few hundred tokens, whose long
+contraction (768-4,096) must be split to use the tiles. Fitted over the four CNN figures and B3
+together (a grid over 4,000-18,000 cycles; 6,000-9,000 gave the lowest mean error; none is tuned
+to one figure): B9 +3%, B3 +17%, B7 −12%, P1 −6%, B10's trace −28%. Measured error per case:
+docs/emulator.md's fidelity table."""
+
 MEMORY_EFFICIENCY = 0.5
 """Fraction of the on-chip memory bandwidth element-wise and data-movement ops reach (reads and
 writes of their inputs and outputs): vectorised codelets reach about half (uneven layouts and
