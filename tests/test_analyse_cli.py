@@ -238,3 +238,14 @@ def test_a_ramp_hidden_behind_host_copies_is_said_beside_the_time_weighted_figur
             "overlap host transfers and count there)") in out
     out = " ".join(run_cli("analyse", str(SAMPLES / "bert_pipeline"), env={"COLUMNS": "200"}).stdout.split())
     assert "ramp efficiency 85.7% time-weighted (S = 7; G = 18 reaches 90%)" in out and "overlap" not in out
+
+
+def test_the_pipeline_table_puts_the_gain_per_call_first():
+    """A balanced split gains a call less than the stages alone (host copies, syncs and the ramp
+    stay); the pipeline line gives the figure the summary ranks PIPE001 by first."""
+    proc = run_cli("analyse", str(SAMPLES / "lightning_pipeline"), env={"COLUMNS": "200"})
+    assert proc.returncode == 0, proc.stderr
+    out = " ".join(proc.stdout.split())  # the line wraps at the terminal's width
+    assert ("imbalance 2.19 (max/mean) · balanced: up to +21% per call (+119% for the stages alone) · "
+            "IPU utilisation 15%") in out
+    assert "PIPE001 Unbalanced pipeline: stage 3 (IPU3) is the bottleneck (up to +21% throughput)" in out
