@@ -1,7 +1,10 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import uuid
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -161,10 +164,6 @@ def test_process_exits_cleanly_after_loading_bundles():
     """Loading must not leave Python objects in Arrow's decode threads: with a Python file object
     handed to Parquet, about half of these interpreters aborted at exit with "terminate called
     without an active exception" (exit 134) after their work was done, failing CI steps."""
-    import subprocess
-    import sys
-    from pathlib import Path
-
     sample = Path(__file__).resolve().parents[1] / "sample_reports" / "bert_even_split"
     codes = [subprocess.run([sys.executable, "-c", EXIT_AFTER_LOADS, str(sample)], capture_output=True,
                             text=True, timeout=120) for _ in range(8)]

@@ -102,7 +102,6 @@ def write_bundle(report: Report, directory: str | Path, *, overwrite: bool = Fal
 
 # --------------------------------------------------------------------------------- reading
 
-
 def _arrow_owned_bytes(fh: Any, pa: Any) -> Any:
     """The whole of ``fh`` in a buffer Arrow allocated. Parquet decodes on Arrow's thread pool;
     given a Python file object, its tasks hold Python buffers, and a task released after the
@@ -122,6 +121,7 @@ def _arrow_owned_bytes(fh: Any, pa: Any) -> Any:
     if got != size or fh.read(1):
         raise OSError(f"the file changed size while it was read ({got:,} of {size:,} bytes)")
     return buf
+
 
 class _Reader:
     def __init__(self, directory: Path) -> None:
