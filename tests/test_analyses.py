@@ -748,3 +748,14 @@ def test_batching_line_names_optimizer_state_only_for_training():
     inference = replace(inference, config=replace(inference.config, optimizer_state_on_chip=True))
     assert "optimizer" not in batching_line(inference)
     assert batching_line(inference).startswith("device iterations ")
+
+
+def test_memory_says_why_an_ipu_runs_no_stage():
+    """PopTorch attaches every IPU up to the highest a stage uses (rounded up to a power of two):
+    one with no stage still has a memory row, holding only runtime code; the caption says so."""
+    out = memory.analyse(testing.pipeline_report([1000, 1000], stage_ipus=[0, 2]))
+    assert list(out.table["IPU"]) == [0, 1, 2]
+    assert out.caption.splitlines()[-1] == (
+        "IPU1 runs no stage: PopTorch attaches every IPU up to the highest a stage uses, rounded up to a power "
+        "of two (autoRoundNumIPUs), and it holds only the runtime's code and buffers")
+    assert "no stage" not in (memory.analyse(testing.pipeline_report([1000, 1000])).caption or "")

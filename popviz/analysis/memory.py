@@ -455,4 +455,10 @@ def _table(report: Report, o: Collector, rows: list[dict[str, Any]]) -> None:
     if not tile:
         lines.append("per-IPU figures only" + (" (estimated)" if report.provenance.estimated else "")
                      + ": tile columns unknown")
+    staged = {s.ipu for s in report.cfg.stages}
+    idle = [f"IPU{r['ipu']}" for r in rows if staged and r["ipu"] not in staged]
+    if idle:
+        lines.append(f"{', '.join(idle)} run{'s' if len(idle) == 1 else ''} no stage: PopTorch attaches every IPU "
+                     "up to the highest a stage uses, rounded up to a power of two (autoRoundNumIPUs), and "
+                     f"{'it holds' if len(idle) == 1 else 'they hold'} only the runtime's code and buffers")
     o.out.caption = "\n".join(lines) or None
