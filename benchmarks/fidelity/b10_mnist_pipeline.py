@@ -79,15 +79,20 @@ def accuracy(predictions, labels):
     return torch.sum(torch.eq(ind, labels)).item() / labels.size()[0] * 100.0
 
 
-def trace_call():
-    """One call in the configuration of the README's execution trace (``mnist_pipeline.py``)."""
-    opts = poptorch.Options()
-    opts._Popart.set("defaultPrefetchBufferingDepth", 3)
-    opts.deviceIterations(D)
+def pipelined_options():
+    """D device iterations, G-step accumulation, one block per IPU: what both runs share."""
+    opts = poptorch.Options().deviceIterations(D)
+    opts.Training.gradientAccumulation(G)
     opts.setExecutionStrategy(poptorch.PipelinedExecution(
         poptorch.Stage("B1").ipu(0), poptorch.Stage("B2").ipu(1), poptorch.Stage("B3").ipu(2),
         poptorch.Stage("B4").ipu(3)))
-    opts.Training.gradientAccumulation(G)
+    return opts
+
+
+def trace_call():
+    """One call in the configuration of the README's execution trace (``mnist_pipeline.py``)."""
+    opts = pipelined_options()
+    opts._Popart.set("defaultPrefetchBufferingDepth", 3)
     model = Network()
     training = poptorch.trainingModel(model, opts, optimizer=poptorch.optim.AdamW(model.parameters(), lr=0.001))
     n = MB * G * D
@@ -99,11 +104,7 @@ def main():
     if sys.argv[1:] == ["trace"]:
         trace_call()
         return
-    opts = poptorch.Options().deviceIterations(D)
-    opts.Training.gradientAccumulation(G)
-    opts.setExecutionStrategy(poptorch.PipelinedExecution(
-        poptorch.Stage("B1").ipu(0), poptorch.Stage("B2").ipu(1), poptorch.Stage("B3").ipu(2),
-        poptorch.Stage("B4").ipu(3)))
+    opts = pipelined_options()
     opts.TensorLocations.setOptimizerLocation(poptorch.TensorLocationSettings().useOnChipStorage(False))
     opts.outputMode(poptorch.OutputMode.All)
     data = poptorch.DataLoader(opts, SyntheticMNIST(), batch_size=MB, shuffle=True,

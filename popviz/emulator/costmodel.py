@@ -99,8 +99,12 @@ def amp_efficiency(op: OpCost, spec: hw.IpuSpec, half_partials: bool = False) ->
     ``AMP_PEAK_EFFICIENCY`` plus ``AMP_HALF_CYCLES / AMP_PEAK_EFFICIENCY`` of planning overhead
     (operand rearrangement, partial-sum reductions across tiles)."""
     ideal = op.flops / amp_rate(op, spec, half_partials)
-    half = hw.CONV_HALF_CYCLES if op_kind(op) == "conv" else hw.AMP_HALF_CYCLES
-    return hw.AMP_PEAK_EFFICIENCY * ideal / (ideal + half)
+    return hw.AMP_PEAK_EFFICIENCY * ideal / (ideal + half_cycles(op_kind(op)))
+
+
+def half_cycles(kind: str) -> int:
+    """Cycles at peak at which a product of this kind reaches half of ``AMP_PEAK_EFFICIENCY``."""
+    return hw.CONV_HALF_CYCLES if kind == "conv" else hw.AMP_HALF_CYCLES
 
 
 def op_cycles(op: OpCost, spec: hw.IpuSpec, cap: float | None = None, half_partials: bool = False) -> float:
@@ -114,8 +118,7 @@ def op_cycles(op: OpCost, spec: hw.IpuSpec, cap: float | None = None, half_parti
     launches, syncs and the exchange laying out operands)."""
     kind = op_kind(op)
     if kind in ("matmul", "conv"):
-        half = hw.CONV_HALF_CYCLES if kind == "conv" else hw.AMP_HALF_CYCLES
-        compute = (op.flops / amp_rate(op, spec, half_partials) + half) / hw.AMP_PEAK_EFFICIENCY
+        compute = (op.flops / amp_rate(op, spec, half_partials) + half_cycles(kind)) / hw.AMP_PEAK_EFFICIENCY
         exchange = op.activation_bytes / spec.per_cycle(spec.exchange_bytes_per_second)
         cycles = (compute + exchange) * serialisation_factor(op, cap)
     elif kind == "gather":
