@@ -18,9 +18,11 @@ A pipeline cycle ends with a ``Sync`` in which the IPUs that finished early wait
 slowest (idle time is Sync cycles), then the inter-IPU copy of activations and gradients
 (``GlobalExchange``, on every IPU). Sharded stages sync and copy between stages. Host
 transfers are ``StreamCopyBegin`` (waiting for the host), ``StreamCopyMid`` (the transfer) and
-``StreamCopyEnd`` steps: inputs on the first stage's IPU for every micro-batch, outputs on the
-last stage's IPU for every micro-batch the output mode returns (All: all; EveryN: those of every
-N-th device iteration; Final/Sum: one copy at the end of the call).
+``StreamCopyEnd`` steps (Begin also waits for the host to have the inputs ready: it prepares
+them one after another, up to the prefetch depth ahead of the IPU): inputs on the first stage's
+IPU for every micro-batch, outputs on the last stage's IPU for every micro-batch the output mode
+returns (All: all; EveryN: those of every N-th device iteration; Final/Sum: one copy at the end
+of the call).
 """
 
 from __future__ import annotations
@@ -45,10 +47,13 @@ class StageWork:
 @dataclass(frozen=True)
 class HostTransfer:
     """Cycles of one host transfer: ``wait_cycles`` split between StreamCopyBegin and End,
-    ``transfer_cycles`` in StreamCopyMid."""
+    ``transfer_cycles`` in StreamCopyMid. ``prepare_cycles``: the host's work to have the data
+    ready (inputs), done one transfer after another on the host and ahead of the IPU as far as
+    the prefetch depth allows; the IPU waits in StreamCopyBegin for what is not done in time."""
 
     wait_cycles: int
     transfer_cycles: int
+    prepare_cycles: int = 0
 
 
 @dataclass(frozen=True)
@@ -68,6 +73,9 @@ class SchedulePlan:
     weight_update_cycles: Mapping[int, int] = field(default_factory=dict)
     sync_cycles: int = 0
     """Fixed cost of one Sync on every IPU (on top of the time spent waiting)."""
+    prefetch_depth: int = 1
+    """Inputs the host may prepare before the IPU has taken the previous ones: it starts
+    preparing input k when input k - depth has been copied (0: when the IPU asks for it)."""
 
 
 class _Timeline:
@@ -86,18 +94,42 @@ class _Timeline:
             self.clock[ipu] += int(cycles)
         self.step += 1
 
-    def host(self, program: str, ipu: int, transfer: HostTransfer | None) -> None:
+    def host(self, program: str, ipu: int, transfer: HostTransfer | None, ready: int = 0) -> None:
+        """A host transfer; the IPU waits at least until cycle ``ready`` for the host's data."""
         if transfer is None:
             return
-        begin = transfer.wait_cycles // 2
-        self.run(f"{program}/begin", "StreamCopyBegin", {ipu: begin})
+        half = transfer.wait_cycles // 2
+        self.run(f"{program}/begin", "StreamCopyBegin", {ipu: max(half, ready - self.clock[ipu])})
         self.run(f"{program}/mid", "StreamCopyMid", {ipu: transfer.transfer_cycles})
-        self.run(f"{program}/end", "StreamCopyEnd", {ipu: transfer.wait_cycles - begin})
+        self.run(f"{program}/end", "StreamCopyEnd", {ipu: transfer.wait_cycles - half})
 
     def sync(self, fixed: int) -> None:
         """Every IPU waits for the slowest, plus the fixed cost of the sync itself."""
         end = max(self.clock.values())
         self.run("sync", "Sync", {i: end - self.clock[i] + fixed for i in self.ipus})
+
+
+class _HostInputs:
+    """The host's side of the input transfers: prepared one after another, input k starting
+    when the host is free and input k - depth has been copied (depth 0: when the IPU asks)."""
+
+    def __init__(self, transfer: HostTransfer | None, depth: int) -> None:
+        self.prepare = transfer.prepare_cycles if transfer is not None else 0
+        self.depth = depth
+        self.free = 0
+        self.copied: list[int] = []
+
+    def ready(self, ipu_clock: int) -> int:
+        """The cycle at which the next input is ready on the host."""
+        if not self.prepare:
+            return 0
+        k, start = len(self.copied), self.free
+        if self.depth <= 0:
+            start = max(start, ipu_clock)
+        elif k >= self.depth:
+            start = max(start, self.copied[k - self.depth])
+        self.free = start + self.prepare
+        return self.free
 
 
 def _returned(plan: SchedulePlan, iteration: int, micro: int) -> bool:
@@ -132,6 +164,12 @@ def simulate(plan: SchedulePlan) -> pd.DataFrame:
         if cycles:
             tl.run("interIpuCopy", "GlobalExchange", {i: cycles for i in ipus})
 
+    prepared = _HostInputs(plan.input_transfer, plan.prefetch_depth)
+
+    def input_copy() -> None:
+        tl.host("input", first_ipu, plan.input_transfer, prepared.ready(tl.clock[first_ipu]))
+        prepared.copied.append(tl.clock[first_ipu])
+
     def output_copy(name: str) -> None:
         tl.host(name, last_ipu, plan.output_transfer)
 
@@ -154,7 +192,7 @@ def simulate(plan: SchedulePlan) -> pd.DataFrame:
                     bwd = [(2 * n - 2 - p, t - p) for p in range(n - 1, s_total)
                            if 0 <= t - p < micro_per_pipeline]
                 if fwd and fwd[0][0] == 0:
-                    tl.host("input", first_ipu, plan.input_transfer)
+                    input_copy()
                 for stage, _m in fwd:
                     tl.run(f"stage{stage}/forward", "OnTileExecute",
                            {stages[stage].ipu: stages[stage].forward_cycles})
@@ -172,7 +210,7 @@ def simulate(plan: SchedulePlan) -> pd.DataFrame:
         iterations = plan.device_iterations
         for it in range(iterations):
             for m in range(g):
-                tl.host("input", first_ipu, plan.input_transfer)
+                input_copy()
                 for s, st in enumerate(stages):
                     tl.run(f"stage{s}/forward", "OnTileExecute", {st.ipu: st.forward_cycles})
                     if s < n - 1:

@@ -170,6 +170,33 @@ def test_replicas_share_the_host_link():
     assert set(one.steps[one.steps.program == "input/mid"].cycles) == {27}  # 160 B at 8 GB/s
 
 
+def test_host_process_prepares_its_replicas_inputs():
+    big = [HostTensor("x", "input", (4, 10), "float32", 2_350_000)]
+
+    def run(**changes):
+        steps = costmodel.estimate(measurement(), setup(inputs=big, **changes)).steps
+        return (steps[steps.program == "input/begin"].cycles.tolist(),
+                set(steps[steps.program == "input/mid"].cycles),
+                steps[(steps.program == "weightUpdate") & (steps.ipu == 0)].cycles.iloc[0])
+
+    # one host thread hands 4 replicas x 2.35 MB to Poplar at 2.35 GB/s: 4 ms = 5.32M cycles before
+    # the first input; the next ones were prepared while the IPUs computed (depth 1), so wait less
+    begins, mids, update = run(replication_factor=4)
+    assert begins[:3] == [5_320_000, 5_281_452, 5_281_452]
+    assert mids == {781_375}  # 8 IPUs: 2 links for 4 replicas, 4 GB/s each
+    assert update == 3_564
+    # a thread per replica (streamCallbacks.multiThreadMode): a quarter of the time
+    assert run(replication_factor=4, callback_threads=4)[0][:2] == [1_330_000, 1_291_452]
+    # prefetch off: every input waits for all of its preparation
+    assert set(run(replication_factor=4, prefetch_depth=0)[0]) == {5_320_000}
+    # PopRun: 4 instances of 1 replica share the links of all 8 IPUs (2 links, 4 replicas), and
+    # the gradient all-reduce spans the 4 replicas; each instance's host prepares only its own
+    begins, mids, update = run(replication_factor=1, processes=4)
+    assert begins[0] == 1_330_000 and mids == {781_375}
+    assert update == run(replication_factor=4)[2]
+    assert run(replication_factor=1)[1] == {390_688}
+
+
 def test_architecture_and_host_parameters_from_the_environment(monkeypatch):
     monkeypatch.setenv("POPVIZ_EMULATOR_ARCH", "bow")
     monkeypatch.setenv("POPVIZ_EMULATOR_HOST_GBPS", "16")
@@ -179,6 +206,8 @@ def test_architecture_and_host_parameters_from_the_environment(monkeypatch):
         hardware.spec()
     monkeypatch.delenv("POPVIZ_EMULATOR_ARCH")
     assert hardware.spec(ipu_version=1).architecture == "Mk1"
+    monkeypatch.setenv("POPVIZ_EMULATOR_HOST_PROCESS_GBPS", "4.7")
+    assert hardware.host_link().process_bytes_per_second == 4.7e9
     monkeypatch.setenv("POPVIZ_EMULATOR_HOST_GBPS", "-1")
     with pytest.raises(Exception, match="POPVIZ_EMULATOR_HOST_GBPS='-1' is not a positive number"):
         hardware.host_link()
@@ -203,3 +232,24 @@ def test_report_is_estimated_and_round_trips(tmp_path):
     assert report.config.stages[1].blocks == ("B", "loss")
     write_bundle(report, tmp_path / "training")
     assert read_bundle(tmp_path / "training") == report
+
+
+def test_prefetch_depth_and_callback_threads_from_the_options(monkeypatch):
+    from popviz.emulator import profiling
+
+    monkeypatch.delenv("POPLAR_ENGINE_OPTIONS", raising=False)
+    monkeypatch.delenv("POPLAR_RUNTIME_OPTIONS", raising=False)
+    assert profiling.prefetch_depth({}) == 1  # Poplar prefetches by default, depth 1
+    assert profiling.prefetch_depth({"defaultPrefetchBufferingDepth": 3}) == 3
+    assert profiling.prefetch_depth({"enablePrefetchDatastreams": False, "defaultPrefetchBufferingDepth": 3}) == 0
+    assert profiling.callback_threads({}, 4) == 1  # singleThread: the main thread runs every callback
+    collaborative = {"streamCallbacks.multiThreadMode": "collaborative", "streamCallbacks.numWorkerThreads": "auto"}
+    assert profiling.callback_threads(collaborative, 4) == 4
+    assert profiling.callback_threads({**collaborative, "streamCallbacks.numWorkerThreads": "2"}, 4) == 2
+    assert profiling.callback_threads({**collaborative, "streamCallbacks.numWorkerThreads": "0"}, 4) == 1
+    monkeypatch.setenv("POPLAR_RUNTIME_OPTIONS", '{"streamCallbacks.multiThreadMode": "dedicated", '
+                       '"streamCallbacks.numWorkerThreads": "8"}')
+    assert profiling.callback_threads({}, 4) == 4
+    monkeypatch.setenv("POPLAR_RUNTIME_OPTIONS", "{oops")
+    with pytest.raises(Exception, match="POPLAR_RUNTIME_OPTIONS is not valid JSON"):
+        profiling.callback_threads({}, 4)

@@ -23,3 +23,17 @@ def test_the_small_cnn_case_runs_and_reports_its_error(tmp_path):
     assert lines[2] == "| B9 | small CNN, 1 IPU, synthetic | 48,580.0/s | 47,323.5/s | +3% |"
     assert lines[-1] == "median |error| over 1 figures: 3%; throughput alone (1): 3%"
     assert (tmp_path / "b9_small_cnn" / "training").is_dir()  # --keep kept the captured report
+
+
+@pytest.mark.slow
+def test_host_bound_and_poprun_cases_hold():
+    # P3 streams 4.9 GB per call through one host process (held out); P1 is instance 0 of 8 PopRun
+    # instances, scaled to the whole system
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "fidelity" / "run.py"), "P1", "P3",
+                           "--markdown"], capture_output=True, text=True, timeout=900,
+                          env={**__import__("os").environ, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = proc.stdout.splitlines()
+    assert lines[2:5] == ["| P1 | ResNet-50, mb 18, 8 x 2 replicas (Bow) | 34,744.5/s | 37,061.0/s | -6% |",
+                          "| P1 | ResNet-50, mb 18, AMP 0.16: fits | fits | fits | ok |",
+                          "| P3 | ViT-B/16, mb 17, 4x[3,3,3,3] (Bow) | 7,250.6/s | 7,319.0/s | -1% |"]

@@ -16,7 +16,7 @@ def test_result_repr_is_a_short_summary_with_the_top_findings():
     assert str(result) == text
     assert text.splitlines() == [
         f"<popviz Result of {SAMPLES / 'mnist_pipeline'}: 2 engines, 3 warnings, 1 info (worst: warning)",
-        "  inference (estimated): 2 warnings; top: HIO001 IPU0 waits for the host: 24.7% of its cycles in stream "
+        "  inference (estimated): 2 warnings; top: HIO001 IPU0 waits for the host: 25.4% of its cycles in stream "
         "copies",
         "  training (estimated): 1 warning, 1 info; top: HIO002 Training returns every micro-batch's outputs "
         "(OutputMode.All)",

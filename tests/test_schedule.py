@@ -70,3 +70,31 @@ def test_sharded_runs_one_ipu_at_a_time():
     # per micro-batch: 10 + 30 + 60 + 20 = 120 cycles of work, serial
     assert _clock(steps) == {0: 240, 1: 240}
     assert _by(steps, "Sync") == {0: 180, 1: 60}
+
+
+def _input_begins(steps):
+    return steps[steps.program == "input/begin"].cycles.tolist()
+
+
+def test_host_preparation_overlaps_compute_up_to_the_prefetch_depth():
+    # One IPU, 4 micro-batches of 100 cycles; the host needs 150 cycles per input. Depth 1: input k
+    # starts once input k-1 is copied, so each input after the first waits 150 - 100 = 50 (+2).
+    plan = SchedulePlan(stages=[StageWork(0, 100)], mode="inference", strategy=None, device_iterations=4,
+                        input_transfer=HostTransfer(4, 10, prepare_cycles=150))
+    steps = simulate(plan)
+    assert _input_begins(steps) == [150, 50, 50, 50]
+    assert _clock(steps) == {0: 150 + 3 * 50 + 4 * (10 + 2 + 100)}
+    # Depth 2: the host works back to back, ready at 150, 300, 450, 600.
+    deep = simulate(SchedulePlan(**{**plan.__dict__, "prefetch_depth": 2}))
+    assert _input_begins(deep) == [150, 38, 38, 38]
+    # Depth 0 (prefetch off): the host starts when the IPU asks, nothing overlaps.
+    off = simulate(SchedulePlan(**{**plan.__dict__, "prefetch_depth": 0}))
+    assert _input_begins(off) == [150] * 4
+    assert _clock(off) == {0: 4 * (150 + 10 + 2 + 100)}
+
+
+def test_host_preparation_hidden_behind_longer_compute():
+    plan = SchedulePlan(stages=[StageWork(0, 100)], mode="inference", strategy=None, device_iterations=3,
+                        input_transfer=HostTransfer(4, 10, prepare_cycles=30))
+    # only the first input's preparation shows; later ones are ready before the IPU asks
+    assert _input_begins(simulate(plan)) == [30, 2, 2]

@@ -6,9 +6,13 @@ normalised on the IPU, SGD momentum 0.9, available memory proportion 0.16,
 recompute_mode manual: ``autoRecomputation = RecomputeAll`` with ``explicitRecomputation`` and
 recomputation checkpoints after the residual adds listed in ``recompute_checkpoints`` and after
 every convolution and norm of layer4 (utils/ipu_settings.py, models/models.py). Run with
-POPVIZ_EMULATOR_ARCH=Bow.
+POPVIZ_EMULATOR_ARCH=Bow. The figure's benchmark (``pytorch_resnet50_train_real_pod16``) runs 8
+PopRun instances of 2 replicas each: under a PopDist environment this script builds its options
+with ``popdist.poptorch.Options()`` as Graphcore's ``train.py`` does, and ``run.py`` runs
+instance 0 of 8 (every instance runs the same engine).
 """
 
+import popdist
 import poptorch
 import torch
 from _common import batch, train_one_call
@@ -38,7 +42,13 @@ class Checkpointed(nn.Module):
         return logits, self.loss(logits.float(), labels)
 
 
-opts = poptorch.Options().replicationFactor(R)
+if popdist.isPopdistEnvSet():  # this instance's replicas (PopRun --num-instances)
+    import popdist.poptorch
+
+    opts = popdist.poptorch.Options()
+    R = popdist.getNumLocalReplicas()
+else:
+    opts = poptorch.Options().replicationFactor(R)
 opts.Training.gradientAccumulation(G)
 opts.Precision.setPartialsType(torch.half)
 opts.setAvailableMemoryProportion({"IPU0": 0.16})

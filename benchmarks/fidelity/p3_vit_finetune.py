@@ -52,6 +52,7 @@ opts.Training.gradientAccumulation(G)
 opts.Precision.setPartialsType(torch.half)
 opts.setAvailableMemoryProportion({f"IPU{i}": 0.3 for i in range(4)})
 opts.outputMode(poptorch.OutputMode.All)
+opts._Popart.set("defaultPrefetchBufferingDepth", 2)  # configs.yml prefetch_depth: 2
 opts.TensorLocations.setOptimizerLocation(poptorch.TensorLocationSettings().useReplicatedTensorSharding(True))
 model = ViT()
 place_layers(model.layers, [3, 3, 3, 3], checkpoint=False)

@@ -130,6 +130,15 @@ class EngineSetup:
     options: Mapping[str, Any] = field(default_factory=dict)
     spec: hw.IpuSpec = field(default_factory=hw.spec)
     host: hw.HostLink = field(default_factory=hw.host_link)
+    prefetch_depth: int = 1
+    """Inputs the host may prepare ahead of the IPU (PopART's ``defaultPrefetchBufferingDepth``,
+    1 by default; 0 with ``enablePrefetchDatastreams`` off: the host starts when the IPU asks)."""
+    callback_threads: int = 1
+    """Host threads serving the stream callbacks (1 unless Poplar's runtime option
+    ``streamCallbacks.multiThreadMode`` is set; at most one per local replica)."""
+    processes: int = 1
+    """Host processes of the run (PopRun instances, ``Distributed.numProcesses``), each with this
+    engine's replicas: their replicas share the IPU-Machines' host links."""
     calls: int | None = None
     host_gaps_seconds: Sequence[tuple[float, float]] = ()
     """Measured between one call's return and the script's next call, one per pair of consecutive
@@ -140,6 +149,12 @@ class EngineSetup:
     @property
     def training(self) -> bool:
         return self.mode == "training"
+
+    @property
+    def system_replicas(self) -> int:
+        """Replicas of the whole run, every process's (PopRun instances): the gradient all-reduce,
+        replicated tensor sharding and the host links span them all."""
+        return self.replication_factor * max(1, self.processes)
 
     @property
     def effective_output_mode(self) -> str:

@@ -312,8 +312,8 @@ def memory_table(stages: Sequence[StageEstimate], m: Measurement, setup: EngineS
         weights = sum(s.weight_bytes for s in mine)
         elements = sum(s.trainable_elements for s in mine)
         optimizer = elements * slot_bytes if setup.training else 0
-        if setup.optimizer_sharded and setup.replication_factor > 1:
-            optimizer = optimizer / setup.replication_factor
+        if setup.optimizer_sharded and setup.system_replicas > 1:
+            optimizer = optimizer / setup.system_replicas
         streamed = 0.0  # an offloaded state: its largest tensor's, on chip while that update runs
         if not setup.optimizer_on_chip:
             segs = {s.index for s in mine}
@@ -369,7 +369,7 @@ def weight_update_cycles(stages: Sequence[StageEstimate], setup: EngineSetup, ip
         cycles = touched / mem + hw.WEIGHT_UPDATE_CYCLES_PER_TENSOR * tensors
         if not setup.optimizer_on_chip:
             cycles += 2 * elements * slot_bytes / spec.per_cycle(hw.STREAMING_MEMORY_BYTES_PER_SECOND)
-        r = setup.replication_factor
+        r = setup.system_replicas
         if r > 1:
             ring = spec.per_cycle(spec.ipu_link_bytes_per_second) * ring_directions(r)
             cycles += 2 * (r - 1) / r * grad_bytes / ring + hw.INTER_IPU_COPY_CYCLES
@@ -389,17 +389,25 @@ def ring_directions(replicas: int) -> int:
     return hw.ALLREDUCE_RING_DIRECTIONS if replicas > 2 else 1
 
 
-def _transfer(nbytes: int, setup: EngineSetup, ipus_per_replica: int):
-    """One micro-batch's host transfer on one replica: the host links of the IPU-M2000s the
-    executor uses (one per ``IPUS_PER_HOST_LINK`` IPUs) are shared by its replicas."""
+def _transfer(nbytes: int, setup: EngineSetup, ipus_per_replica: int, prepare: bool = False):
+    """One micro-batch's host transfer on one replica: the host links of the IPU-M2000s the run
+    uses (one per ``IPUS_PER_HOST_LINK`` IPUs, all processes' replicas together) are shared by
+    its replicas. With ``prepare`` (inputs), the host process's callback threads hand all its
+    local replicas' micro-batch to Poplar first (``HostLink.process_bytes_per_second``)."""
     from popviz.schedule import HostTransfer
 
     clock = setup.spec.clock_hz
     r = setup.replication_factor
-    links = max(1, math.ceil(ipus_per_replica * r / hw.IPUS_PER_HOST_LINK))
-    per_replica = setup.host.bytes_per_second * min(links, r) / r
+    system = setup.system_replicas
+    links = max(1, math.ceil(ipus_per_replica * system / hw.IPUS_PER_HOST_LINK))
+    per_replica = setup.host.bytes_per_second * min(links, system) / system
+    prepare_cycles = 0
+    if prepare:
+        threads = max(1, min(setup.callback_threads, r))
+        prepare_cycles = int(round(nbytes * r / (setup.host.process_bytes_per_second * threads) * clock))
     return HostTransfer(wait_cycles=int(round(setup.host.latency_seconds * clock)),
-                        transfer_cycles=int(round(nbytes / per_replica * clock)))
+                        transfer_cycles=int(round(nbytes / per_replica * clock)),
+                        prepare_cycles=prepare_cycles)
 
 
 def schedule_plan(stages: Sequence[StageEstimate], m: Measurement, setup: EngineSetup, ipus: Sequence[int]):
@@ -422,7 +430,8 @@ def schedule_plan(stages: Sequence[StageEstimate], m: Measurement, setup: Engine
         gradient_accumulation=setup.gradient_accumulation if setup.training else 1,
         device_iterations=setup.device_iterations, output_mode=setup.effective_output_mode,
         output_return_period=setup.output_return_period, copy_cycles=copies,
-        input_transfer=None if synthetic or not setup.inputs else _transfer(in_bytes, setup, len(ipus)),
+        input_transfer=None if synthetic or not setup.inputs else _transfer(in_bytes, setup, len(ipus), prepare=True),
+        prefetch_depth=setup.prefetch_depth,
         output_transfer=None if synthetic or not setup.outputs else _transfer(out_bytes, setup, len(ipus)),
         weight_update_cycles=weight_update_cycles(stages, setup, ipus),
         sync_cycles=hw.SYNC_CYCLES,
@@ -442,7 +451,10 @@ def notes(setup: EngineSetup) -> tuple[str, ...]:
         "code and exchange overhead.",
         f"Host link {setup.host.bytes_per_second / 1e9:g} GB/s shared by replicas, "
         f"{setup.host.latency_seconds * 1e6:g} us wait per transfer ({hw.HOST_BANDWIDTH_ENV}, "
-        f"{hw.HOST_LATENCY_ENV}); architecture {spec.architecture} ({hw.ARCH_ENV}).",
+        f"{hw.HOST_LATENCY_ENV}); the host process hands its {setup.replication_factor} replica(s)' inputs "
+        f"to Poplar at {setup.host.process_bytes_per_second / 1e9:g} GB/s per stream-callback thread "
+        f"({setup.callback_threads} thread(s), {hw.HOST_PROCESS_ENV}), up to {setup.prefetch_depth} "
+        f"input(s) ahead of the IPU (prefetch depth); architecture {spec.architecture} ({hw.ARCH_ENV}).",
         "Sources and known errors of every constant: docs/emulator.md.",
     )
 

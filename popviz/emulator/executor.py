@@ -327,7 +327,11 @@ class PoplarExecutor(Batching, DeviceState):
         host = hardware.host_link()
         recorded["emulator"] = {"architecture": spec.architecture,
                                 "host_bytes_per_second": host.bytes_per_second,
-                                "host_latency_seconds": host.latency_seconds}
+                                "host_latency_seconds": host.latency_seconds,
+                                "host_process_bytes_per_second": host.process_bytes_per_second}
+        popart = o._Popart.options
+        threads = profiling.callback_threads(popart.get("engineOptions", {}), o.replication_factor)
+        recorded["emulator"]["host_callback_threads"] = threads
         return costmodel.EngineSetup(
             name=self.engine_name, mode="training" if self._training else "inference",
             strategy=strategy.name if o._strategy_is_explicit or segments > 1 else None,
@@ -343,7 +347,10 @@ class PoplarExecutor(Batching, DeviceState):
             accumulator_on_chip=locations.on_chip("accumulator"),
             available_memory_proportion=dict(o.available_memory_proportion),
             synthetic_data=o.synthetic_data, auto_round_num_ipus=o.auto_round_num_ipus,
-            inputs=inputs, outputs=outs, options=recorded, spec=spec, host=host, calls=0,
+            inputs=inputs, outputs=outs, options=recorded, spec=spec, host=host,
+            prefetch_depth=profiling.prefetch_depth(popart),
+            callback_threads=threads,
+            processes=max(1, int(o.Distributed.numProcesses)), calls=0,
             extra_notes=(structure.split_note,) if structure is not None and structure.split_note else (),
         )
 

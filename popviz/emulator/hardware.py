@@ -234,6 +234,7 @@ unaffected. Known error: the gain shrinks for small or exchange-bound ops."""
 # ------------------------------------------------------------------------ host-link parameters
 HOST_BANDWIDTH_ENV = "POPVIZ_EMULATOR_HOST_GBPS"
 HOST_LATENCY_ENV = "POPVIZ_EMULATOR_HOST_LATENCY_US"
+HOST_PROCESS_ENV = "POPVIZ_EMULATOR_HOST_PROCESS_GBPS"
 ARCH_ENV = "POPVIZ_EMULATOR_ARCH"
 DEFAULT_HOST_GBPS = 8.0
 """Effective host->IPU bandwidth, GB/s, of one IPU-M2000's host link (``IPUS_PER_HOST_LINK`` IPUs),
@@ -245,12 +246,25 @@ IPUS_PER_HOST_LINK = 4
 DEFAULT_HOST_LATENCY_US = 10.0
 """Time the IPU waits for the host per transfer (StreamCopyBegin + End), microseconds. A
 parameter: it depends on the host's data loading and PopTorch's callbacks. Known error: 5x."""
+DEFAULT_HOST_PROCESS_GBPS = 2.35
+"""Rate, GB/s, at which one thread of the host process serves the input streams' callbacks
+(the host's side of a StreamCopyBegin: handing each micro-batch's input to Poplar). Poplar runs
+every stream callback on the process's main thread unless its runtime option
+``streamCallbacks.multiThreadMode`` is set (default ``singleThread``, ``numWorkerThreads`` 0:
+Poplar's RuntimeOptions reference), so one process feeds all its replicas at this rate, and
+PopRun's instances each bring their own. Measured on hardware: Poplar's tutorial 6 trace (figure
+C1) streams 40,004,000 bytes in a run of 19.1 ms, 2.0 ms of it the transfer (host exchange) and
+most of the rest ~17 ms of StreamCopyBegin: ~2.35 GB/s for one thread. With prefetch
+(PopART's ``defaultPrefetchBufferingDepth``, 1 by default) the host prepares the next inputs
+while the IPU computes. Known error: 2x (one trace; hosts differ)."""
 
 
 @dataclass(frozen=True)
 class HostLink:
     bytes_per_second: float
     latency_seconds: float
+    process_bytes_per_second: float = DEFAULT_HOST_PROCESS_GBPS * 1e9
+    """One host thread's rate serving input stream callbacks (``DEFAULT_HOST_PROCESS_GBPS``)."""
 
 
 def _positive_float(name: str, default: float) -> float:
@@ -269,7 +283,8 @@ def _positive_float(name: str, default: float) -> float:
 def host_link() -> HostLink:
     """The host-link parameters (environment or defaults)."""
     return HostLink(_positive_float(HOST_BANDWIDTH_ENV, DEFAULT_HOST_GBPS) * 1e9,
-                    _positive_float(HOST_LATENCY_ENV, DEFAULT_HOST_LATENCY_US) / 1e6)
+                    _positive_float(HOST_LATENCY_ENV, DEFAULT_HOST_LATENCY_US) / 1e6,
+                    _positive_float(HOST_PROCESS_ENV, DEFAULT_HOST_PROCESS_GBPS) * 1e9)
 
 
 def spec(architecture: str | None = None, ipu_version: int | None = None) -> IpuSpec:
