@@ -759,3 +759,35 @@ def test_memory_says_why_an_ipu_runs_no_stage():
         "IPU1 runs no stage: PopTorch attaches every IPU up to the highest a stage uses, rounded up to a power "
         "of two (autoRoundNumIPUs), and it holds only the runtime's code and buffers")
     assert "no stage" not in (memory.analyse(testing.pipeline_report([1000, 1000])).caption or "")
+
+
+def test_a_wait_set_by_bytes_gets_byte_levers_not_more_device_iterations():
+    # 4 micro-batches of 16 float16 images (4.8 MB each) in a call of ~9.9 ms: the host must hand
+    # over 19.3 MB in it, 1.94 GB/s, near what one host thread serves (2.35 GB/s)
+    kw = dict(mode="inference", device_iterations=4, host_bytes_per_cycle=6.0, host_wait_cycles=2_000_000,
+              inputs={"pixels": ((16, 3, 224, 224), "float16"), "labels": ((16,), "int64")})
+    one = only(host_io.analyse(testing.pipeline_report([1000] * 2, **kw)), "HIO001")
+    assert one.title == "IPU0 waits for the host: 84.8% of its cycles in stream copies"
+    assert one.recommendation == (
+        "The host cannot hand over the inputs fast enough: 19,268,096 B (18.4 MiB) per call, 1.94 GB per "
+        "second of IPU time, where one host thread serves Poplar's input streams at ~2.35 GB/s "
+        "(docs/emulator.md); more device iterations or a deeper prefetch do not shorten a wait set by "
+        "bytes. Send fewer bytes (pixels as uint8, normalised on the IPU).")
+    # two replicas on one host process: more callback threads or PopRun instances help too
+    two = only(host_io.analyse(testing.pipeline_report([1000] * 2, replication_factor=2, **kw)), "HIO001")
+    assert two.recommendation.endswith(
+        "Send fewer bytes (pixels as uint8, normalised on the IPU), serve the stream callbacks on more "
+        "threads (engine options {\"streamCallbacks.multiThreadMode\": \"collaborative\", "
+        "\"streamCallbacks.numWorkerThreads\": \"auto\"}), or split the replicas over more PopRun instances "
+        "(each has its own host process).")
+    # a few bytes per call and long waits: the round trips, not the bytes
+    few = dict(kw, inputs={"x": ((16, 784), "float32")})
+    assert only(host_io.analyse(testing.pipeline_report([1000] * 2, **few)), "HIO001").recommendation.startswith(
+        "The host does not keep up: raise opts.deviceIterations(...)")
+
+
+def test_a_negligible_input_is_not_told_to_narrow():
+    kw = dict(mode="inference", device_iterations=4, host_bytes_per_cycle=0.01, host_wait_cycles=0,
+              inputs={"x": ((16, 784), "float16"), "ids": ((16,), "int64")})
+    rec = only(host_io.analyse(testing.pipeline_report([1000] * 2, **kw)), "HIO001").recommendation
+    assert "narrower dtypes" not in rec and rec.endswith("do preprocessing on the IPU.")

@@ -15,7 +15,9 @@ from popviz.analysis.findings import AnalysisOutput, Collector
 from popviz.analysis.thresholds import (
     CALL_DEVICE_SECONDS_MIN,
     CALL_DEVICE_SECONDS_TARGET,
+    HOST_BYTE_BOUND_FRAC,
     HOST_LEVER_MIN_SHARE_FRAC,
+    HOST_THREAD_INPUT_BYTES_PER_SECOND,
     HOST_WAIT_DOMINANT_FRAC,
     OUTPUT_BYTES_SAVED_INFO,
     OUTPUT_BYTES_SAVED_WARN,
@@ -273,10 +275,10 @@ def _stream_copies(report: Report, o: Collector) -> str | None:
                 "waiting %": [round(100 * (r["host_wait_frac"] or 0), 1) for r in shown],
                 "transfer %": [round(100 * (r["transfer_frac"] or 0), 1) for r in shown],
             })
-        if worst["stream_copy_frac"] and worst["stream_copy_frac"] >= STREAM_COPY_WARN_FRAC:
-            _copy_finding(report, o, worst, m["output_mode"])
     seconds = _call_seconds(report, totals, runs)
     m["call_device_seconds"] = seconds
+    if worst is not None and worst["stream_copy_frac"] and worst["stream_copy_frac"] >= STREAM_COPY_WARN_FRAC:
+        _copy_finding(report, o, worst, m["output_mode"], seconds)
     if seconds is None:
         o.skip("device iterations", "no clock frequency (target) or run duration to turn cycles into time")
         return None
@@ -303,12 +305,49 @@ def _call_seconds(report: Report, totals, runs: list[int]) -> float | None:
     return report.target.cycles_to_seconds(totals.elapsed(runs)) / len(runs)
 
 
-def _copy_finding(report: Report, o: Collector, worst: dict[str, Any], mode: str | None) -> None:
+def _byte_bound_levers(report: Report, in_b: int, seconds: float) -> str:
+    """HIO001's advice when the host cannot hand over the call's input bytes in time: fewer bytes
+    (only inputs that carry a real share of them), more host threads or processes."""
+    inputs = report.host_io.inputs if report.host_io is not None else ()
+    total = sum(t.bytes for t in inputs)
+    big = [t for t in inputs if total and t.bytes >= HOST_LEVER_MIN_SHARE_FRAC * total]
+    narrower = {"float64": "float16", "float32": "float16", "int64": "int32"}
+    fewer = [f"{t.name} as uint8, normalised on the IPU" if len(t.shape) >= 4 and t.dtype.startswith("float")
+             else f"{t.name} as {narrower[t.dtype]}" for t in big
+             if (len(t.shape) >= 4 and t.dtype.startswith("float")) or t.dtype in narrower]
+    levers = [f"send fewer bytes ({'; '.join(fewer)})" if fewer else
+              "send fewer bytes (do preprocessing on the IPU)"]
+    r = report.cfg.replication_factor or 1
+    threads = recorded_option(report, "host_callback_threads")  # the emulator's, env options included
+    multi = recorded_option(report, "streamCallbacks.multiThreadMode") in ("collaborative", "dedicated") or (
+        isinstance(threads, int) and threads > 1)
+    if r > 1 and not multi:
+        levers.append("serve the stream callbacks on more threads (engine options "
+                      "{\"streamCallbacks.multiThreadMode\": \"collaborative\", "
+                      "\"streamCallbacks.numWorkerThreads\": \"auto\"})")
+    if r > 1:
+        levers.append("split the replicas over more PopRun instances (each has its own host process)")
+    joined = ", ".join(levers[:-1]) + ", or " + levers[-1] if len(levers) > 1 else levers[0]
+    return (f"The host cannot hand over the inputs fast enough: {nbytes(in_b)} per call, "
+            f"{in_b / seconds / 1e9:.2f} GB per second of IPU time, where one host thread serves "
+            f"Poplar's input streams at ~{HOST_THREAD_INPUT_BYTES_PER_SECOND / 1e9:.2f} GB/s "
+            "(docs/emulator.md); more device iterations or a deeper prefetch do not shorten a wait "
+            f"set by bytes. {joined[0].upper()}{joined[1:]}.")
+
+
+def _copy_finding(report: Report, o: Collector, worst: dict[str, Any], mode: str | None,
+                  seconds: float | None) -> None:
     k = worst["ipu"]
     c, w, x = worst["stream_copy_frac"], worst["host_wait_frac"], worst["transfer_frac"]
     evidence = (f"stream copies take {pct(c)} of IPU{k}'s cycles in a call: {pct(w)} waiting for the "
                 f"host (StreamCopyBegin/End), {pct(x)} transferring (StreamCopyMid)")
-    if c and w / c >= HOST_WAIT_DOMINANT_FRAC:
+    in_b = o.out.metrics.get("input_bytes_per_call")
+    byte_bound = (bool(in_b) and seconds is not None and seconds > 0
+                  and in_b / seconds >= HOST_BYTE_BOUND_FRAC * HOST_THREAD_INPUT_BYTES_PER_SECOND)
+    if c and w / c >= HOST_WAIT_DOMINANT_FRAC and byte_bound:
+        title = f"IPU{k} waits for the host: {pct(c)} of its cycles in stream copies"
+        rec = _byte_bound_levers(report, in_b, seconds)
+    elif c and w / c >= HOST_WAIT_DOMINANT_FRAC:
         title = f"IPU{k} waits for the host: {pct(c)} of its cycles in stream copies"
         steps = ["raise opts.deviceIterations(...) so each call does more work per host round trip"]
         depth = recorded_option(report, "defaultPrefetchBufferingDepth")
@@ -336,7 +375,9 @@ def _copy_finding(report: Report, o: Collector, worst: dict[str, Any], mode: str
             output_levers.append("return outputs in float16")
         input_levers = []
         inputs = report.host_io.inputs if report.host_io is not None else ()
-        wide = [t for t in inputs if t.dtype in ("int64", "float32", "float64")]
+        total_in = sum(t.bytes for t in inputs)  # only an input with a real share of the bytes is worth narrowing
+        wide = [t for t in inputs if t.dtype in ("int64", "float32", "float64")
+                and t.bytes >= HOST_LEVER_MIN_SHARE_FRAC * total_in]
         if in_matters and (wide or not inputs):  # never propose float16 inputs that already are
             input_levers.append("send inputs in narrower dtypes (int32 or float16 instead of int64 or float32"
                                 + (f": {', '.join(t.name for t in wide)}" if wide else "") + ")")

@@ -66,6 +66,18 @@ HOST_WAIT_DOMINANT_FRAC = 0.5
 """When StreamCopyBegin + End (waiting for the host) are at least this share of the stream-copy
 cycles, the host is the bottleneck, not the transfer itself."""
 
+HOST_THREAD_INPUT_BYTES_PER_SECOND = 2.35e9
+"""What one host thread hands Poplar's input streams per second, measured on hardware (Poplar's
+tutorial 6 trace: ~17 ms of StreamCopyBegin for 40 MB; docs/emulator.md). Poplar runs every
+stream callback on the process's main thread unless ``streamCallbacks.multiThreadMode`` says
+otherwise. The emulator's ``DEFAULT_HOST_PROCESS_GBPS`` is the same measurement (analyses do not
+import the emulator)."""
+
+HOST_BYTE_BOUND_FRAC = 0.5
+"""HIO001 calls a host wait byte-bound when the call's inputs need at least this share of
+``HOST_THREAD_INPUT_BYTES_PER_SECOND`` over the call's IPU time: then the host's hand-over of the
+bytes, not the round trips, sets the pace, and fewer bytes or more host threads are the levers."""
+
 HOST_LEVER_MIN_SHARE_FRAC = 0.1
 """HIO001 proposes shrinking a direction of host transfers (inputs or outputs) only when it moves
 at least this share of the bytes per call: halving 0.3% of the bytes cannot shorten the copies."""
