@@ -148,6 +148,23 @@ def test_baseline_round_trip_and_never_overwrite(tmp_path):
     assert run_cli("baseline", "save", str(base), "-o", str(target), "--force").returncode == 0
 
 
+def test_metrics_from_a_newer_popviz_are_named_not_silently_skipped(tmp_path):
+    base = write(tmp_path, "base", [1000, 1000])
+    target = tmp_path / "baseline.json"
+    assert run_cli("baseline", "save", str(base), "-o", str(target)).returncode == 0
+    doc = json.loads(target.read_text())
+    doc["engines"][0]["metrics"]["pipeline.future_metric_pct"] = 12.5  # well-formed, not one of ours
+    target.write_text(json.dumps(doc))
+    proc = run_cli("compare", str(target), str(base))
+    assert proc.returncode == 0, proc.stderr
+    assert "not compared, unknown to this popviz (from a newer one): pipeline.future_metric_pct" in \
+        " ".join(proc.stdout.split())
+    out = json.loads(run_cli("compare", str(target), str(base), "--json").stdout)
+    assert out["unknown_metrics"] == ["pipeline.future_metric_pct"]
+    md = run_cli("compare", str(target), str(base), "--markdown").stdout
+    assert "Not compared, unknown to this popviz (from a newer one): pipeline.future_metric_pct" in md
+
+
 def test_bad_inputs_are_one_line_errors(tmp_path):
     base = write(tmp_path, "base", [1000, 1000])
     junk = tmp_path / "junk.json"

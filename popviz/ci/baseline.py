@@ -29,6 +29,9 @@ class EngineMetrics:
     config: dict[str, Any]
     metrics: dict[str, float]
     findings: list[dict[str, str]] = field(default_factory=list)
+    unknown_metrics: tuple[str, ...] = ()
+    """Well-formed metric names read from a file that this popviz does not define (a newer
+    popviz's): left out of ``metrics``, named in the comparison."""
 
     @property
     def label(self) -> str:
@@ -97,12 +100,14 @@ def read(path: Path) -> list[EngineMetrics]:
         if not isinstance(prov, dict) or not isinstance(prov.get("source", "unknown"), str) or \
                 not isinstance(prov.get("estimated", False), bool):
             raise fail(f"has an invalid provenance for {where} (expected source and estimated true/false)")
+        known = v.metrics(e["metrics"], fail, where)  # a malformed name fails; an unknown one is left out
         out.append(EngineMetrics(name=name, instance=instance,
                                  source=v.name(prov.get("source", "unknown"), fail, f"source of {where}"),
                                  estimated=prov.get("estimated") is True,
                                  config=v.config(e.get("config"), fail, where),
-                                 metrics=v.metrics(e["metrics"], fail, where),
-                                 findings=v.findings(e.get("findings"), fail, where)))
+                                 metrics=known,
+                                 findings=v.findings(e.get("findings"), fail, where),
+                                 unknown_metrics=tuple(k for k in e["metrics"] if k not in known)))
     keys = [(e.instance or "", e.name) for e in out]
     if len(set(keys)) != len(keys):
         raise fail("names an engine twice")

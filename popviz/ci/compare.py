@@ -66,6 +66,8 @@ class Comparison:
     """What the base side is when not one run (e.g. the median of a history's last runs)."""
     resplit: list[str] = field(default_factory=list)
     """Engines whose split (stages and their blocks) differs: their per-stage and per-IPU rows are ``moved``."""
+    unknown_metrics: list[str] = field(default_factory=list)
+    """Well-formed metric names this popviz does not define (from a newer popviz): not compared."""
 
     @property
     def regressions(self) -> list[Row]:
@@ -109,7 +111,7 @@ class Comparison:
         return {"schema": 1, "failed": self.failed, "headline": self.headline(),
                 "config_changes": self.config_changes, "only_base": self.only_base, "only_new": self.only_new,
                 "metrics": [r.to_dict() for r in self.rows], "budgets": self.budgets, "findings": self.findings,
-                "base_label": self.base_label, "resplit": self.resplit}
+                "base_label": self.base_label, "resplit": self.resplit, "unknown_metrics": self.unknown_metrics}
 
 
 def fmt(value: float | None, unit: str) -> str:
@@ -169,11 +171,16 @@ def compare(base: list[EngineMetrics], new: list[EngineMetrics], rules: list[Rul
                                        "base": {k: a for k, a, _ in moved}, "new": {k: b for k, _, b in moved}})
         if resplit:
             out.resplit.append(eb.label)
+        for name in (*eb.unknown_metrics, *en.unknown_metrics):
+            if name not in out.unknown_metrics:
+                out.unknown_metrics.append(name)
         for name in sorted(set(eb.metrics) | set(en.metrics), key=_metric_order):
             try:
                 d = definition(name)
-            except KeyError:
-                continue  # a metric this popviz does not know (a newer baseline): not compared
+            except KeyError:  # a metric this popviz does not know (a newer baseline): not compared, said so
+                if name not in out.unknown_metrics:
+                    out.unknown_metrics.append(name)
+                continue
             vb, vn = eb.metrics.get(name), en.metrics.get(name)
             if vb is None or vn is None:
                 out.rows.append(Row(eb.label, name, d.unit, vb, vn, "", NEW if vb is None else GONE))

@@ -19,6 +19,9 @@ NARROW_COLUMNS = 100
 """Below this terminal width the console table leaves out the threshold column."""
 
 
+UNKNOWN_NOTE = "not compared, unknown to this popviz (from a newer one)"
+
+
 def _verdict(v: str) -> str:
     return MARK.get(v, v)
 
@@ -71,6 +74,8 @@ def console(c: Comparison, *, all_rows: bool = False, file: IO[str] | None = Non
     for label, engines in (("only in base", c.only_base), ("only in new", c.only_new)):
         if engines:
             con.print(f"{label}: {escape(', '.join(engines))}")
+    if c.unknown_metrics:
+        con.print(f"{UNKNOWN_NOTE}: {escape(', '.join(c.unknown_metrics))}")
     rows = c.rows if all_rows else [r for r in c.rows if r.verdict != "="]
     for engine in dict.fromkeys(r.engine for r in rows):  # one table per engine: names are not cut
         mine = [r for r in rows if r.engine == engine]
@@ -128,6 +133,8 @@ def markdown(c: Comparison, *, all_rows: bool = False) -> str:
     for label, engines in (("Only in base", c.only_base), ("Only in new", c.only_new)):
         if engines:
             lines += [f"**{label}:** {md(', '.join(engines))}", ""]
+    if c.unknown_metrics:
+        lines += [f"{UNKNOWN_NOTE[0].upper() + UNKNOWN_NOTE[1:]}: {md(', '.join(c.unknown_metrics))}", ""]
     rows = c.rows if all_rows else [r for r in c.rows if r.verdict != "="]
     if rows:
         lines += ["| engine | metric | base | new | change | threshold | verdict |", "|---|---|---:|---:|---:|---:|---|"]
