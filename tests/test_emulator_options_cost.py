@@ -123,3 +123,32 @@ def test_host_work_between_calls_is_measured_and_added_to_the_loop_rate():
     first(x)
     assert "host_seconds_between_calls" not in first.popvizReport().cfg.options["emulator"]  # one call: no gap
     first.destroy()
+
+
+def _input_waits(**engine):
+    o = poptorch.Options().deviceIterations(4).replicationFactor(2)
+    if "depth" in engine:
+        o._Popart.set("defaultPrefetchBufferingDepth", engine["depth"])
+    if "threads" in engine:
+        o._Popart.set("engineOptions", {"streamCallbacks.multiThreadMode": "collaborative",
+                                        "streamCallbacks.numWorkerThreads": engine["threads"]})
+    model = poptorch.inferenceModel(Big(), o)
+    model.compile(torch.zeros(4 * 2 * 256, 1024))
+    est = model.popvizEstimate()
+    steps = est.steps
+    return steps[steps.program == "input/begin"].cycles.tolist(), est
+
+
+def test_the_script_options_set_prefetch_depth_and_callback_threads():
+    torch.set_num_threads(1)
+    # 2 replicas x 256 x 1024 float32 = 2 MiB per micro-batch through one host thread at 2.35 GB/s
+    one = round(2 * 256 * 1024 * 4 / 2.35e9 * hardware.spec().clock_hz)
+    waits, est = _input_waits()
+    # the first input waits for all of it; the next ones were prepared while the IPU computed
+    assert waits == [one, 771_102, 771_102, 771_102] and one == 1_186_899
+    assert est.config.options["emulator"]["host_callback_threads"] == 1
+    deeper, _ = _input_waits(depth=3)  # the host runs further ahead
+    assert deeper == [one, 415_800, 415_800, 415_800]
+    threaded, est = _input_waits(threads="auto")  # one thread per replica: half the time
+    assert threaded == [593_449, 177_652, 177_652, 177_652]
+    assert est.config.options["emulator"]["host_callback_threads"] == 2
