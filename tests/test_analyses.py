@@ -769,14 +769,16 @@ def test_a_wait_set_by_bytes_gets_byte_levers_not_more_device_iterations():
     one = only(host_io.analyse(testing.pipeline_report([1000] * 2, **kw)), "HIO001")
     assert one.title == "IPU0 waits for the host: 84.8% of its cycles in stream copies"
     assert one.recommendation == (
-        "The host cannot hand over the inputs fast enough: 19,268,096 B (18.4 MiB) per call, 1.94 GB per "
-        "second of IPU time, where one host thread serves Poplar's input streams at ~2.35 GB/s "
-        "(docs/emulator.md); more device iterations or a deeper prefetch do not shorten a wait set by "
-        "bytes. Send fewer bytes (pixels as uint8, normalised on the IPU).")
+        "The host cannot hand over the inputs fast enough: one host thread needs ~8.2 ms to pass the call's "
+        "19,268,096 B (18.4 MiB) of inputs to Poplar (~2.35 GB/s per thread, docs/emulator.md), 82.5% of the "
+        "9.9 ms the call keeps the IPUs busy; more device iterations or a deeper prefetch do not shorten a "
+        "wait set by bytes. Send pixels as uint8, normalised on the IPU.")
     # two replicas on one host process: more callback threads or PopRun instances help too
     two = only(host_io.analyse(testing.pipeline_report([1000] * 2, replication_factor=2, **kw)), "HIO001")
+    assert "needs ~16.4 ms to pass the call's 38,536,192 B (36.8 MiB) of inputs" in two.recommendation
+    assert "per thread, docs/emulator.md), longer than the 9.9 ms the call keeps" in two.recommendation
     assert two.recommendation.endswith(
-        "Send fewer bytes (pixels as uint8, normalised on the IPU), serve the stream callbacks on more "
+        "Send pixels as uint8, normalised on the IPU, serve the stream callbacks on more "
         "threads (engine options {\"streamCallbacks.multiThreadMode\": \"collaborative\", "
         "\"streamCallbacks.numWorkerThreads\": \"auto\"}), or split the replicas over more PopRun instances "
         "(each has its own host process).")
@@ -791,3 +793,11 @@ def test_a_negligible_input_is_not_told_to_narrow():
               inputs={"x": ((16, 784), "float16"), "ids": ((16,), "int64")})
     rec = only(host_io.analyse(testing.pipeline_report([1000] * 2, **kw)), "HIO001").recommendation
     assert "narrower dtypes" not in rec and rec.endswith("do preprocessing on the IPU.")
+
+
+def test_float_images_are_told_uint8_in_both_kinds_of_host_wait():
+    kw = dict(mode="inference", device_iterations=4, host_bytes_per_cycle=0.01, host_wait_cycles=0,
+              inputs={"images": ((16, 3, 32, 32), "float32"), "ids": ((16,), "int64")})
+    rec = only(host_io.analyse(testing.pipeline_report([1000] * 2, **kw)), "HIO001").recommendation
+    assert rec.endswith("move fewer bytes — send images as uint8, normalised on the IPU, or do preprocessing "
+                        "on the IPU.")

@@ -8,9 +8,11 @@ import os
 import sys
 import textwrap
 
+import pytest
+
 import popviz
 
-from conftest import run_cli
+from conftest import assert_one_line_error, run_cli
 
 PY = sys.executable
 
@@ -166,6 +168,19 @@ def test_no_engine_under_emulate_does_not_suggest_emulate(tmp_path):
     proc = run_cli("capture", "-o", "out", "--emulate", "--", PY, "-c", "pass", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "Poplar wrote no profile\n" in proc.stderr and "add --emulate" not in proc.stderr
+
+
+@pytest.mark.parametrize("value, needle", [
+    ("{oops", "POPLAR_RUNTIME_OPTIONS is not valid JSON"),
+    ("[1, 2]", "POPLAR_RUNTIME_OPTIONS must be a JSON object"),
+    ('{"streamCallbacks.multiThreadMode": "bogus"}', "streamCallbacks.multiThreadMode 'bogus' is not one of"),
+    ('{"streamCallbacks.numWorkerThreads": "lots"}', "streamCallbacks.numWorkerThreads 'lots' is not a number"),
+])
+def test_poplar_runtime_options_poplar_would_reject_are_one_line_errors(tmp_path, value, needle):
+    for cmd in (["capture", "-o", "out", "--emulate"], ["emulate"]):
+        proc = run_cli(*cmd, "--", PY, "-c", "pass", cwd=tmp_path, env={"POPLAR_RUNTIME_OPTIONS": value})
+        assert_one_line_error(proc, needle)
+    assert not (tmp_path / "out").exists()
 
 
 ESCAPING_NAME_SCRIPT = '''

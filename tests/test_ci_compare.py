@@ -157,12 +157,19 @@ def test_metrics_from_a_newer_popviz_are_named_not_silently_skipped(tmp_path):
     target.write_text(json.dumps(doc))
     proc = run_cli("compare", str(target), str(base))
     assert proc.returncode == 0, proc.stderr
-    assert "not compared, unknown to this popviz (from a newer one): pipeline.future_metric_pct" in \
-        " ".join(proc.stdout.split())
+    assert "not compared, unknown to this popviz (from a newer one, or misspelt): training " \
+        "pipeline.future_metric_pct" in " ".join(proc.stdout.split())
     out = json.loads(run_cli("compare", str(target), str(base), "--json").stdout)
-    assert out["unknown_metrics"] == ["pipeline.future_metric_pct"]
+    assert out["unknown_metrics"] == [{"engine": "training", "metric": "pipeline.future_metric_pct"}]
     md = run_cli("compare", str(target), str(base), "--markdown").stdout
-    assert "Not compared, unknown to this popviz (from a newer one): pipeline.future_metric_pct" in md
+    assert "Not compared, unknown to this popviz (from a newer one, or misspelt): training " \
+        "pipeline.future_metric_pct" in md
+    # an unknown metric's value is still checked: a finite number
+    for bad in ("abc", None, True, float("nan")):
+        doc["engines"][0]["metrics"]["pipeline.future_metric_pct"] = bad
+        target.write_text(json.dumps(doc))
+        assert_one_line_error(run_cli("compare", str(target), str(base)), "baseline.json",
+                              "not a finite number for metric 'pipeline.future_metric_pct'")
 
 
 def test_bad_inputs_are_one_line_errors(tmp_path):

@@ -235,7 +235,7 @@ def test_report_is_estimated_and_round_trips(tmp_path):
 
 
 def test_prefetch_depth_and_callback_threads_from_the_options(monkeypatch):
-    from popviz.emulator import profiling
+    from popviz.emulator import runtime_options as profiling
 
     monkeypatch.delenv("POPLAR_ENGINE_OPTIONS", raising=False)
     monkeypatch.delenv("POPLAR_RUNTIME_OPTIONS", raising=False)
@@ -253,3 +253,6 @@ def test_prefetch_depth_and_callback_threads_from_the_options(monkeypatch):
     monkeypatch.setenv("POPLAR_RUNTIME_OPTIONS", "{oops")
     with pytest.raises(Exception, match="POPLAR_RUNTIME_OPTIONS is not valid JSON"):
         profiling.callback_threads({}, 4)
+    monkeypatch.delenv("POPLAR_RUNTIME_OPTIONS")
+    with pytest.raises(Exception, match="streamCallbacks.multiThreadMode 'bogus' is not one of singleThread"):
+        profiling.callback_threads({"streamCallbacks.multiThreadMode": "bogus"}, 4)

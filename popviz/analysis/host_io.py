@@ -305,22 +305,30 @@ def _call_seconds(report: Report, totals, runs: list[int]) -> float | None:
     return report.target.cycles_to_seconds(totals.elapsed(runs)) / len(runs)
 
 
-def _byte_bound_levers(report: Report, in_b: int, seconds: float) -> str:
-    """HIO001's advice when the host cannot hand over the call's input bytes in time: fewer bytes
-    (only inputs that carry a real share of them), more host threads or processes."""
+def _fewer_input_bytes(report: Report) -> list[str]:
+    """Levers that shrink the inputs, for the inputs carrying a real share of the bytes: float
+    images (4 or more dimensions) as uint8 normalised on the IPU, other int64/float inputs
+    narrower (with no inputs recorded, the narrower-dtypes lever without names)."""
     inputs = report.host_io.inputs if report.host_io is not None else ()
     total = sum(t.bytes for t in inputs)
-    big = [t for t in inputs if total and t.bytes >= HOST_LEVER_MIN_SHARE_FRAC * total]
-    narrower = {"float64": "float16", "float32": "float16", "int64": "int32"}
-    fewer = [f"{t.name} as uint8, normalised on the IPU" if len(t.shape) >= 4 and t.dtype.startswith("float")
-             else f"{t.name} as {narrower[t.dtype]}" for t in big
-             if (len(t.shape) >= 4 and t.dtype.startswith("float")) or t.dtype in narrower]
-    levers = [f"send fewer bytes ({'; '.join(fewer)})" if fewer else
-              "send fewer bytes (do preprocessing on the IPU)"]
+    big = [t for t in inputs if t.bytes >= HOST_LEVER_MIN_SHARE_FRAC * total]
+    images = [t for t in big if t.dtype.startswith("float") and len(t.shape) >= 4]
+    wide = [t for t in big if t.dtype in ("int64", "float32", "float64") and t not in images]
+    levers = []
+    if images:
+        levers.append(f"send {', '.join(t.name for t in images)} as uint8, normalised on the IPU")
+    if wide or not inputs:  # never propose float16 inputs that already are
+        levers.append("send inputs in narrower dtypes (int32 or float16 instead of int64 or float32"
+                      + (f": {', '.join(t.name for t in wide)}" if wide else "") + ")")
+    return levers
+
+
+def _byte_bound_levers(report: Report, in_b: int, seconds: float, threads: int) -> str:
+    """HIO001's advice when the host cannot hand over the call's input bytes in time: fewer bytes,
+    more host threads or processes."""
+    levers = _fewer_input_bytes(report) or ["do preprocessing on the IPU so fewer bytes cross"]
     r = report.cfg.replication_factor or 1
-    threads = recorded_option(report, "host_callback_threads")  # the emulator's, env options included
-    multi = recorded_option(report, "streamCallbacks.multiThreadMode") in ("collaborative", "dedicated") or (
-        isinstance(threads, int) and threads > 1)
+    multi = threads > 1 or recorded_option(report, "streamCallbacks.multiThreadMode") in ("collaborative", "dedicated")
     if r > 1 and not multi:
         levers.append("serve the stream callbacks on more threads (engine options "
                       "{\"streamCallbacks.multiThreadMode\": \"collaborative\", "
@@ -328,11 +336,15 @@ def _byte_bound_levers(report: Report, in_b: int, seconds: float) -> str:
     if r > 1:
         levers.append("split the replicas over more PopRun instances (each has its own host process)")
     joined = ", ".join(levers[:-1]) + ", or " + levers[-1] if len(levers) > 1 else levers[0]
-    return (f"The host cannot hand over the inputs fast enough: {nbytes(in_b)} per call, "
-            f"{in_b / seconds / 1e9:.2f} GB per second of IPU time, where one host thread serves "
-            f"Poplar's input streams at ~{HOST_THREAD_INPUT_BYTES_PER_SECOND / 1e9:.2f} GB/s "
-            "(docs/emulator.md); more device iterations or a deeper prefetch do not shorten a wait "
-            f"set by bytes. {joined[0].upper()}{joined[1:]}.")
+    host = in_b / (HOST_THREAD_INPUT_BYTES_PER_SECOND * threads)
+    who = "one host thread needs" if threads == 1 else f"{threads} host threads need"
+    return (f"The host cannot hand over the inputs fast enough: {who} ~{_ms(host)} to pass the call's "
+            f"{nbytes(in_b)} of inputs to Poplar (~{HOST_THREAD_INPUT_BYTES_PER_SECOND / 1e9:.2f} GB/s "
+            "per thread, docs/emulator.md), "
+            + (f"{pct(host / seconds)} of" if host <= seconds else "longer than")
+            + f" the {_ms(seconds)} the call keeps the IPUs busy; more device iterations or a deeper "
+            "prefetch do not shorten a wait set by "
+            f"bytes. {joined[0].upper()}{joined[1:]}.")
 
 
 def _copy_finding(report: Report, o: Collector, worst: dict[str, Any], mode: str | None,
@@ -342,11 +354,13 @@ def _copy_finding(report: Report, o: Collector, worst: dict[str, Any], mode: str
     evidence = (f"stream copies take {pct(c)} of IPU{k}'s cycles in a call: {pct(w)} waiting for the "
                 f"host (StreamCopyBegin/End), {pct(x)} transferring (StreamCopyMid)")
     in_b = o.out.metrics.get("input_bytes_per_call")
+    threads = recorded_option(report, "host_callback_threads")  # the emulator's (environment included)
+    threads = threads if isinstance(threads, int) and not isinstance(threads, bool) and threads > 0 else 1
     byte_bound = (bool(in_b) and seconds is not None and seconds > 0
-                  and in_b / seconds >= HOST_BYTE_BOUND_FRAC * HOST_THREAD_INPUT_BYTES_PER_SECOND)
+                  and in_b / seconds >= HOST_BYTE_BOUND_FRAC * HOST_THREAD_INPUT_BYTES_PER_SECOND * threads)
     if c and w / c >= HOST_WAIT_DOMINANT_FRAC and byte_bound:
         title = f"IPU{k} waits for the host: {pct(c)} of its cycles in stream copies"
-        rec = _byte_bound_levers(report, in_b, seconds)
+        rec = _byte_bound_levers(report, in_b, seconds, threads)
     elif c and w / c >= HOST_WAIT_DOMINANT_FRAC:
         title = f"IPU{k} waits for the host: {pct(c)} of its cycles in stream copies"
         steps = ["raise opts.deviceIterations(...) so each call does more work per host round trip"]
@@ -373,14 +387,7 @@ def _copy_finding(report: Report, o: Collector, worst: dict[str, Any], mode: str
                                     else "") + ")")
         if out_matters:
             output_levers.append("return outputs in float16")
-        input_levers = []
-        inputs = report.host_io.inputs if report.host_io is not None else ()
-        total_in = sum(t.bytes for t in inputs)  # only an input with a real share of the bytes is worth narrowing
-        wide = [t for t in inputs if t.dtype in ("int64", "float32", "float64")
-                and t.bytes >= HOST_LEVER_MIN_SHARE_FRAC * total_in]
-        if in_matters and (wide or not inputs):  # never propose float16 inputs that already are
-            input_levers.append("send inputs in narrower dtypes (int32 or float16 instead of int64 or float32"
-                                + (f": {', '.join(t.name for t in wide)}" if wide else "") + ")")
+        input_levers = _fewer_input_bytes(report) if in_matters else []
         if in_matters:
             input_levers.append("do preprocessing on the IPU")
         levers = (output_levers + input_levers if (out_b or 0) > (in_b or 0) else input_levers + output_levers)

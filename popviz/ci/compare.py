@@ -66,8 +66,9 @@ class Comparison:
     """What the base side is when not one run (e.g. the median of a history's last runs)."""
     resplit: list[str] = field(default_factory=list)
     """Engines whose split (stages and their blocks) differs: their per-stage and per-IPU rows are ``moved``."""
-    unknown_metrics: list[str] = field(default_factory=list)
-    """Well-formed metric names this popviz does not define (from a newer popviz): not compared."""
+    unknown_metrics: list[dict[str, str]] = field(default_factory=list)
+    """``{engine, metric}`` for well-formed metric names this popviz does not define (from a newer
+    popviz, or misspelt): not compared."""
 
     @property
     def regressions(self) -> list[Row]:
@@ -171,15 +172,14 @@ def compare(base: list[EngineMetrics], new: list[EngineMetrics], rules: list[Rul
                                        "base": {k: a for k, a, _ in moved}, "new": {k: b for k, _, b in moved}})
         if resplit:
             out.resplit.append(eb.label)
-        for name in (*eb.unknown_metrics, *en.unknown_metrics):
-            if name not in out.unknown_metrics:
-                out.unknown_metrics.append(name)
+        for name in dict.fromkeys((*eb.unknown_metrics, *en.unknown_metrics)):
+            out.unknown_metrics.append({"engine": eb.label, "metric": name})
         for name in sorted(set(eb.metrics) | set(en.metrics), key=_metric_order):
             try:
                 d = definition(name)
             except KeyError:  # a metric this popviz does not know (a newer baseline): not compared, said so
-                if name not in out.unknown_metrics:
-                    out.unknown_metrics.append(name)
+                if {"engine": eb.label, "metric": name} not in out.unknown_metrics:
+                    out.unknown_metrics.append({"engine": eb.label, "metric": name})
                 continue
             vb, vn = eb.metrics.get(name), en.metrics.get(name)
             if vb is None or vn is None:

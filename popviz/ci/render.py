@@ -19,7 +19,11 @@ NARROW_COLUMNS = 100
 """Below this terminal width the console table leaves out the threshold column."""
 
 
-UNKNOWN_NOTE = "not compared, unknown to this popviz (from a newer one)"
+UNKNOWN_NOTE = "not compared, unknown to this popviz (from a newer one, or misspelt)"
+
+
+def _unknown(c: Comparison) -> str:
+    return ", ".join(f"{u['engine']} {u['metric']}" for u in c.unknown_metrics)
 
 
 def _verdict(v: str) -> str:
@@ -75,7 +79,7 @@ def console(c: Comparison, *, all_rows: bool = False, file: IO[str] | None = Non
         if engines:
             con.print(f"{label}: {escape(', '.join(engines))}")
     if c.unknown_metrics:
-        con.print(f"{UNKNOWN_NOTE}: {escape(', '.join(c.unknown_metrics))}")
+        con.print(f"{UNKNOWN_NOTE}: {escape(_unknown(c))}")
     rows = c.rows if all_rows else [r for r in c.rows if r.verdict != "="]
     for engine in dict.fromkeys(r.engine for r in rows):  # one table per engine: names are not cut
         mine = [r for r in rows if r.engine == engine]
@@ -134,7 +138,7 @@ def markdown(c: Comparison, *, all_rows: bool = False) -> str:
         if engines:
             lines += [f"**{label}:** {md(', '.join(engines))}", ""]
     if c.unknown_metrics:
-        lines += [f"{UNKNOWN_NOTE[0].upper() + UNKNOWN_NOTE[1:]}: {md(', '.join(c.unknown_metrics))}", ""]
+        lines += [f"{UNKNOWN_NOTE[0].upper() + UNKNOWN_NOTE[1:]}: {md(_unknown(c))}", ""]
     rows = c.rows if all_rows else [r for r in c.rows if r.verdict != "="]
     if rows:
         lines += ["| engine | metric | base | new | change | threshold | verdict |", "|---|---|---:|---:|---:|---:|---|"]

@@ -48,7 +48,8 @@ def known_metric(name: Any, fail: Fail, where: str) -> bool:
     """Whether ``name`` is a metric this popviz knows; False for a well-formed name it does not
     (a newer popviz's metric: not compared); ``fail`` for anything that is not a metric name."""
     if not isinstance(name, str) or len(name) > 200 or not METRIC_NAME.fullmatch(name):
-        raise fail(f"has a metric name that is not one ({brief(name)}) in {where}")
+        raise fail(f"has an invalid metric name ({brief(name)}) in {where}: metric names are dotted "
+                   "lower-case words, like pipeline.imbalance_ratio")
     try:
         definition(name)
     except KeyError:
@@ -76,12 +77,18 @@ def metric_value(name: str, value: Any, fail: Fail, where: str) -> float:
 
 def metrics(doc: Any, fail: Fail, where: str) -> dict[str, float]:
     """A ``{name: value}`` table checked by :func:`metric_value`; unknown well-formed names are
-    left out (a newer popviz's metrics are not compared)."""
+    left out (a newer popviz's metrics are not compared), their values still finite numbers."""
     if not isinstance(doc, dict):
         raise fail(f"has metrics that are not a table in {where}")
     if len(doc) > MAX_METRICS:
         raise fail(f"has more than {MAX_METRICS:,} metrics in {where}")
-    return {k: metric_value(k, v, fail, where) for k, v in doc.items() if known_metric(k, fail, where)}
+    out = {}
+    for k, v in doc.items():
+        if known_metric(k, fail, where):
+            out[k] = metric_value(k, v, fail, where)
+        elif isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or abs(v) > MAX_VALUE:
+            raise fail(f"has a value that is not a finite number for metric {k!r} of {where} ({brief(v)})")
+    return out
 
 
 def name(value: Any, fail: Fail, field: str, *, optional: bool = False) -> str | None:

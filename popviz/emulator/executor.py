@@ -37,7 +37,7 @@ import torch
 from torch.utils._pytree import tree_flatten, tree_map
 
 from popviz.emulator import calls as _calls
-from popviz.emulator import costmodel, hardware, layers, oom, profiling
+from popviz.emulator import costmodel, hardware, layers, oom, profiling, runtime_options
 from popviz.emulator import fake as _fake
 from popviz.emulator import optim as _optim
 from popviz.emulator import progress as _progress
@@ -330,7 +330,7 @@ class PoplarExecutor(Batching, DeviceState):
                                 "host_latency_seconds": host.latency_seconds,
                                 "host_process_bytes_per_second": host.process_bytes_per_second}
         popart = o._Popart.options
-        threads = profiling.callback_threads(popart.get("engineOptions", {}), o.replication_factor)
+        threads = runtime_options.callback_threads(popart.get("engineOptions", {}), o.replication_factor)
         recorded["emulator"]["host_callback_threads"] = threads
         return costmodel.EngineSetup(
             name=self.engine_name, mode="training" if self._training else "inference",
@@ -348,7 +348,7 @@ class PoplarExecutor(Batching, DeviceState):
             available_memory_proportion=dict(o.available_memory_proportion),
             synthetic_data=o.synthetic_data, auto_round_num_ipus=o.auto_round_num_ipus,
             inputs=inputs, outputs=outs, options=recorded, spec=spec, host=host,
-            prefetch_depth=profiling.prefetch_depth(popart),
+            prefetch_depth=runtime_options.prefetch_depth(popart),
             callback_threads=threads,
             processes=max(1, int(o.Distributed.numProcesses)), calls=0,
             extra_notes=(structure.split_note,) if structure is not None and structure.split_note else (),

@@ -15,7 +15,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from popviz.errors import MissingDependencyError
+from popviz.errors import MissingDependencyError, UsageError
 
 SHIM_DIR = Path(__file__).resolve().parent / "_shim"
 """Directory holding the ``poptorch`` shim package; prepended to the child's PYTHONPATH."""
@@ -25,8 +25,18 @@ def emulated_env(env: Mapping[str, str]) -> dict[str, str]:
     """A copy of ``env`` in which ``import poptorch`` imports popviz's emulator.
 
     The shim directory goes first on ``PYTHONPATH``; the user's own ``PYTHONPATH`` entries
-    follow unchanged. Calling it on an already emulated environment changes nothing.
+    follow unchanged. Calling it on an already emulated environment changes nothing. Poplar
+    options in ``env`` that Poplar would reject (``POPLAR_ENGINE_OPTIONS`` /
+    ``POPLAR_RUNTIME_OPTIONS`` not JSON objects, unknown stream-callback values) are a
+    UsageError.
     """
+    from popviz.emulator import runtime_options
+    from popviz.emulator.errors import Error
+
+    try:  # options Poplar would reject fail here, in one line, not in the script's traceback
+        runtime_options.check_environment(env)
+    except Error as exc:
+        raise UsageError(exc.message) from None
     out = dict(env)
     shim = str(SHIM_DIR)
     current = out.get("PYTHONPATH", "")

@@ -17,79 +17,21 @@ from __future__ import annotations
 
 import atexit
 import json
-import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from popviz.emulator import log
-from popviz.emulator.errors import Error
+from popviz.emulator import log, runtime_options
 from popviz.errors import shown
 from popviz.model import Report
 from popviz.sources import bundle
 
-ENV = "POPLAR_ENGINE_OPTIONS"
+ENV = runtime_options.ENGINE_ENV
 PROFILE_FILE = "profile.pop"
 
 
-def _truthy(value: Any) -> bool:
-    return value is True or (isinstance(value, str) and value.strip().lower() == "true")
-
-
-def _env_options(name: str, example: str) -> dict[str, Any]:
-    """The JSON object in the environment variable ``name`` ({} when unset or empty)."""
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return {}
-    try:
-        value = json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise Error(f"{name} is not valid JSON ({exc.msg} at column {exc.colno}): {raw!r}; write it "
-                    f"like '{example}'") from None
-    if not isinstance(value, dict):
-        raise Error(f"{name} must be a JSON object, got {raw!r}")
-    return value
-
-
-def engine_options(options_engine: Mapping[str, Any]) -> dict[str, Any]:
-    """The engine options in effect: the program's, overridden by ``POPLAR_ENGINE_OPTIONS``."""
-    return {**options_engine,
-            **_env_options(ENV, '{"autoReport.all":"true","autoReport.directory":"./reports"}')}
-
-
-RUNTIME_ENV = "POPLAR_RUNTIME_OPTIONS"
-
-
-def prefetch_depth(popart: Mapping[str, Any]) -> int:
-    """Inputs the host may prepare ahead of the IPU: PopART's ``defaultPrefetchBufferingDepth``
-    (Poplar prefetches by default with a depth of 1), 0 when ``enablePrefetchDatastreams`` is
-    off."""
-    if not _truthy(str(popart.get("enablePrefetchDatastreams", True)).lower()):
-        return 0
-    try:
-        return max(1, int(popart.get("defaultPrefetchBufferingDepth", 1)))
-    except (TypeError, ValueError):
-        return 1
-
-
-def callback_threads(options_engine: Mapping[str, Any], local_replicas: int) -> int:
-    """Host threads serving the stream callbacks: Poplar runs them all on the main thread unless
-    ``streamCallbacks.multiThreadMode`` is ``collaborative`` or ``dedicated`` with worker threads
-    (``numWorkerThreads``: a number or ``auto``, one per core). Each replica's streams are served
-    by one thread at a time, so at most one thread per local replica helps. Runtime options come
-    from the engine options and ``POPLAR_RUNTIME_OPTIONS`` (which wins)."""
-    merged = {**engine_options(options_engine),
-              **_env_options(RUNTIME_ENV, '{"streamCallbacks.multiThreadMode":"collaborative"}')}
-    mode = str(merged.get("streamCallbacks.multiThreadMode", "singleThread")).strip()
-    if mode not in ("collaborative", "dedicated"):
-        return 1
-    workers = str(merged.get("streamCallbacks.numWorkerThreads", "0")).strip().lower()
-    if workers == "auto":
-        return max(1, local_replicas)
-    try:
-        return max(1, min(int(workers), local_replicas))
-    except ValueError:
-        return 1
+_truthy = runtime_options.truthy
+engine_options = runtime_options.engine_options
 
 
 def profile_dir(options_engine: Mapping[str, Any]) -> Path | None:
