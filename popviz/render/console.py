@@ -21,8 +21,10 @@ def _frame_table(title: str, frame):  # -> rich.table.Table
                   pad_edge=False, expand=False, box=box.SIMPLE_HEAD, collapse_padding=True)
     for col in frame.columns:
         numeric = frame[col].dtype.kind in "iuf"
-        # Numbers never wrap (a folded number misreads); headers and text wrap when narrow.
-        table.add_column(escape.markup(col), justify="right" if numeric else "left", overflow="fold",
+        # Numbers never wrap (a folded number misreads); headers and text wrap when narrow, a
+        # snake_case header at its words (shown with spaces; --json keeps the names).
+        table.add_column(escape.markup(str(col).replace("_", " ")), justify="right" if numeric else "left",
+                         overflow="fold",
                          min_width=_widest(frame[col]) if numeric else None)
     for row in frame.itertuples(index=False):
         table.add_row(*(_cell(v) for v in row))
