@@ -284,7 +284,7 @@ def _stream_copies(report: Report, o: Collector) -> str | None:
         return None
     _device_iterations(report, o, seconds)
     quiet = [r["ipu"] for r in m["ipus"] if not r["stream_copy_cycles"]]
-    return (f"one call keeps the IPUs busy {_ms(seconds)} (mean over {len(runs)} call"
+    return (f"one call keeps the IPUs busy {_ms(seconds)} (mean over {len(runs)} profiled call"
             f"{'s' if len(runs) != 1 else ''}) · waiting = StreamCopyBegin + End, transfer = StreamCopyMid"
             + (f" · no stream copies on {', '.join(f'IPU{i}' for i in quiet)}" if quiet else ""))
 
