@@ -114,3 +114,19 @@ def test_the_shared_value_carries_the_batch_ratio_with_it():
     assert _values(e) == {"opts.deviceIterations": {value}}
     hio = next(f for f in e.findings if f.code == "HIO003")
     assert f"batches {value / 8:.0f}× larger" in hio.recommendation
+
+
+def test_a_wait_for_the_host_gains_the_call_without_its_waits_and_leads_the_summary():
+    from popviz.render.text import summary_lines
+
+    # a long wait per input copy, and OutputMode.All in training: HIO001 and HIO002, both warnings
+    r = testing.pipeline_report([1000] * 2, mode="training", output_mode="All", host_wait_cycles=200_000,
+                                host_bytes_per_cycle=6.0)
+    [e] = analyse(ReportSet([r])).engines
+    hio = e.metrics["host_io"]
+    w = hio["host_wait_frac"]
+    [wait] = [a for a in e.plan.actions if a.code == "HIO001"]
+    assert wait.throughput_gain_frac == pytest.approx(w / (1 - w))
+    assert (round(w, 4), wait.gain_text) == (0.8911, "up to +818% throughput")
+    assert [a.code for a in e.plan.actions][:2] == ["HIO001", "HIO002"]  # the throughput gain ranks first
+    assert summary_lines(analyse(ReportSet([r])))[0].startswith("1 engine; worst finding: warning, HIO001 on ")

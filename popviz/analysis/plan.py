@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from popviz.analysis.findings import severity_rank
+from popviz.analysis.thresholds import HOST_WAIT_DOMINANT_FRAC
 
 if TYPE_CHECKING:
     from popviz.analysis.findings import EngineResult, Finding
@@ -158,6 +159,12 @@ def reconcile(engine: EngineResult) -> Plan:
                 a.throughput_gain_frac = max(0.0, pipe["ramp_target_frac"] / eff - 1)
         elif f.code == "PIPE004" and pipe.get("pipelining_speedup_ratio"):
             a.throughput_gain_frac = pipe["pipelining_speedup_ratio"] - 1
+        elif f.code == "HIO001":
+            # a wait for the host: the call is at most that much shorter if the IPU never waited (an
+            # upper bound, as the other gains); a transfer-bound copy has no such bound here
+            w, c = hio.get("host_wait_frac"), hio.get("stream_copy_frac")
+            if w and c and w / c >= HOST_WAIT_DOMINANT_FRAC and w < 1:
+                a.throughput_gain_frac = w / (1 - w)
         elif f.code == "HIO002":
             alt = (hio.get("alternatives") or {}).get("Final") or {}
             now, final = hio.get("output_bytes_per_call"), alt.get("output_bytes_per_call")

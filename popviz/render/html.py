@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from popviz import escape
 from popviz._version import __version__
-from popviz.analysis.findings import EngineResult, Result, severity_rank
+from popviz.analysis.findings import EngineResult, Result
 from popviz.render import text
 
 if TYPE_CHECKING:
@@ -157,8 +157,6 @@ def _engine(engine: EngineResult, figures: bool | tuple[str, ...]) -> list[str]:
 
 def _summary(result: Result) -> list[str]:
     worst = result.worst_severity()
-    findings = sorted(((e.report.label, f) for e in result.engines for f in e.findings),
-                      key=lambda item: -severity_rank(item[1].severity))
     estimated = any(e.report.provenance.estimated for e in result.engines)
     out = ['<section class="summary"><h2>Summary</h2><ul>',
            f"<li>{len(result.engines)} engine{'s' if len(result.engines) != 1 else ''}: "
@@ -170,7 +168,7 @@ def _summary(result: Result) -> list[str]:
         out.append('<li><span class="badge estimated">estimated</span> figures come from popviz\'s emulator '
                    "cost model, not from an IPU</li>")
     if worst:
-        label, f = findings[0]
+        label, f = text.worst_finding(result)
         out.append(f'<li>worst finding: <span class="badge {worst}">{worst}</span> '
                    f"<strong>{_e(f.code)}</strong> {_e(f.title)} <span class=\"muted\">({_e(label)})</span></li>")
     else:

@@ -302,13 +302,30 @@ SUMMARY_ACTIONS = 3
 """Top actions per engine in the summary at the head of the console and Markdown views."""
 
 
+def worst_finding(result: Result):  # -> tuple[str, Finding] | None
+    """The engine label and finding the summary leads with: of the most severe findings, the one
+    whose plan action gains the most (throughput, then bytes), the analyses' order on ties."""
+    worst = result.worst_severity()
+    if not worst:
+        return None
+    ranked = []
+    for e in result.engines:
+        actions = {(a.code, a.title): a for a in (e.plan.actions if e.plan is not None else ())}
+        for f in e.findings:
+            if f.severity == worst:
+                a = actions.get((f.code, f.title))
+                gain = (a.throughput_gain_frac or 0, a.bytes_saved_per_call or 0) if a is not None else (0, 0)
+                ranked.append((gain, e.report.label, f))
+    best = max(ranked, key=lambda item: item[0])[0]  # max keeps the first of equal gains
+    return next((label, f) for gain, label, f in ranked if gain == best)
+
+
 def summary_lines(result: Result) -> list[str]:
     """The short summary: engines, the worst finding, and each engine's top actions with their
     estimated gain (from its plan)."""
     n = len(result.engines)
     worst = result.worst_severity()
-    first = next((e.report.label, f) for e in result.engines for f in e.findings
-                 if f.severity == worst) if worst else None
+    first = worst_finding(result)
     lines = [f"{n} engine{'s' if n != 1 else ''}"
              + (f"; worst finding: {worst}, {first[1].code} on {first[0]}: {first[1].title}" if first
                 else "; no findings")]
