@@ -305,6 +305,13 @@ def _call_seconds(report: Report, totals, runs: list[int]) -> float | None:
     return report.target.cycles_to_seconds(totals.elapsed(runs)) / len(runs)
 
 
+def waits_for_host(wait_frac: float | None, copy_frac: float | None) -> bool:
+    """Whether an IPU's stream copies are mostly waiting for the host (Begin/End at least
+    ``HOST_WAIT_DOMINANT_FRAC`` of them), not the transfer itself: HIO001's branch, and the
+    plan's gain for it."""
+    return bool(wait_frac and copy_frac) and wait_frac / copy_frac >= HOST_WAIT_DOMINANT_FRAC
+
+
 def _fewer_input_bytes(report: Report) -> list[str]:
     """Levers that shrink the inputs, for the inputs carrying a real share of the bytes: float
     images (4 or more dimensions) as uint8 normalised on the IPU, other int64/float inputs
@@ -358,11 +365,12 @@ def _copy_finding(report: Report, o: Collector, worst: dict[str, Any], mode: str
     threads = threads if isinstance(threads, int) and not isinstance(threads, bool) and threads > 0 else 1
     byte_bound = (bool(in_b) and seconds is not None and seconds > 0
                   and in_b / seconds >= HOST_BYTE_BOUND_FRAC * HOST_THREAD_INPUT_BYTES_PER_SECOND * threads)
-    if c and w / c >= HOST_WAIT_DOMINANT_FRAC and byte_bound:
+    waiting = waits_for_host(w, c)
+    if waiting:
         title = f"IPU{k} waits for the host: {pct(c)} of its cycles in stream copies"
+    if waiting and byte_bound:
         rec = _byte_bound_levers(report, in_b, seconds, threads)
-    elif c and w / c >= HOST_WAIT_DOMINANT_FRAC:
-        title = f"IPU{k} waits for the host: {pct(c)} of its cycles in stream copies"
+    elif waiting:
         steps = ["raise opts.deviceIterations(...) so each call does more work per host round trip"]
         depth = recorded_option(report, "defaultPrefetchBufferingDepth")
         if not (isinstance(depth, (int, float)) and depth >= 3):  # never propose what is already set

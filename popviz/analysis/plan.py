@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from popviz.analysis.findings import severity_rank
-from popviz.analysis.thresholds import HOST_WAIT_DOMINANT_FRAC
+from popviz.analysis.host_io import waits_for_host
 
 if TYPE_CHECKING:
     from popviz.analysis.findings import EngineResult, Finding
@@ -163,7 +163,7 @@ def reconcile(engine: EngineResult) -> Plan:
             # a wait for the host: the call is at most that much shorter if the IPU never waited (an
             # upper bound, as the other gains); a transfer-bound copy has no such bound here
             w, c = hio.get("host_wait_frac"), hio.get("stream_copy_frac")
-            if w and c and w / c >= HOST_WAIT_DOMINANT_FRAC and w < 1:
+            if waits_for_host(w, c) and w < 1:
                 a.throughput_gain_frac = w / (1 - w)
         elif f.code == "HIO002":
             alt = (hio.get("alternatives") or {}).get("Final") or {}
