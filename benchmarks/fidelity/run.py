@@ -96,6 +96,13 @@ CASES = [
          not_used="the tutorial's own execution trace (the row above) has the IPUs busy ~1.0 ms per weight "
          "update, ~10 ms of each ~66 ms step: the rest is that host's data loading (4,000 images through "
          "PIL by 16 workers per step) and Python, which a run on another machine cannot measure"),
+    # Not in the figures file: TensorFlow 1's pipelining tutorial's execution trace of a tiny MLP on one
+    # IPU (images/step1_single_ipu_execution_trace.png @2610c082, synthetic data): one mini-batch of 32,
+    # forward, backward and gradient accumulation, spans 780 px on an axis of 31.67 px per 2,000 cycles
+    # = 49,300 cycles; the weight update (..._gradient_descent.png) 392 px at 32.7 px per 500 = 6,000.
+    # 16 mini-batches and one update per call: 794,800 cycles for 512 samples, at the Mk2's 1.33 GHz
+    # 857,000 samples/s (the IPU type is not stated; the tutorial's SDK 2.6 shipped for Mk2 systems).
+    Case("T1", "t1_mnist_mlp.py", "samples_per_second", 857_000, "MNIST MLP, 1 IPU, TF1 tutorial's trace"),
     Case("B12", "b12_vit_pipeline.py", "samples_per_second", 307.745, "ViT-B/16, [3,3,3,3], mb 1"),
     Case("B15", "b15_bert_large_squad.py", "samples_per_second", 419.265, "BERT-Large SQuAD, 4x[3,7,7,7]"),
     Case("B17", "b17_gpt_lm.py", "samples_per_second", 951.618, "GPT-style LM, 4x[0,4,4,4]"),
@@ -170,7 +177,10 @@ def main(argv: list[str] | None = None) -> int:
         key = (c.script, c.args, c.env, c.calls)
         if key not in reports:
             out = root / f"{Path(c.script).stem}{'-' + '-'.join(c.args) if c.args else ''}"
-            if not (ns.keep and out.exists()):
+            if ns.keep and out.exists():
+                print(f"note: {c.figure} reuses the reports already in {out} (delete it to capture again)",
+                      file=sys.stderr)
+            else:
                 try:
                     capture(c.script, c.args, c.env, out, c.calls)
                 except RuntimeError as exc:  # the case's own output says why; no traceback of ours
