@@ -224,9 +224,13 @@ def test_report_is_estimated_and_round_trips(tmp_path):
     est = costmodel.estimate(measurement(), setup())
     report = costmodel.build_report(est, setup(), versions={"torch": "x"}, captured_at="2024-01-01T00:00:00+00:00")
     assert report.provenance.source == "emulator" and report.provenance.estimated
-    assert report.provenance.tool.endswith(" emulator") and len(report.provenance.notes) == 6
+    assert report.provenance.tool.endswith(" emulator") and len(report.provenance.notes) == 7
     assert report.provenance.notes[5] == "Recomputation: None (autoRecomputation set by the script); " \
         "0 recomputationCheckpoints."
+    # the addmm (15,000 activation elements): 3 x 34,676.6 of the 111,540 cycles, a small product
+    assert report.provenance.notes[6].startswith("Likely pessimistic: 93% of the estimated operation cycles are "
+                                                 "matmuls or convolutions with under 50,000 activation elements")
+    assert round(est.config.options["emulator"]["small_products_share"], 5) == 0.93267
     assert report.host_io.calls == 3 and report.memory.level == "ipu"
     assert report.execution.runs["duration_seconds"][0] == est.call_cycles / MK2.clock_hz
     assert report.config.stages[1].blocks == ("B", "loss")

@@ -95,6 +95,27 @@ def test_estimated_reports_say_so_in_every_output():
     assert measured.caption.startswith("640.0 samples/s for the whole system")
 
 
+def test_estimates_dominated_by_small_products_are_called_pessimistic():
+    import dataclasses
+
+    report = timed(source="emulator", estimated=True)
+    report.config = dataclasses.replace(report.cfg, options={"emulator": {"small_products_share": 0.934}})
+    out = analyse(ReportSet([report])).engines[0].outputs["throughput"]
+    assert out.caption.endswith(" in 400.00 ms, 50.00 ms per micro-batch · likely pessimistic: 93% of the "
+                                "estimated cycles are small matmuls or convolutions, which public hardware "
+                                "traces ran several times faster than the cost model charges "
+                                "(docs/emulator.md, T1 and B10)")
+    assert "likely pessimistic: 93%" in markdown(analyse(ReportSet([report])))
+    # an untrusted bundle's value is shown only when it is a share (NaN never loads: options are JSON);
+    # a measured report never says so
+    for bad in ("0.9", True, 1.5, 0.0, -0.2, None, [0.9]):
+        report.config = dataclasses.replace(report.cfg, options={"emulator": {"small_products_share": bad}})
+        assert "pessimistic" not in analyse(ReportSet([report])).engines[0].outputs["throughput"].caption
+    measured = timed()
+    measured.config = dataclasses.replace(measured.cfg, options={"emulator": {"small_products_share": 0.9}})
+    assert "pessimistic" not in analyse(ReportSet([measured])).engines[0].outputs["throughput"].caption
+
+
 def test_json_validates_against_the_schema():
     jsonschema = pytest.importorskip("jsonschema")
     result = analyse(ReportSet([timed(), testing.single_ipu_report(execution=False, name="oom")]))

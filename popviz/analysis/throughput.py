@@ -114,6 +114,17 @@ def host_seconds_between_calls(report: Report) -> float | None:
     return None
 
 
+def small_products_share(report: Report) -> float | None:
+    """Share of an emulated estimate's cycles in small matmuls and convolutions, which the
+    emulator records (``config.options.emulator.small_products_share``) only when it is large
+    enough to make the estimate pessimistic (docs/emulator.md, T1 and B10); else None."""
+    emulator = report.cfg.options.get("emulator") if report.cfg.options else None
+    value = emulator.get("small_products_share") if isinstance(emulator, dict) else None
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and 0 < value <= 1:
+        return float(value)
+    return None
+
+
 def analyse(report: Report) -> AnalysisOutput:
     """``metrics.throughput`` and a one-row table with its caption (nothing to find: throughput
     is reported, and compared by ``compare``/``history``, not judged)."""
@@ -140,6 +151,11 @@ def analyse(report: Report) -> AnalysisOutput:
         caption += (f" · as the script's loop runs it: {t.loop_samples_per_second:,.1f} samples/s (each call plus "
                     f"{_seconds(t.host_seconds_between_calls)} of the script's own host work between calls, "
                     "measured on the machine that ran it)")
+    share = small_products_share(report) if t.estimated else None
+    if share is not None:
+        caption += (f" · likely pessimistic: {share:.0%} of the estimated cycles are small matmuls or "
+                    "convolutions, which public hardware traces ran several times faster than the cost model "
+                    "charges (docs/emulator.md, T1 and B10)")
     return AnalysisOutput(metrics=t.as_dict(), table=table, caption=caption)
 
 
@@ -156,4 +172,4 @@ def metrics(report: Report) -> dict[str, Any]:
 
 
 __all__ = ["NAME", "Throughput", "analyse", "call_seconds", "empty_metrics", "host_seconds_between_calls", "metrics",
-           "micro_batch_size", "throughput"]
+           "micro_batch_size", "small_products_share", "throughput"]

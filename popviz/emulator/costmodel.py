@@ -14,7 +14,6 @@ defined in :mod:`popviz.emulator.cost_inputs`.
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as _dt
 import math
 from collections.abc import Mapping, Sequence
@@ -23,7 +22,7 @@ from typing import Any
 
 from popviz._version import __version__
 from popviz.emulator import hardware as hw
-from popviz.emulator import recompute
+from popviz.emulator import known_errors, recompute, report_notes
 from popviz.emulator.cost_inputs import EngineSetup, Measurement, OpCost, ParamInfo, Segment
 from popviz.model import (
     ExecutionTable,
@@ -438,27 +437,6 @@ def schedule_plan(stages: Sequence[StageEstimate], m: Measurement, setup: Engine
     )
 
 
-def notes(setup: EngineSetup) -> tuple[str, ...]:
-    spec = setup.spec
-    return (
-        "Estimated by popviz's emulator from one CPU forward pass per micro-batch; not measured on an IPU.",
-        f"Cycles: matmuls and convolutions at up to {hw.AMP_PEAK_EFFICIENCY:.0%} of {spec.architecture} "
-        f"peak FLOPs (less for small products), other ops at {hw.MEMORY_EFFICIENCY:.0%} of on-chip bandwidth, "
-        f"plus fixed cycles per op by kind ({hw.FIXED_CYCLES['elementwise']:,} element-wise to "
-        f"{hw.FIXED_CYCLES['conv']:,}); backward per op kind, plus the recomputed forward.",
-        "Memory per IPU (no per-tile figures, so tile imbalance is not modelled): weights, optimizer state, "
-        "gradient accumulators, activation stash for micro-batches in flight, largest op's temporaries, "
-        "code and exchange overhead.",
-        f"Host link {setup.host.bytes_per_second / 1e9:g} GB/s shared by replicas, "
-        f"{setup.host.latency_seconds * 1e6:g} us wait per transfer ({hw.HOST_BANDWIDTH_ENV}, "
-        f"{hw.HOST_LATENCY_ENV}); the host process hands its {setup.replication_factor} replica(s)' inputs "
-        f"to Poplar at {setup.host.process_bytes_per_second / 1e9:g} GB/s per stream-callback thread "
-        f"({setup.callback_threads} thread(s), {hw.HOST_PROCESS_ENV}), up to {setup.prefetch_depth} "
-        f"input(s) ahead of the IPU (prefetch depth); architecture {spec.architecture} ({hw.ARCH_ENV}).",
-        "Sources and known errors of every constant: docs/emulator.md.",
-    )
-
-
 @dataclass
 class Estimate:
     """The cost model's result for one engine."""
@@ -473,6 +451,8 @@ class Estimate:
     layers: LayerTable | None = None
     recompute_note: str = ""
     """Which recomputation applied and why (a report note; empty for inference)."""
+    caveat_note: str = ""
+    """Where this estimate is known to be far from the hardware (a report note; usually empty)."""
 
     def timeline(self) -> dict[str, list[tuple[float, float]]]:
         """(start, end) seconds of each input and output transfer in one call (one replica).
@@ -502,6 +482,7 @@ def estimate(m: Measurement, setup: EngineSetup) -> Estimate:
     table = op_table(m, setup)
     stages = stage_estimates(m, setup, table)
     spec = setup.spec
+    share, caveat = known_errors.small_products(m.ops, [op_kind(o) for o in m.ops], table.forward, table.backward)
     n_ipus = num_ipus(stages, setup)
     ipus = sorted({s.ipu for s in stages})
     steps = simulate(schedule_plan(stages, m, setup, ipus))
@@ -520,7 +501,8 @@ def estimate(m: Measurement, setup: EngineSetup) -> Estimate:
         optimizer_state_on_chip=setup.optimizer_on_chip if setup.training else None,
         available_memory_proportion=dict(setup.available_memory_proportion),
         options={**setup.options, "emulator": {**dict(setup.options.get("emulator", {})),
-                                               "blocks": block_estimates(m, setup, table)}},
+                                               "blocks": block_estimates(m, setup, table),
+                                               **({"small_products_share": share} if caveat else {})}},
     )
     memory = memory_table(stages, m, setup)
     layers = None
@@ -529,7 +511,8 @@ def estimate(m: Measurement, setup: EngineSetup) -> Estimate:
 
         layers = layer_table(m, setup, stages, table)
     return Estimate(stages=stages, memory=memory, steps=steps, call_cycles=call_cycles, target=target,
-                    config=config, layers=layers, recompute_note=table.recompute.note)
+                    config=config, layers=layers, recompute_note=table.recompute.note,
+                    caveat_note=caveat)
 
 
 def build_report(est: Estimate, setup: EngineSetup, *, versions: Mapping[str, str] | None = None,
@@ -540,12 +523,12 @@ def build_report(est: Estimate, setup: EngineSetup, *, versions: Mapping[str, st
     duration = est.call_cycles / est.target.clock_hz
     runs = pd.DataFrame({"run": [0], "name": ["call"], "duration_seconds": [duration]})
     when = captured_at or _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-    config, host_note = _with_host_gaps(est.config, setup.host_gaps_seconds)
+    config, host_note = report_notes.with_host_gaps(est.config, setup.host_gaps_seconds)
     return Report(
         name=setup.name,
         provenance=Provenance(source="emulator", estimated=True, tool=f"popviz {__version__} emulator",
                               versions={"popviz": __version__, **(versions or {})}, captured_at=when,
-                              notes=notes(setup) + ((est.recompute_note,) if est.recompute_note else ())
+                              notes=report_notes.notes(setup) + tuple(n for n in (est.recompute_note, est.caveat_note) if n)
                               + tuple(setup.extra_notes) + host_note),
         target=est.target,
         memory=est.memory,
@@ -554,30 +537,6 @@ def build_report(est: Estimate, setup: EngineSetup, *, versions: Mapping[str, st
         host_io=HostIO(tensors=tuple(setup.inputs) + tuple(setup.outputs), calls=setup.calls),
         layers=est.layers,
     )
-
-
-def _with_host_gaps(config: ModelConfig, gaps: Sequence[tuple[float, float]]
-                    ) -> tuple[ModelConfig, tuple[str, ...]]:
-    """The script's host work between calls, as measured: ``options.emulator`` gets
-    ``host_seconds_between_calls`` (mean CPU time of the calling thread: the work that cannot overlap
-    a synchronous call), ``host_wall_seconds_between_calls`` (mean wall time, waits included) and
-    ``host_gaps_measured``; plus a note."""
-    gaps = [(w, c) for w, c in gaps if math.isfinite(w) and math.isfinite(c) and w >= 0 and c >= 0]
-    if not gaps:
-        return config, ()
-    wall = sum(w for w, _ in gaps) / len(gaps)
-    cpu = sum(c for _, c in gaps) / len(gaps)
-    emulator = {**dict(config.options.get("emulator", {})), "host_seconds_between_calls": cpu,
-                "host_wall_seconds_between_calls": wall, "host_gaps_measured": len(gaps)}
-    config = dataclasses.replace(config, options={**config.options, "emulator": emulator})
-    return config, (
-        f"The script's own host work between calls, measured (not estimated) over {len(gaps)} gap"
-        f"{'s' if len(gaps) != 1 else ''}: {cpu * 1e3:,.2f} ms of CPU in the thread that calls the model, "
-        f"{wall * 1e3:,.2f} ms of wall time (waits for data-loader workers included) per call. PopTorch's "
-        "calls are synchronous, so that thread's work runs between calls on an IPU host too: the throughput "
-        "table's 'as the loop runs' figure adds it to each estimated call. The wall time's waits depend on "
-        "this machine's cores (workers overlap the IPU's call on a host with cores to spare) and are "
-        "not added.",)
 
 
 def summary(est: Estimate) -> dict[str, Any]:
