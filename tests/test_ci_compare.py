@@ -10,7 +10,8 @@ import pytest
 
 from popviz import testing
 from popviz.ci.baseline import EngineMetrics
-from popviz.ci.compare import IMPROVED, REGRESSED, SAME, WITHIN, compare
+from popviz.ci.compare import IMPROVED, REGRESSED, SAME, TRADED, WITHIN, compare
+from popviz.ci.render import markdown, text
 from popviz.ci.thresholds import parse_rule, parse_threshold, threshold_for
 from popviz.errors import UsageError
 from popviz.sources.bundle import write_bundle
@@ -85,6 +86,31 @@ def test_only_the_worse_direction_fails_and_small_changes_are_marked():
 def test_lower_is_worse_metrics_regress_when_they_fall():
     c = compare(side({"pipeline.utilisation_pct": 80.0}), side({"pipeline.utilisation_pct": 70.0}), [])
     assert [r.verdict for r in c.rows] == [REGRESSED]
+
+
+def test_time_shares_that_fall_while_the_call_gets_faster_are_traded_not_regressed():
+    # P3's case: more stream-callback threads make each call 31% faster, and the ramp a larger share of it
+    base = {"pipeline.call_cycles_per_micro_batch": 10_000.0, "pipeline.ramp_efficiency_pct": 97.0,
+            "pipeline.utilisation_pct": 60.0, "throughput.samples_per_second": 7_251.0}
+    new = {"pipeline.call_cycles_per_micro_batch": 6_900.0, "pipeline.ramp_efficiency_pct": 91.5,
+           "pipeline.utilisation_pct": 52.0, "throughput.samples_per_second": 10_455.0}
+    c = compare(side(base), side(new), [])
+    assert {r.metric: r.verdict for r in c.rows} == {
+        "pipeline.call_cycles_per_micro_batch": IMPROVED, "pipeline.ramp_efficiency_pct": TRADED,
+        "pipeline.utilisation_pct": TRADED, "throughput.samples_per_second": IMPROVED}
+    assert not c.failed
+    assert c.headline() == ("popviz: OK: no regression (4 metric(s) compared, 2 improved, 2 time share(s) "
+                            "traded for a faster call)")
+    assert "⇄ traded" in text(c) and "⇄ traded" in markdown(c)
+    # a rule naming the share makes it a gate again, as asked
+    named = compare(side(base), side(new), [parse_rule("pipeline.ramp_efficiency_pct:+1pp", "--fail")])
+    assert {r.metric: r.verdict for r in named.rows}["pipeline.ramp_efficiency_pct"] == REGRESSED and named.failed
+    # without a faster call (or with a speed figure regressing) the share still regresses
+    slower = dict(new, **{"pipeline.call_cycles_per_micro_batch": 10_050.0, "throughput.samples_per_second": 7_200.0})
+    assert [r.verdict for r in compare(side(base), side(slower), []).rows if r.metric in (
+        "pipeline.ramp_efficiency_pct", "pipeline.utilisation_pct")] == [REGRESSED, REGRESSED]
+    mixed = dict(new, **{"throughput.samples_per_second": 7_000.0})
+    assert compare(side(base), side(mixed), []).failed
 
 
 def test_missing_engines_and_metrics_are_listed_not_crashed_on():

@@ -20,8 +20,14 @@ from popviz.ci.thresholds import Budget, Rule, threshold_for
 from popviz.errors import UsageError
 
 REGRESSED, IMPROVED, WITHIN, SAME, NEW, GONE, MOVED = "regressed", "improved", "~", "=", "new", "gone", "moved"
+TRADED = "traded"
 PLACED_METRIC = re.compile(r"^(pipeline\.stage\d+|memory\.ipu\d+)\.")
 """Figures of one stage or one IPU: not like for like when the split changed."""
+SHARE_METRICS = ("pipeline.ramp_efficiency_pct", "pipeline.utilisation_pct")
+"""Shares of a call's time: a faster call can have lower ones (it saved more busy time than idle
+time), so they do not fail by default when the call itself got faster (verdict ``traded``)."""
+SPEED_METRICS = ("pipeline.call_cycles_per_micro_batch", "throughput.samples_per_second")
+"""The call's own speed: either improving beyond its threshold, with neither regressing, trades."""
 HEADLINE_ITEMS = 6
 """Regressions named in the first line of the output (the table lists them all)."""
 
@@ -104,7 +110,9 @@ class Comparison:
         if parts:
             return "popviz: FAIL: " + "; ".join(parts)
         improved = sum(r.verdict == IMPROVED for r in self.rows)
-        extra = f", {improved} improved" if improved else ""
+        traded = sum(r.verdict == TRADED for r in self.rows)
+        extra = (f", {improved} improved" if improved else "") + (
+            f", {traded} time share(s) traded for a faster call" if traded else "")
         return f"popviz: OK: no regression ({len(self.rows)} metric(s) compared{extra})" if self.rows or not \
             self.budgets else f"popviz: OK: {len(self.budgets)} budget(s) hold"
 
@@ -189,7 +197,23 @@ def compare(base: list[EngineMetrics], new: list[EngineMetrics], rules: list[Rul
             if resplit and v in (REGRESSED, IMPROVED) and PLACED_METRIC.match(name):
                 v = MOVED
             out.rows.append(Row(eb.label, name, d.unit, vb, vn, spec, v))
+        _trade(out.rows, eb.label, rules)
     return out
+
+
+def _trade(rows: list[Row], engine: str, rules: list[Rule]) -> None:
+    """An engine's regressed time shares become ``traded`` when its call got faster beyond the
+    threshold (and no speed figure regressed), unless a configuration or ``--fail`` rule names
+    the share: then it gates as asked."""
+    mine = {r.metric: r for r in rows if r.engine == engine}
+    speed = [mine[m].verdict for m in SPEED_METRICS if m in mine]
+    if IMPROVED not in speed or REGRESSED in speed:
+        return
+    for name in SHARE_METRICS:
+        row = mine.get(name)
+        if row is not None and row.verdict == REGRESSED and not any(fnmatch.fnmatchcase(name, r.pattern)
+                                                                    for r in rules):
+            row.verdict = TRADED
 
 
 def _same_ipus(base: dict[str, Any], new: dict[str, Any]) -> bool:

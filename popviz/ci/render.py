@@ -9,9 +9,9 @@ from typing import IO
 from xml.etree import ElementTree as ET
 
 from popviz import escape as esc
-from popviz.ci.compare import IMPROVED, MOVED, REGRESSED, Comparison, fmt
+from popviz.ci.compare import IMPROVED, MOVED, REGRESSED, TRADED, Comparison, fmt
 
-MARK = {REGRESSED: "✗ regressed", IMPROVED: "✓ improved", MOVED: "↔ moved"}
+MARK = {REGRESSED: "✗ regressed", IMPROVED: "✓ improved", MOVED: "↔ moved", TRADED: "⇄ traded"}
 RESPLIT_NOTE = "the split changed: per-stage and per-IPU rows are marked moved and do not fail"
 LIST_LINES = 8
 """Entries of a changed list (stages, layers moved) shown in the console."""
