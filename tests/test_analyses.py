@@ -505,6 +505,17 @@ def test_device_iterations_too_low():
     f = only(out, "HIO003")
     assert "opts.deviceIterations(3796)" in f.recommendation
     assert f.evidence.startswith("one call keeps the IPUs busy for 13 µs with D = 1, under 10.0 ms")
+    assert "pessimistic" not in f.recommendation
+    # an estimate the emulator calls likely pessimistic: the recommendation is a lower bound
+    import dataclasses
+
+    est = testing.single_ipu_report(5000, mode="inference", device_iterations=1, output_mode="All",
+                                    source="emulator", estimated=True)
+    est.config = dataclasses.replace(est.cfg, options={"emulator": {"small_products_share": 0.95}})
+    assert only(host_io.analyse(est), "HIO003").recommendation == (
+        "Set opts.deviceIterations(3796) (about 50.0 ms per call); poptorch.DataLoader built with the same options "
+        "then yields batches 3796× larger. The estimate is likely pessimistic (see throughput): calls are shorter "
+        "on an IPU, so this is a lower bound.")
 
 
 def test_run_durations_take_precedence_over_cycles():

@@ -488,3 +488,19 @@ def test_code_keeps_a_tied_head_that_ends_the_model_on_ipu0():
         "model.embeddings = poptorch.BeginBlock(model.embeddings, ipu_id=0)",
         "model.encoder.layer[1] = poptorch.BeginBlock(model.encoder.layer[1], ipu_id=1)",
         "model.mlm = poptorch.BeginBlock(model.mlm, ipu_id=0)"]
+
+
+def test_a_plan_of_a_likely_pessimistic_estimate_says_to_check_its_split_on_hardware():
+    import dataclasses
+
+    from popviz.analysis.layer_plan import make_plan
+
+    report = testing.layered_report(testing.cnn_layers(layers_per_ipu=[4, 2, 1, 1]), gradient_accumulation=16)
+    assert not any("pessimistic" in n for n in make_plan(report).notes)
+    report.config = dataclasses.replace(report.cfg, options={"emulator": {"small_products_share": 0.94}})
+    report.provenance = dataclasses.replace(report.provenance, estimated=True)
+    assert [n for n in make_plan(report).notes if "pessimistic" in n] == [
+        "the estimate is likely pessimistic: 94% of its operation cycles are small matmuls or convolutions, which "
+        "public hardware traces ran several times faster, so the slowest stage here may not be the slowest on an "
+        "IPU (docs/emulator.md, B10: the estimate picked the Linear stage, the trace shows the convolution stages); "
+        "check a split on hardware"]

@@ -52,7 +52,7 @@ def test_loop_rate_adds_the_measured_host_work_between_calls():
     assert out.table.iloc[0][["host_ms_between_calls", "loop_samples_per_second"]].tolist() == [100.0, 512.0]
     assert out.caption.endswith("as the script's loop runs it: 512.0 samples/s (each call plus 100.00 ms of the "
                                 "script's own host work between calls, measured on the machine that ran it)")
-    for bad in (-1.0, "0.1", True, None):
+    for bad in (-1.0, "0.1", True, None, 10**400):  # a 400-digit JSON number is no float either
         report.config = dataclasses.replace(report.cfg, options={"emulator": {"host_seconds_between_calls": bad}})
         assert throughput(report).loop_samples_per_second is None
 
@@ -102,13 +102,14 @@ def test_estimates_dominated_by_small_products_are_called_pessimistic():
     report.config = dataclasses.replace(report.cfg, options={"emulator": {"small_products_share": 0.934}})
     out = analyse(ReportSet([report])).engines[0].outputs["throughput"]
     assert out.caption.endswith(" in 400.00 ms, 50.00 ms per micro-batch · likely pessimistic: 93% of the "
-                                "estimated cycles are small matmuls or convolutions, which public hardware "
-                                "traces ran several times faster than the cost model charges "
+                                "estimated operation cycles are small matmuls or convolutions, which public "
+                                "hardware traces ran several times faster than the cost model charges "
                                 "(docs/emulator.md, T1 and B10)")
     assert "likely pessimistic: 93%" in markdown(analyse(ReportSet([report])))
     # an untrusted bundle's value is shown only when it is a share (NaN never loads: options are JSON);
     # a measured report never says so
-    for bad in ("0.9", True, 1.5, 0.0, -0.2, None, [0.9]):
+    # below 0.5 is not a share the emulator writes ("likely pessimistic: 0%" would be absurd)
+    for bad in ("0.9", True, 1.5, 0.0, 1e-9, 0.49, -0.2, None, [0.9], 10**400):
         report.config = dataclasses.replace(report.cfg, options={"emulator": {"small_products_share": bad}})
         assert "pessimistic" not in analyse(ReportSet([report])).engines[0].outputs["throughput"].caption
     measured = timed()

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from popviz.analysis import pipeline_time, planner
 from popviz.analysis.planner import DEFAULT_HEADROOM_FRAC, PlanSettings, Shortfall, Split
+from popviz.analysis.throughput import small_products_share
 from popviz.errors import UsageError
 
 if TYPE_CHECKING:
@@ -323,6 +324,12 @@ def make_plan(report: Report, *, ipus: int | None = None, max_ipus: int | None =
     costs = planner.layer_costs(table)
     settings, notes = settings_for(report, costs, headroom_frac)
     notes = [*table.notes, *notes]
+    share = small_products_share(report) if report.provenance.estimated else None
+    if share is not None:
+        notes.append(f"the estimate is likely pessimistic: {share:.0%} of its operation cycles are small matmuls or "
+                     "convolutions, which public hardware traces ran several times faster, so the slowest stage "
+                     "here may not be the slowest on an IPU (docs/emulator.md, B10: the estimate picked the "
+                     "Linear stage, the trace shows the convolution stages); check a split on hardware")
     g = micro_batches(report, settings.training)
     if g is None:
         notes.append(f"{'gradient accumulation' if settings.training else 'device iterations'} not "

@@ -16,8 +16,15 @@ from typing import Any
 
 from popviz.analysis.findings import AnalysisOutput, NotChecked
 from popviz.model import Report
+from popviz.model.numbers import finite_float
 
 NAME = "throughput"
+
+PESSIMISTIC_SHARE = 0.5
+"""An emulated estimate is called likely pessimistic when small matmuls and convolutions hold at
+least this share of its operation cycles (the emulator records the share only then; its
+calibration: ``popviz.emulator.hardware.SMALL_PRODUCT_ELEMENTS`` and docs/emulator.md); a recorded
+share below it is not one the emulator writes, and is ignored."""
 
 
 @dataclass(frozen=True)
@@ -109,20 +116,19 @@ def host_seconds_between_calls(report: Report) -> float | None:
     (``config.options.emulator.host_seconds_between_calls``), or None."""
     emulator = report.cfg.options.get("emulator") if report.cfg.options else None
     value = emulator.get("host_seconds_between_calls") if isinstance(emulator, dict) else None
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0:
-        return float(value)
-    return None
+    seconds = finite_float(value)
+    return seconds if seconds is not None and seconds >= 0 else None
 
 
 def small_products_share(report: Report) -> float | None:
     """Share of an emulated estimate's cycles in small matmuls and convolutions, which the
     emulator records (``config.options.emulator.small_products_share``) only when it is large
-    enough to make the estimate pessimistic (docs/emulator.md, T1 and B10); else None."""
+    enough to make the estimate pessimistic (``PESSIMISTIC_SHARE`` to 1; docs/emulator.md, T1 and
+    B10); else None."""
     emulator = report.cfg.options.get("emulator") if report.cfg.options else None
     value = emulator.get("small_products_share") if isinstance(emulator, dict) else None
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and 0 < value <= 1:
-        return float(value)
-    return None
+    share = finite_float(value)
+    return share if share is not None and PESSIMISTIC_SHARE <= share <= 1 else None
 
 
 def analyse(report: Report) -> AnalysisOutput:
@@ -153,7 +159,7 @@ def analyse(report: Report) -> AnalysisOutput:
                     "measured on the machine that ran it)")
     share = small_products_share(report) if t.estimated else None
     if share is not None:
-        caption += (f" · likely pessimistic: {share:.0%} of the estimated cycles are small matmuls or "
+        caption += (f" · likely pessimistic: {share:.0%} of the estimated operation cycles are small matmuls or "
                     "convolutions, which public hardware traces ran several times faster than the cost model "
                     "charges (docs/emulator.md, T1 and B10)")
     return AnalysisOutput(metrics=t.as_dict(), table=table, caption=caption)

@@ -241,13 +241,10 @@ tutorial's MLP (products of up to ~33,000 elements, T1 in docs/emulator.md: ~1,3
 per dense layer's forward or backward, the model ~36,000 and ~71,000) and the PopTorch pipelining
 tutorial's ``Linear(320, 256)`` stage (~23,000 elements, B10: ~29,000 cycles per micro-batch on
 hardware, 141,000 estimated). No form fitted so far lowers their cost without breaking the other
-figures (docs/emulator.md, B10), so the report says so instead (``SMALL_PRODUCT_NOTE_SHARE``)."""
-
-SMALL_PRODUCT_NOTE_SHARE = 0.5
-"""Share of an engine's estimated operation cycles in small products (``SMALL_PRODUCT_ELEMENTS``)
-from which its report warns that the estimate is pessimistic: T1 (~95%) and B10 (~53%) are
-estimated 91% and 29% too slow; B9 (24%, a ``Linear(100, 10)`` beside full-size convolutions)
-is within 3%."""
+figures (docs/emulator.md, B10), so the report says so instead once they hold
+``popviz.analysis.throughput.PESSIMISTIC_SHARE`` (half) of the operation cycles or more: T1 (95%)
+and B10 (53%) are estimated 91% and 29% too slow; B9 (24%, a ``Linear(100, 10)`` beside
+full-size products) is within 3%."""
 
 # ------------------------------------------------------------------------ host-link parameters
 HOST_BANDWIDTH_ENV = "POPVIZ_EMULATOR_HOST_GBPS"

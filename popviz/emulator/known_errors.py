@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from popviz.analysis.throughput import PESSIMISTIC_SHARE
 from popviz.emulator import hardware as hw
 from popviz.emulator.cost_inputs import OpCost
 
@@ -35,8 +36,8 @@ def small_products(ops: Sequence[OpCost], kinds: Sequence[str], forward: Sequenc
 
 def small_products_note(share: float) -> str:
     """The report note for an estimate whose small products hold ``share`` of its cycles (empty
-    below ``SMALL_PRODUCT_NOTE_SHARE``)."""
-    if not share >= hw.SMALL_PRODUCT_NOTE_SHARE:
+    below ``PESSIMISTIC_SHARE``, from which the analysis shows it too)."""
+    if not share >= PESSIMISTIC_SHARE:
         return ""
     return (f"Likely pessimistic: {share:.0%} of the estimated operation cycles are matmuls or convolutions "
             f"with under {hw.SMALL_PRODUCT_ELEMENTS:,} activation elements, charged the fixed cost fitted on "

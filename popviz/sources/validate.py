@@ -18,8 +18,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from popviz.errors import CorruptReportError, shown
+from popviz.errors import CorruptReportError, brief, shown
 from popviz.model import Report
+from popviz.model.numbers import finite_float
 
 MAX_TOTAL_CYCLES = 2**62
 """Cycle sums above this could overflow int64 arithmetic in the analyses (2**62 cycles is
@@ -50,7 +51,7 @@ class _Check:
 
 
 def _finite_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    return finite_float(value) is not None
 
 
 MAX_TILES_PER_IPU = 2**16
@@ -204,7 +205,7 @@ def _host_io(c: _Check, report: Report) -> None:
         raise c.fail("host_io.calls", f"must be a non-negative integer, got {h.calls!r}")
     if h.compile_seconds is not None and not (_finite_number(h.compile_seconds) and h.compile_seconds >= 0):
         raise c.fail("host_io.compile_seconds", f"must be a finite non-negative number, got "
-                     f"{h.compile_seconds!r}")
+                     f"{brief(h.compile_seconds)}")
     for t in h.tensors:
         if not isinstance(t.name, str) or not isinstance(t.dtype, str):
             raise c.fail("host_io.tensors", f"tensor name and dtype must be strings, got {t.name!r}")
@@ -221,4 +222,4 @@ def _host_io(c: _Check, report: Report) -> None:
                 continue
             if not (_finite_number(value) and value >= 0):
                 raise c.fail("host_io.call_stats", f"{s.metric}.{name} must be a finite "
-                             f"non-negative number, got {value!r}")
+                             f"non-negative number, got {brief(value)}")

@@ -1,0 +1,19 @@
+"""One test for "a finite number" in data read from files (bundles, manifests, options): JSON
+numbers arrive as Python ints of any size or floats, and booleans are ints too."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+
+def finite_float(value: Any) -> float | None:
+    """``value`` as a float when it is a finite int or float (not a bool); else None. An integer
+    too large for a float (a 400-digit JSON number) is None, never an OverflowError."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        f = float(value)
+    except OverflowError:
+        return None
+    return f if math.isfinite(f) else None
