@@ -64,6 +64,19 @@ def test_one_stage_three_times_the_others():
     assert out.table["stage"].tolist() == ["0", "1 ◀", "2", "3"]
 
 
+def test_an_unbalanced_likely_pessimistic_estimate_says_to_check_the_slowest_stage_on_hardware():
+    import dataclasses
+
+    r = testing.pipeline_report([1000, 3000, 1000, 1000], gradient_accumulation=64, source="emulator",
+                                estimated=True)
+    assert "pessimistic" not in only(pipeline.analyse(r), "PIPE001").recommendation
+    r.config = dataclasses.replace(r.cfg, options={"emulator": {"small_products_share": 0.6}})
+    assert only(pipeline.analyse(r), "PIPE001").recommendation.endswith(
+        " The estimate is likely pessimistic (see throughput): small products are overcharged, so check which "
+        "stage is slowest on hardware before moving blocks (docs/emulator.md, B10: the estimate picked its "
+        "Linear stage, the trace shows the convolution stages).")
+
+
 def test_balanced_pipeline_has_no_pipeline_warning():
     out = pipeline.analyse(testing.pipeline_report([1000] * 4, gradient_accumulation=64))
     m = out.metrics

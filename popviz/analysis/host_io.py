@@ -23,7 +23,7 @@ from popviz.analysis.thresholds import (
     OUTPUT_BYTES_SAVED_WARN,
     STREAM_COPY_WARN_FRAC,
 )
-from popviz.analysis.throughput import small_products_share
+from popviz.analysis.throughput import pessimistic_caution
 from popviz.model import Report
 from popviz.model.aggregate import cycle_totals
 
@@ -432,7 +432,5 @@ def _device_iterations(report: Report, o: Collector, seconds: float) -> None:
     else:
         rec = ("Raise opts.deviceIterations(...) so one call runs for at least "
                f"{_ms(CALL_DEVICE_SECONDS_TARGET)}.")
-    if report.provenance.estimated and small_products_share(report) is not None:
-        rec += (" The estimate is likely pessimistic (see throughput): calls are shorter on an IPU, so this "
-                "is a lower bound.")
+    rec += pessimistic_caution(report, "calls are shorter on an IPU, so this is a lower bound")
     o.find("HIO003", "warning", "Device iterations too low for the step time", evidence, rec)

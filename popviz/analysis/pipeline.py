@@ -21,10 +21,14 @@ from popviz.analysis.thresholds import (
     RAMP_EFFICIENCY_WARN_FRAC,
     TIE_FRAC,
 )
+from popviz.analysis.throughput import pessimistic_caution
 from popviz.model import ModelConfig, Report
 from popviz.model.aggregate import cycle_totals
 
 NAME = "pipeline"
+SLOWEST_STAGE_CAUTION = ("small products are overcharged, so check which stage is slowest on hardware before "
+                         "moving blocks (docs/emulator.md, B10: the estimate picked its Linear stage, the trace "
+                         "shows the convolution stages)")
 COUNTED_TYPES = ("OnTileExecute", "DoExchange")
 """Program types counted as a stage's work."""
 PHASED = ("SerialPhasedExecution", "ParallelPhasedExecution")
@@ -309,7 +313,7 @@ def _stage_cycles(report: Report, o: Collector, pipelined: bool) -> None:
                f"(counted: {' + '.join(COUNTED_TYPES)}){guess}",
                f"Move about {num(round(shed))} {unit} ({pct(shed / values[b], 0)} of its work) out of "
                f"stage {st.index} {where} (optimum-graphcore: layers_per_ipu). "
-               + _balanced_text(m, ratio - 1, "stages"))
+               + _balanced_text(m, ratio - 1, "stages") + pessimistic_caution(report, SLOWEST_STAGE_CAUTION))
 
 
 def _call_figures(m: dict, elapsed: float, calls: int, mb: int | None, saved: float | None) -> None:
@@ -416,7 +420,7 @@ def _ipu_balance(report: Report, o: Collector, pipelined: bool, shared: list[int
            f"towards IPU{ipus[to]} ({pct(idle[to], 0)} idle, the least loaded): shift the "
            f"poptorch.BeginBlock(layer, ipu_id=...) boundaries so IPU{ipu} runs fewer layers, keeping "
            f"parts tied to it in place (optimum-graphcore: layers_per_ipu). "
-           + _balanced_text(m, ratio - 1, "IPUs"))
+           + _balanced_text(m, ratio - 1, "IPUs") + pessimistic_caution(report, SLOWEST_STAGE_CAUTION))
 
 
 def _table(report: Report, o: Collector) -> None:

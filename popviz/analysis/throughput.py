@@ -131,6 +131,14 @@ def small_products_share(report: Report) -> float | None:
     return share if share is not None and PESSIMISTIC_SHARE <= share <= 1 else None
 
 
+def pessimistic_caution(report: Report, consequence: str) -> str:
+    """" The estimate is likely pessimistic (see throughput): <consequence>." for a finding built on
+    an estimate :func:`small_products_share` flags; "" otherwise."""
+    if report.provenance is None or not report.provenance.estimated or small_products_share(report) is None:
+        return ""
+    return f" The estimate is likely pessimistic (see throughput): {consequence}."
+
+
 def analyse(report: Report) -> AnalysisOutput:
     """``metrics.throughput`` and a one-row table with its caption (nothing to find: throughput
     is reported, and compared by ``compare``/``history``, not judged)."""
@@ -178,4 +186,4 @@ def metrics(report: Report) -> dict[str, Any]:
 
 
 __all__ = ["NAME", "Throughput", "analyse", "call_seconds", "empty_metrics", "host_seconds_between_calls", "metrics",
-           "micro_batch_size", "small_products_share", "throughput"]
+           "micro_batch_size", "pessimistic_caution", "small_products_share", "throughput"]
