@@ -114,9 +114,7 @@ def throughput(report: Report) -> Throughput | None:
 def host_seconds_between_calls(report: Report) -> float | None:
     """The script's host work between calls as the emulator measured it
     (``config.options.emulator.host_seconds_between_calls``), or None."""
-    emulator = report.cfg.options.get("emulator") if report.cfg.options else None
-    value = emulator.get("host_seconds_between_calls") if isinstance(emulator, dict) else None
-    seconds = finite_float(value)
+    seconds = _emulator_number(report, "host_seconds_between_calls")
     return seconds if seconds is not None and seconds >= 0 else None
 
 
@@ -125,10 +123,14 @@ def small_products_share(report: Report) -> float | None:
     emulator records (``config.options.emulator.small_products_share``) only when it is large
     enough to make the estimate pessimistic (``PESSIMISTIC_SHARE`` to 1; docs/emulator.md, T1 and
     B10); else None."""
-    emulator = report.cfg.options.get("emulator") if report.cfg.options else None
-    value = emulator.get("small_products_share") if isinstance(emulator, dict) else None
-    share = finite_float(value)
+    share = _emulator_number(report, "small_products_share")
     return share if share is not None and PESSIMISTIC_SHARE <= share <= 1 else None
+
+
+def _emulator_number(report: Report, key: str) -> float | None:
+    """``config.options.emulator[key]`` when it is a finite number (a bundle is untrusted), else None."""
+    emulator = report.cfg.options.get("emulator") if report.cfg.options else None
+    return finite_float(emulator.get(key)) if isinstance(emulator, dict) else None
 
 
 def pessimistic_caution(report: Report, consequence: str) -> str:
