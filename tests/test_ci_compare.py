@@ -191,7 +191,7 @@ def test_metrics_from_a_newer_popviz_are_named_not_silently_skipped(tmp_path):
     assert "Not compared, unknown to this popviz (from a newer one, or misspelt): training " \
         "pipeline.future_metric_pct" in md
     # an unknown metric's value is still checked: a finite number
-    for bad in ("abc", None, True, float("nan")):
+    for bad in ("abc", None, True, float("nan"), 10**400):
         doc["engines"][0]["metrics"]["pipeline.future_metric_pct"] = bad
         target.write_text(json.dumps(doc))
         assert_one_line_error(run_cli("compare", str(target), str(base)), "baseline.json",

@@ -18,6 +18,7 @@ from typing import Any
 
 from popviz.ci.metrics import definition
 from popviz.errors import brief
+from popviz.model.numbers import finite_float
 
 MAX_VALUE = float(2**62)
 """No byte, cycle or count figure of a real run comes near this (a 2^62-cycle run lasts 150 years)."""
@@ -86,7 +87,7 @@ def metrics(doc: Any, fail: Fail, where: str) -> dict[str, float]:
     for k, v in doc.items():
         if known_metric(k, fail, where):
             out[k] = metric_value(k, v, fail, where)
-        elif isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or abs(v) > MAX_VALUE:
+        elif finite_float(v) is None or abs(v) > MAX_VALUE:  # a 400-digit integer is no float either
             raise fail(f"has a value that is not a finite number for metric {k!r} of {where} ({brief(v)})")
     return out
 
