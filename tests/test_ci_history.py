@@ -285,3 +285,35 @@ def test_median_of_the_last_runs(tmp_path):
     assert [r.id for r in runs] == [2, 3, 4, 5, 6]
     assert side.metrics["pipeline.cycles_per_micro_batch"] == 1005.0
     assert side.metrics["time.call_wall_seconds"] == 1.005
+
+
+def test_metrics_from_a_newer_popviz_are_named_in_show_and_against_history(bundles, tmp_path):
+    from popviz.ci.baseline import from_reports
+
+    db = tmp_path / "perf.db"
+    for label in ("c1", "c2"):
+        history.add(db, from_reports(bundles["base"]), label=label)
+    con = sqlite3.connect(db)  # as a newer popviz would have written it: a well-formed name not defined here
+    con.execute("INSERT INTO metrics (run_id, engine, metric, value) VALUES (2, 'training', 'pipeline.future_pct', 1.5)")
+    con.commit()
+    con.close()
+    h = history.read(db)
+    assert h.unknown_metrics() == ["training pipeline.future_pct"]
+    assert "pipeline.future_pct" not in h.engines[(2, "training")].metrics
+    note = "not compared, unknown to this popviz (from a newer one, or misspelt): training pipeline.future_pct"
+    show = run_cli("history", "show", "--db", str(db))
+    assert show.returncode == 0, show.stderr
+    assert note in " ".join(show.stdout.split())
+    assert json.loads(run_cli("history", "show", "--db", str(db), "--json").stdout)["unknown_metrics"] == [
+        "training pipeline.future_pct"]
+    assert "Not compared" in run_cli("history", "show", "--db", str(db), "--markdown").stdout
+    against = run_cli("compare", "--against-history", str(db), str(bundles["base"]))
+    assert against.returncode == 0, against.stderr
+    assert note in " ".join(against.stdout.split())
+    # an unknown metric's value is still checked: a finite number
+    con = sqlite3.connect(db)
+    con.execute("UPDATE metrics SET value = 'abc' WHERE metric = 'pipeline.future_pct'")
+    con.commit()
+    con.close()
+    assert_one_line_error(run_cli("history", "show", "--db", str(db)), "perf.db",
+                          "not a finite number for metric 'pipeline.future_pct'")

@@ -297,6 +297,12 @@ class History:
     engines: dict[tuple[int, str], EngineMetrics]
     """(run id, engine label) -> that engine's metrics in that run."""
 
+    def unknown_metrics(self) -> list[str]:
+        """``engine metric`` for every well-formed metric name this popviz does not define (a
+        newer popviz's), once each: left out of the trends, named beside them."""
+        return list(dict.fromkeys(f"{engine} {m}" for (_run_id, engine), e in sorted(self.engines.items())
+                                  for m in e.unknown_metrics))
+
     def series(self) -> dict[tuple[str, str], list[tuple[Run, float]]]:
         """(engine, metric) -> [(run, value)] in run order."""
         out: dict[tuple[str, str], list[tuple[Run, float]]] = {}
@@ -358,15 +364,17 @@ def _read_engines(con: sqlite3.Connection, p: Path, first: int) -> dict[tuple[in
                                                                      optional=True),
             source=v.name(source, fail, f"source of {where}"), estimated=bool(estimated),
             config=v.config(cfg, fail, where), metrics={})
+    raw: dict[tuple[int, str], dict[str, object]] = {}
     for run_id, engine, metric, value in con.execute(
             "SELECT run_id, engine, metric, value FROM metrics WHERE run_id >= ? ORDER BY run_id, engine, metric",
             (first,)):
-        e = engines.get((run_id, engine))
-        if e is None:
-            continue
-        where = f"engine {engine!r} of run #{run_id}"
-        if v.known_metric(metric, fail, where):
-            e.metrics[metric] = v.metric_value(metric, value, fail, where)
+        if (run_id, engine) in engines:
+            raw.setdefault((run_id, engine), {})[metric] = value
+    for (run_id, engine), table in raw.items():
+        # the same checks as a baseline's: unknown well-formed names left out and named, values finite
+        e = engines[(run_id, engine)]
+        e.metrics = v.metrics(table, fail, f"engine {engine!r} of run #{run_id}")
+        e.unknown_metrics = tuple(m for m in table if m not in e.metrics)
     return engines
 
 
@@ -390,6 +398,8 @@ def median_side(path: str | os.PathLike[str], last: int = DEFAULT_LAST, *,
                              "the median anyway, or --last to look at fewer runs")
         names = sorted({m for e in runs for m in e.metrics})
         metrics = {m: float(statistics.median([e.metrics[m] for e in runs if m in e.metrics])) for m in names}
+        unknown = tuple(dict.fromkeys(m for e in runs for m in e.unknown_metrics if m not in metrics))
         out.append(EngineMetrics(name=newest.name, instance=newest.instance, source=newest.source,
-                                 estimated=newest.estimated, config=newest.config, metrics=metrics))
+                                 estimated=newest.estimated, config=newest.config, metrics=metrics,
+                                 unknown_metrics=unknown))
     return out, h.runs

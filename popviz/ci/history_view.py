@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from popviz import escape as esc
 from popviz.ci.compare import fmt
+from popviz.ci.render import UNKNOWN_NOTE
 from popviz.ci.trend import Step, Trend, sparkline
 
 if TYPE_CHECKING:
@@ -67,7 +68,7 @@ def _change(t: Trend, s: Step) -> str:
     return change(s.before, s.after, t.unit)
 
 
-def console(trends: list[Trend], runs: list[Run], *, all_rows: bool = False) -> None:
+def console(trends: list[Trend], runs: list[Run], *, all_rows: bool = False, unknown: list[str] | None = None) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -106,9 +107,11 @@ def console(trends: list[Trend], runs: list[Run], *, all_rows: bool = False) -> 
         for t in stepped:
             for line in _step_lines(t):
                 con.print(f"  {escape(t.engine)} {escape(t.metric)} at {escape(line)}", soft_wrap=True)
+    if unknown:
+        con.print(f"{UNKNOWN_NOTE}: {escape(', '.join(unknown))}", soft_wrap=True)
 
 
-def markdown(trends: list[Trend], runs: list[Run], *, all_rows: bool = False) -> str:
+def markdown(trends: list[Trend], runs: list[Run], *, all_rows: bool = False, unknown: list[str] | None = None) -> str:
     md, code = esc.md, esc.md_code  # no HTML, no Markdown structure from the history file
 
     lines = [f"### {md(headline(trends, runs))}", ""]
@@ -122,10 +125,13 @@ def markdown(trends: list[Trend], runs: list[Run], *, all_rows: bool = False) ->
         lines += [f"| {md(t.engine)} | {code(t.metric)} | {len(t.values)} | {fmt(t.values[-1], t.unit)} | "
                   f"{sparkline(t.values)} | {md('; '.join(_step_lines(t)))} |" for t in shown_]
         lines.append("")
+    if unknown:
+        lines += [f"{UNKNOWN_NOTE[0].upper() + UNKNOWN_NOTE[1:]}: {md(', '.join(unknown))}", ""]
     return "\n".join(lines)
 
 
-def as_json(trends: list[Trend], runs: list[Run], db: str) -> str:
+def as_json(trends: list[Trend], runs: list[Run], db: str, unknown: list[str] | None = None) -> str:
     return json.dumps({"schema": HISTORY_SCHEMA, "db": db, "headline": headline(trends, runs),
                        "runs": [{"id": r.id, "label": r.label, "added_at": r.added_at} for r in runs],
-                       "metrics": [t.to_dict() for t in trends]}, indent=2, allow_nan=False)
+                       "metrics": [t.to_dict() for t in trends], "unknown_metrics": unknown or []},
+                      indent=2, allow_nan=False)

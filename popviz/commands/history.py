@@ -106,10 +106,11 @@ def _show(args: argparse.Namespace) -> int:
     if args.metrics and not found:
         raise UsageError(f"no metric in {shown(args.db)} matches {', '.join(args.metrics)}; "
                          "docs/ci.md lists the names (e.g. pipeline.imbalance_ratio, memory.*)")
+    unknown = h.unknown_metrics()
     if args.json:
-        sys.stdout.write(history_view.as_json(found, h.runs, shown(args.db)) + "\n")
+        sys.stdout.write(history_view.as_json(found, h.runs, shown(args.db), unknown) + "\n")
     elif args.markdown:
-        sys.stdout.write(history_view.markdown(found, h.runs, all_rows=args.all))
+        sys.stdout.write(history_view.markdown(found, h.runs, all_rows=args.all, unknown=unknown))
     else:
-        history_view.console(found, h.runs, all_rows=args.all)
+        history_view.console(found, h.runs, all_rows=args.all, unknown=unknown)
     return 0
