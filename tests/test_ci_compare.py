@@ -11,7 +11,7 @@ import pytest
 from popviz import testing
 from popviz.ci.baseline import EngineMetrics
 from popviz.ci.compare import IMPROVED, REGRESSED, SAME, TRADED, WITHIN, compare
-from popviz.ci.render import markdown, text
+from popviz.ci.render import junit, markdown, text
 from popviz.ci.thresholds import parse_rule, parse_threshold, threshold_for
 from popviz.errors import UsageError
 from popviz.sources.bundle import write_bundle
@@ -102,6 +102,11 @@ def test_time_shares_that_fall_while_the_call_gets_faster_are_traded_not_regress
     assert c.headline() == ("popviz: OK: no regression (4 metric(s) compared, 2 improved, 2 time share(s) "
                             "traded for a faster call)")
     assert "⇄ traded" in text(c) and "⇄ traded" in markdown(c)
+    suite = ET.fromstring(junit(c))
+    assert (suite.get("tests"), suite.get("failures")) == ("4", "0")
+    [out] = [e.text for e in suite.iter("system-out") if "ramp" in e.text]
+    assert out == ("pipeline.ramp_efficiency_pct traded: 97.00% → 91.50% (-5.50pp; threshold +5pp) while the call "
+                   "got faster; a --fail rule naming it makes it a gate")
     # a rule naming the share makes it a gate again, as asked
     named = compare(side(base), side(new), [parse_rule("pipeline.ramp_efficiency_pct:+1pp", "--fail")])
     assert {r.metric: r.verdict for r in named.rows}["pipeline.ramp_efficiency_pct"] == REGRESSED and named.failed

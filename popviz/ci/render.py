@@ -194,6 +194,9 @@ def junit(c: Comparison, name: str = "popviz") -> str:
             sub(case, "failure", msg, message=msg, type="regression")
         elif r.verdict in ("new", "gone"):
             sub(case, "skipped", message=f"{r.metric} is {r.verdict} (on one side only)")
+        elif r.verdict == TRADED:  # passes, but says why a share beyond its threshold does not fail
+            sub(case, "system-out", f"{r.metric} traded: {fmt(r.base, r.unit)} → {fmt(r.new, r.unit)} ({r.change}; "
+                f"threshold {r.threshold}) while the call got faster; a --fail rule naming it makes it a gate")
     for b in c.budgets:
         case = sub(suite, "testcase", classname=f"popviz.{b['engine']}.budget", name=b["metric"])
         cases += 1
