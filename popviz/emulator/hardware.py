@@ -109,14 +109,19 @@ follows all four within ~20% (fitted over the fidelity cases together, not per c
 CONV_HALF_CYCLES = 9_000
 """``AMP_HALF_CYCLES`` for convolutions: a convolution reaches half of ``AMP_PEAK_EFFICIENCY`` at
 half the size a matmul does. With the matmul's curve every CNN figure was estimated too slow
-(B9 −15%, B7 −22%, P1 −22%, B10's trace −40%) while the transformer figures, all matmuls, held
+(B9 −15%, B7 −22% (B7 has since proved to be one replica's rate: see below), P1 −22%, B10's
+trace −40%) while the transformer figures, all matmuls, held
 within 7%. Hypothesis: a CNN's convolutions have many output positions to spread over the tiles
 and a short contraction (input channels × kernel), so PopLibs' planner needs less partial-sum
 reduction across tiles than for a transformer's matmuls at a few hundred tokens, whose long
 contraction (768-4,096) must be split to use the tiles. Fitted over the four CNN figures and B3
 together (a grid over 4,000-18,000 cycles; 6,000-9,000 gave the lowest mean error; none is tuned
-to one figure): B9 +3%, B3 +17%, B7 −12%, P1 −6%, B10's trace −28%. Measured error per case:
-docs/emulator.md's fidelity table."""
+to one figure): B9 +3%, B3 +17%, B7 −12%, P1 −6%, B10's trace −28%. Refitted after B7 was found
+to be an artefact and B5 (the same CNN on SDK 2.5, 26% slower than B9 on SDK 3.1) came in: a grid
+of 9,000-18,000 gives B9 +3 to −15%, B3 +17 to +5%, B5 +38 to +15%, P1 −6 to −22% and B10's trace
+−29 to −40%, with the same mean error (18-19%) across it; 15,000 would bring B5 within 25% at the
+cost of B10 and P1, and B10 would lose its "likely pessimistic" note, so 9,000 stays. Measured
+error per case: docs/emulator.md's fidelity table."""
 
 MEMORY_EFFICIENCY = 0.5
 """Fraction of the on-chip memory bandwidth element-wise and data-movement ops reach (reads and
@@ -169,8 +174,8 @@ time one ring would. A ring of 2 replicas already uses both directions of
 the one link between them, so it gains nothing (1 direction-equivalent). The link bandwidth is the
 spec's ``ipu_link_bytes_per_second`` (64 GB/s, 512 Gbps, the IPU-M2000 / Bow-2000 datasheets'
 IPU-Link figure). GCL's quad-directional rings (two ring pairs, on 2-D torus systems) are not
-modelled. Checked against B3 (2 replicas) and B7 (4 replicas), which disagree with each other
-(docs/emulator.md, Fidelity)."""
+modelled. Checked against B3 (2 replicas, +17%); B7, once read as 4 replicas gaining 3.9x, ran one
+replica (docs/emulator.md, Fidelity), so no public figure checks R >= 3 yet."""
 
 STREAMING_MEMORY_BYTES_PER_SECOND = 20e9
 """Bandwidth from one IPU to streaming memory, where offloaded optimizer state lives (an
