@@ -81,6 +81,8 @@ CASES = [
     Case("A1", "a1_tiny_bert_squad.py", "code_bytes", 24_414_353 + 11_348_758 + 9_779_604 + 17_100_804,
          "tiny BERT compile profile, code"),
     Case("B9", "b9_small_cnn.py", "samples_per_second", 47_323.53, "small CNN, 1 IPU, synthetic"),
+    # the same SDK 3.1 README's Case 1 (the same model, timed after the function's DataLoader pass)
+    Case("B1", "b9_small_cnn.py", "samples_per_second", 46_739.05, "small CNN, 1 IPU, synthetic (Case 1)"),
     Case("B3", "b9_small_cnn.py", "samples_per_second", 46_384.23, "small CNN, 2 replicas, synthetic",
          args=("2",)),
     # SDK 2.5's version of the tutorial (tut2_efficient_data_loading @68b1154c) measured the same model:
@@ -118,7 +120,9 @@ CASES = [
     # 857,000 samples/s (the IPU type is not stated; the tutorial's SDK 2.6 shipped for Mk2 systems).
     Case("T1", "t1_mnist_mlp.py", "samples_per_second", 857_000, "MNIST MLP, 1 IPU, TF1 tutorial's trace"),
     Case("B12", "b12_vit_pipeline.py", "samples_per_second", 307.745, "ViT-B/16, [3,3,3,3], mb 1"),
+    Case("B13", "b12_vit_pipeline.py", "samples_per_second", 302.148, "ViT-B/16, [3,3,3,3], mb 1, SDK 2.6"),
     Case("B15", "b15_bert_large_squad.py", "samples_per_second", 419.265, "BERT-Large SQuAD, 4x[3,7,7,7]"),
+    Case("B16", "b15_bert_large_squad.py", "samples_per_second", 361.48, "BERT-Large SQuAD, 4x[3,7,7,7], later run"),
     Case("B17", "b17_gpt_lm.py", "samples_per_second", 951.618, "GPT-style LM, 4x[0,4,4,4]"),
     # pytorch_resnet50_train_real_pod16: poprun --num-instances 8 --num-replicas 16
     Case("P1", "p1_resnet50.py", "samples_per_second", 37_061, "ResNet-50, mb 18, 8 x 2 replicas (Bow)",
