@@ -323,7 +323,33 @@ def test_every_figure_draws_into_the_callers_axes(bert):
         assert draw(training, ax=ax) is mine
         assert ax.has_data() or ax.images, draw.__name__
     mine = Figure()
-    assert plot.compare(training, bert["inference"], ax=mine.add_subplot()) is mine
+    assert plot.compare(training, training, ax=mine.add_subplot()) is mine
+
+
+def test_figures_take_a_report_a_one_engine_set_or_a_path_and_say_so_otherwise(bert, tmp_path):
+    from popviz.errors import UsageError
+
+    both = popviz.load(SAMPLES / "mnist_pipeline")
+    for draw in (plot.timeline, plot.stages, plot.memory, plot.breakdown, plot.host_io, plot.stage_cycles,
+                 plot.key_metrics):
+        with pytest.raises(UsageError, match=rf"^popviz.plot.{draw.__name__} draws one engine and this set holds 2 "
+                                             r"\('inference', 'training'\); pick one: reports\['inference'\]$"):
+            draw(both)
+        with pytest.raises(UsageError, match=rf"^popviz.plot.{draw.__name__} takes a Report"):
+            draw(None)
+    from popviz.sources.bundle import write_bundle
+
+    one = write_bundle(testing.pipeline_report([1000, 1200]), tmp_path / "one")
+    assert plot.stage_cycles(one)["total_cycles"].tolist() == plot.stage_cycles(popviz.load(one)[0])["total_cycles"].tolist()
+    assert plot.stages(str(one)) is not None and plot.stages(popviz.load(one)) is not None
+
+
+def test_compare_refuses_two_different_engines_as_popviz_compare_does(bert):
+    from popviz.errors import UsageError
+
+    with pytest.raises(UsageError, match="'training' and 'inference' are different engines"):
+        plot.compare(bert["training"], bert["inference"])
+    assert plot.compare(bert["training"], bert["inference"], allow_different_engines=True) is not None
 
 
 def test_html_says_once_which_figure_was_not_drawn_and_why():

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import functools
+import os
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
+from popviz.errors import UsageError
 from popviz.model.frames import MissingDataError
 
 if TYPE_CHECKING:
@@ -46,6 +50,39 @@ FIGURE_NAMES = ("timeline", "stages", "memory", "tiles", "breakdown", "host_io")
 
 class PlotDataError(MissingDataError):
     """The report lacks the data a figure needs (the message starts with the figure's name)."""
+
+
+def as_report(value: Any, what: str) -> Report:
+    """``value`` as the one Report a figure or table draws: a Report; a ReportSet, or a directory
+    or bundle path, holding exactly one engine; anything else is a one-line UsageError saying
+    what to pass (``popviz.load(dir)["training"]``), never an AttributeError from deep inside."""
+    from popviz.model import Report, ReportSet
+
+    if isinstance(value, Report):
+        return value
+    if isinstance(value, (str, os.PathLike)):
+        from popviz.sources.discover import load
+
+        value = load(value)
+    if isinstance(value, ReportSet):
+        if len(value) == 1:
+            return value[0]
+        engines = ", ".join(repr(label) for label in value.labels) or "none"
+        first = repr(value.labels[0]) if len(value) else "'training'"
+        raise UsageError(f"{what} draws one engine and this set holds {len(value)} ({engines}); pick one: "
+                         f"reports[{first}]")
+    raise UsageError(f"{what} takes a Report (e.g. popviz.load(dir)['training']), not {type(value).__name__}")
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def takes_report(fn: F) -> F:
+    """Let ``fn``'s first argument be anything :func:`as_report` accepts."""
+    @functools.wraps(fn)
+    def wrapper(report: Any, *args: Any, **kwargs: Any) -> Any:
+        return fn(as_report(report, f"popviz.plot.{fn.__name__}"), *args, **kwargs)
+    return wrapper  # type: ignore[return-value]
 
 
 def _data(figure: str, table, *args: Any, **kwargs: Any):

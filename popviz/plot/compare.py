@@ -10,12 +10,15 @@ if TYPE_CHECKING:
 
     from popviz.model import Report
 
+from popviz.errors import UsageError
 from popviz.plot._style import (
     PALETTE,
     PlotDataError,
     _fmt_bytes,
     _fmt_cycles,
+    as_report,
     new_figure,
+    takes_report,
 )
 
 COMPARE_METRICS: tuple[tuple[str, str], ...] = (
@@ -31,6 +34,7 @@ COMPARE_METRICS: tuple[tuple[str, str], ...] = (
 """The figures ``compare`` draws: ``popviz compare``'s metric names (docs/ci.md), with a label."""
 
 
+@takes_report
 def key_metrics(report: Report) -> dict[str, float]:
     """The headline figures of ``COMPARE_METRICS`` the report supports, by metric name (as
     ``popviz compare`` computes them; figures the report cannot give are left out)."""
@@ -52,11 +56,19 @@ def _fmt(name: str, value: float) -> str:
     return f"{value:.2f}"
 
 
-def compare(base: Report, new: Report, ax: Axes | None = None) -> Figure:
+def compare(base: Report, new: Report, ax: Axes | None = None, *, allow_different_engines: bool = False) -> Figure:
     """The headline figures of two reports side by side, one panel per figure, with the relative
     change and ``popviz compare``'s verdict under its default thresholds (docs/ci.md): the new bar
-    is vermillion where the change is a regression, blue otherwise."""
+    is vermillion where the change is a regression, blue otherwise. Like ``popviz compare``, it
+    compares an engine with the same engine (training with training): two differently named
+    engines are refused unless ``allow_different_engines``."""
     from popviz.ci.compare import IMPROVED, REGRESSED, SAME, verdict
+
+    base, new = as_report(base, "popviz.plot.compare"), as_report(new, "popviz.plot.compare")
+    if base.name != new.name and not allow_different_engines:
+        raise UsageError(f"popviz.plot.compare: '{base.label}' and '{new.label}' are different engines, whose "
+                         "figures better/worse verdicts would not mean anything (popviz compare matches engines "
+                         "by name); compare each with its own run, or pass allow_different_engines=True")
 
     a, b = key_metrics(base), key_metrics(new)
     rows = [(name, label) for name, label in COMPARE_METRICS if name in a or name in b]

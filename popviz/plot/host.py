@@ -18,15 +18,18 @@ from popviz.plot._style import (
     _figure,
     _fmt_bytes,
     _title,
+    takes_report,
 )
 
 
+@takes_report
 def output_modes(report: Report):
     """Output bytes per call under each output mode (``Report.output_modes()``; see
     ``popviz.model.frames.output_modes``)."""
     return _data("host_io", frames.output_modes, report)
 
 
+@takes_report
 def host_io(report: Report, ax: Axes | None = None) -> Figure:
     """Bytes returned to the host per call under each output mode, the current one marked (copies
     of each output per call when the tensor sizes were not recorded)."""

@@ -22,9 +22,11 @@ from popviz.plot._style import (
     _figure,
     _title,
     new_figure,
+    takes_report,
 )
 
 
+@takes_report
 def memory_by_ipu(report: Report):
     """Bytes per IPU and category (``Report.memory_by_ipu()``; see ``popviz.model.frames.memory_by_ipu``)."""
     return _data("memory", frames.memory_by_ipu, report)
@@ -54,6 +56,7 @@ def _pressure(row) -> tuple[str, bool]:
     return label, False
 
 
+@takes_report
 def memory(report: Report, ax: Axes | None = None) -> Figure:
     """Memory per IPU stacked by category (largest at the bottom; gaps on top), with the IPU's
     capacity line and the used % on each bar; IPUs under pressure are labelled in vermillion."""
@@ -123,11 +126,13 @@ def memory(report: Report, ax: Axes | None = None) -> Figure:
     return fig
 
 
+@takes_report
 def tile_memory(report: Report):
     """Per-tile memory (``Report.tile_memory()``; see ``popviz.model.frames.tile_memory``)."""
     return _data("tiles", frames.tile_memory, report)
 
 
+@takes_report
 def tiles(report: Report, ipu: int | None = None, ax: Axes | None = None) -> Figure:
     """Per-tile memory as a heat map, one panel per IPU (tiles row by row), tiles above 90%
     outlined and overflowing tiles crossed out."""

@@ -19,12 +19,14 @@ from popviz.plot._style import (
     _figure,
     _fmt_cycles,
     _title,
+    takes_report,
 )
 
 MAX_BLOCKS_SHOWN = 2
 """Block names printed under a stage's bar (then ``+N``)."""
 
 
+@takes_report
 def stage_cycles(report: Report):
     """Cycles of each pipeline stage (``Report.stage_cycles()``; see ``popviz.model.frames.stage_cycles``)."""
     return _data("stages", frames.stage_cycles, report)
@@ -43,6 +45,7 @@ def _why_no_stage_cycles(report: Report) -> str:
     return "the pipeline analysis could not attribute cycles to stages (popviz analyse says why)"
 
 
+@takes_report
 def ipu_cycles(report: Report):
     """Cycles of each IPU running stages (``Report.ipu_cycles()``; see ``popviz.model.frames.ipu_cycles``)."""
     return _data("stages", frames.ipu_cycles, report)
@@ -63,6 +66,7 @@ def _ipu_label(ipu: int, stages: str, blocks: str) -> str:
     return "\n".join([f"IPU{ipu} · stage{'s' if ',' in stages else ''} {stages}", *_block_lines(blocks)])
 
 
+@takes_report
 def stages(report: Report, ax: Axes | None = None) -> Figure:
     """Cycles per micro-batch of each pipeline stage (per call when the batching is unknown), the
     mean, and the bottleneck marked. When stages share an IPU, one bar per IPU (its stages under

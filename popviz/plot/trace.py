@@ -20,9 +20,11 @@ from popviz.plot._style import (
     _figure,
     _legend,
     _title,
+    takes_report,
 )
 
 
+@takes_report
 def steps_frame(report: Report, run: int | None = None):
     """One executor call's steps laid out in time (``Report.steps()``; see ``popviz.model.frames.steps``)."""
     return _data("timeline", frames.steps, report, run)
@@ -58,6 +60,7 @@ def _rgba(colour: str):
     return to_rgba(colour)
 
 
+@takes_report
 def timeline(report: Report, ax: Axes | None = None, *, run: int | None = None) -> Figure:
     """The execution trace of one executor call per IPU (PopVision's execution view), coloured by
     forward, backward, weight update, exchange, host copy and sync/idle; the IPU with the most
@@ -132,11 +135,13 @@ def timeline(report: Report, ax: Axes | None = None, *, run: int | None = None) 
 BREAKDOWN_PARTS = frames.SHARE_PARTS
 
 
+@takes_report
 def time_shares(report: Report):
     """Per IPU, the share (%) of the calls' cycles in each part (``Report.time_shares()``)."""
     return _data("breakdown", frames.time_shares, report)
 
 
+@takes_report
 def breakdown(report: Report, ax: Axes | None = None) -> Figure:
     """Per IPU, the share of an executor call spent computing, exchanging, syncing/idle and in
     host copies (shares add up to 100%)."""
