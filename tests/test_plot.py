@@ -361,3 +361,16 @@ def test_html_says_once_which_figure_was_not_drawn_and_why():
                      'only (the emulator does not estimate single tiles)</p>',
                      '<p class="muted">tiles: not drawn — engine &#x27;training&#x27; has per-IPU memory '
                      'only (the emulator does not estimate single tiles)</p>']
+
+
+def test_stages_tied_for_slowest_are_all_the_bottleneck_and_a_balanced_pipeline_has_none():
+    tied = plot.stage_cycles(testing.pipeline_report([1000, 1200, 1200, 900]))
+    assert tied["bottleneck"].tolist() == [False, True, True, False]
+    balanced = testing.pipeline_report([1000] * 4)
+    assert not plot.stage_cycles(balanced)["bottleneck"].any()
+    labels = [t.get_text() for t in plot.stages(balanced).axes[0].texts]
+    assert not any("bottleneck" in t for t in labels)
+    mnist = popviz.load(SAMPLES / "mnist_pipeline")["training"]  # stages 0 and 1: 141,444 cycles each
+    assert plot.stage_cycles(mnist)["bottleneck"].tolist() == [True, True, False, False]
+    ticks = [t.get_text() for t in plot.timeline(mnist).axes[0].get_yticklabels()]
+    assert ticks == ["IPU0  bottleneck", "IPU1  bottleneck", "IPU2", "IPU3"]

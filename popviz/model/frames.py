@@ -160,9 +160,10 @@ def _cycle_types(frame: pd.DataFrame) -> pd.DataFrame:
 def stage_cycles(report: Report) -> pd.DataFrame:
     """Per pipeline stage: ``stage``, ``ipu``, ``blocks``, ``cycles_per_micro_batch`` (whole
     cycles, rounded; null when the batching is unknown), ``total_cycles`` (over the calls counted), ``idle_pct`` and
-    ``bottleneck``. Empty when the report has no stages. When stages share an IPU the profile
-    cannot split that IPU's cycles between them: their cycles are null, ``bottleneck`` marks every
-    stage on the busiest IPU, and :func:`ipu_cycles` has the per-IPU figures."""
+    ``bottleneck`` (every stage tied for the most cycles; none when all are equal). Empty when the
+    report has no stages. When stages share an IPU the profile cannot split that IPU's cycles
+    between them: their cycles are null, ``bottleneck`` marks every stage on the busiest IPU, and
+    :func:`ipu_cycles` has the per-IPU figures."""
     import pandas as pd
 
     m = analysis_metrics(report, "pipeline")
@@ -174,7 +175,20 @@ def stage_cycles(report: Report) -> pd.DataFrame:
             for s in m["stages"]]
     columns = ["stage", "ipu", "blocks", "cycles_per_micro_batch", "total_cycles", "idle_pct", "bottleneck"]
     frame = pd.DataFrame(rows, columns=columns)
+    if not per_ipu:
+        frame["bottleneck"] = _slowest(frame)
     return _cycle_types(frame)
+
+
+def _slowest(frame: pd.DataFrame) -> list[bool]:
+    """Every row whose cycles equal the largest (stages tied for slowest are all the bottleneck);
+    none when every row is as slow (a balanced pipeline has no bottleneck) or the cycles are unknown."""
+    cycles = frame["total_cycles"]
+    if len(frame) < 2 or cycles.isna().any():  # the analysis' choice stands
+        return [bool(b) for b in frame["bottleneck"]]
+    top = cycles.max()
+    tied = [bool(c == top) for c in cycles]
+    return [False] * len(frame) if all(tied) else tied
 
 
 def ipu_cycles(report: Report) -> pd.DataFrame:
@@ -199,6 +213,7 @@ def ipu_cycles(report: Report) -> pd.DataFrame:
             for ipu, st, c, t, f in source]
     columns = ["ipu", "stages", "blocks", "cycles_per_micro_batch", "total_cycles", "idle_pct", "bottleneck"]
     frame = pd.DataFrame(rows, columns=columns)
+    frame["bottleneck"] = _slowest(frame)
     return _cycle_types(frame)
 
 

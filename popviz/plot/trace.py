@@ -83,7 +83,9 @@ def timeline(report: Report, ax: Axes | None = None, *, run: int | None = None) 
     work = [TIMELINE_CATEGORIES.index(c) for c in ("forward", "backward", "weight update", "compute")]
     row_of = np.searchsorted(ipus, ipu_col)
     busy = np.bincount(row_of, weights=np.where(np.isin(cat, work), end - start, 0), minlength=len(ipus))
-    bottleneck = ipus[int(np.argmax(busy))] if busy.any() and len(ipus) > 1 else None
+    # every IPU tied for the most compute; none when all are (a balanced pipeline has no bottleneck)
+    slowest = set(np.asarray(ipus)[busy == busy.max()].tolist()) if busy.any() and len(ipus) > 1 else set()
+    bottleneck = slowest if len(slowest) < len(ipus) else set()
     xmax = float(end.max())
     order = np.argsort(row_of, kind="stable")  # steps_frame is sorted by IPU already: a no-op copy
     bounds = np.searchsorted(row_of[order], np.arange(len(ipus) + 1))
@@ -114,9 +116,9 @@ def timeline(report: Report, ax: Axes | None = None, *, run: int | None = None) 
         ax.add_collection(PolyCollection(verts, facecolors=colours[cat], linewidths=0))
         seen.update(int(c) for c in np.unique(cat))
     ax.set_yticks(range(len(ipus)))
-    ax.set_yticklabels([f"IPU{i}" + ("  bottleneck" if i == bottleneck else "") for i in ipus])
+    ax.set_yticklabels([f"IPU{i}" + ("  bottleneck" if i in bottleneck else "") for i in ipus])
     for label, ipu in zip(ax.get_yticklabels(), ipus, strict=True):
-        if ipu == bottleneck:
+        if ipu in bottleneck:
             label.set_color(PALETTE["highlight"])
             label.set_fontweight("bold")
     ax.set_ylim(len(ipus) - 0.5, -0.5)
