@@ -374,3 +374,28 @@ def test_stages_tied_for_slowest_are_all_the_bottleneck_and_a_balanced_pipeline_
     assert plot.stage_cycles(mnist)["bottleneck"].tolist() == [True, True, False, False]
     ticks = [t.get_text() for t in plot.timeline(mnist).axes[0].get_yticklabels()]
     assert ticks == ["IPU0  bottleneck", "IPU1  bottleneck", "IPU2", "IPU3"]
+
+
+def test_an_out_of_memory_compile_has_no_stage_cycles_and_the_table_says_why():
+    oom = popviz.load(SAMPLES / "oom_compile")["training"]
+    for table in (oom.stage_cycles, oom.ipu_cycles, lambda: plot.stage_cycles(oom)):
+        with pytest.raises(MissingDataError, match=r"^(stages: )?engine 'training' has no execution table \(the "
+                                                   r"compile ran out of memory, so the engine never ran\)$"):
+            table()
+
+
+def test_legends_on_the_callers_axes_sit_beside_them_and_zero_categories_are_left_out(bert):
+    from matplotlib.figure import Figure
+
+    fig = Figure()
+    ax = fig.add_subplot()
+    plot.memory(bert["training"], ax=ax)
+    legend = ax.get_legend()
+    assert legend.get_bbox_to_anchor().bounds[0] > ax.get_window_extent().x1 - 1  # right of the axes
+    inference = popviz.load(SAMPLES / "mnist_pipeline")["inference"]
+    labels = [t.get_text() for t in plot.memory(inference).legends[0].get_texts()]
+    assert labels == ["temporaries", "weights", "codeAndExchange"]  # no empty optimizer state or stash
+    mine = Figure()
+    mine.suptitle("my grid")
+    plot.tiles(bert["training"], ax=mine.add_subplot())
+    assert mine.get_suptitle() == "my grid"

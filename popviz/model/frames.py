@@ -161,12 +161,15 @@ def stage_cycles(report: Report) -> pd.DataFrame:
     """Per pipeline stage: ``stage``, ``ipu``, ``blocks``, ``cycles_per_micro_batch`` (whole
     cycles, rounded; null when the batching is unknown), ``total_cycles`` (over the calls counted), ``idle_pct`` and
     ``bottleneck`` (every stage tied for the most cycles; none when all are equal). Empty when the
-    report has no stages. When stages share an IPU the profile cannot split that IPU's cycles
+    report has no stages; MissingDataError when it has stages but no execution profile (an
+    out-of-memory compile). When stages share an IPU the profile cannot split that IPU's cycles
     between them: their cycles are null, ``bottleneck`` marks every stage on the busiest IPU, and
     :func:`ipu_cycles` has the per-IPU figures."""
     import pandas as pd
 
     m = analysis_metrics(report, "pipeline")
+    if m["stages"]:
+        need_execution(report)  # an out-of-memory compile has stages but no cycles: say why, not rows of nulls
     per_ipu = m.get("balance_basis") == "ipu"
     rows = [{"stage": s["index"], "ipu": s["ipu"], "blocks": ", ".join(s["blocks"]),
              "cycles_per_micro_batch": s.get("cycles"), "total_cycles": s.get("total_cycles"),
@@ -199,6 +202,8 @@ def ipu_cycles(report: Report) -> pd.DataFrame:
     import pandas as pd
 
     m = analysis_metrics(report, "pipeline")
+    if m["stages"]:
+        need_execution(report)
     blocks: dict[int, list[str]] = {}
     for s in m["stages"]:
         blocks.setdefault(s["ipu"], []).extend(s["blocks"])

@@ -159,12 +159,19 @@ def _cycle_axis(report: Report) -> tuple[float, str]:
 
 
 def _legend(fig: Figure, ax: Axes, own: bool, handles: list) -> None:
-    """A one-row legend under the plot on figures popviz made; inside the axes on the caller's."""
+    """A one-row legend under the plot on figures popviz made; on the caller's axes, beside them
+    (never over the data: save with ``bbox_inches="tight"`` or a constrained layout)."""
     if own:
         fig.legend(handles=handles, loc="outside lower center", ncol=min(len(handles), 7), frameon=False,
                    fontsize="small")
     else:
-        ax.legend(handles=handles, fontsize="small")
+        beside(ax, handles)
+
+
+def beside(ax: Axes, handles: list) -> None:
+    """A legend just right of ``ax``: on a caller's axes it must not cover the bars or rows."""
+    ax.legend(handles=handles, fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0,
+              frameon=False)
 
 
 def _fmt_cycles(n: float) -> str:

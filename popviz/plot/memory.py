@@ -21,6 +21,7 @@ from popviz.plot._style import (
     _data,
     _figure,
     _title,
+    beside,
     new_figure,
     takes_report,
 )
@@ -67,7 +68,8 @@ def memory(report: Report, ax: Axes | None = None) -> Figure:
         raise PlotDataError(f"memory: engine '{report.label}' has no memory rows")
     own = ax is None
     fig, ax = _figure(ax, (max(7.5, 1.1 * len(frame) + 4.5), 4.6))
-    cats = frames.category_columns(frame)
+    # a category empty on every IPU (an inference engine's optimizer state) is not drawn nor listed
+    cats = [c for c in frames.category_columns(frame) if frame[c].fillna(0).sum() > 0]
     totals = frame[cats].sum().sort_values(ascending=False)
     shown_cats = list(totals.index[:MAX_MEMORY_CATEGORIES])
     other = [c for c in cats if c not in shown_cats]
@@ -121,7 +123,7 @@ def memory(report: Report, ax: Axes | None = None) -> Figure:
     if own:
         fig.legend(handles=handles, loc="outside right center", fontsize="small", frameon=False)
     else:
-        ax.legend(handles=handles, fontsize="small")
+        beside(ax, handles)
     ax.set_title(_title(report, "memory per IPU by category"))
     return fig
 
@@ -204,8 +206,15 @@ def tiles(report: Report, ipu: int | None = None, ax: Axes | None = None) -> Fig
                    label=f"tile above {full_pct:.0f}%")] if marked["circle"] else []
     if marked["cross"]:
         keys.append(Line2D([], [], marker="x", linestyle="", color="black", label="tile overflowing"))
-    if keys and ax is None:
-        fig.legend(handles=keys, loc="outside lower center", ncol=len(keys), frameon=False, fontsize="small")
     shown = f", first {len(ipus)} of {total_ipus} IPUs" if truncated else ""
-    fig.suptitle(_title(report, f"memory per tile ({cols} tiles per row{shown}; above 100% in vermillion)"))
+    title = _title(report, f"memory per tile ({cols} tiles per row{shown}; above 100% in vermillion)")
+    if ax is None:
+        if keys:
+            fig.legend(handles=keys, loc="outside lower center", ncol=len(keys), frameon=False, fontsize="small")
+        fig.suptitle(title)
+    else:  # the caller's figure keeps its own title: this panel says what it shows, and its key
+        if keys:
+            ax.legend(handles=keys, loc="upper left", bbox_to_anchor=(0.0, -0.02), ncol=len(keys), frameon=False,
+                      fontsize="small")
+        ax.set_title(f"{title}\n{ax.get_title()}", fontsize="small")
     return fig
