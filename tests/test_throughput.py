@@ -49,7 +49,7 @@ def test_loop_rate_adds_the_measured_host_work_between_calls():
     assert (t.host_seconds_between_calls, t.loop_samples_per_second, t.samples_per_second) == (0.1, 512.0, 640.0)
     out = analyse(ReportSet([report])).engines[0].outputs["throughput"]
     assert out.metrics["loop_samples_per_second"] == 512.0
-    assert out.table.iloc[0][["host_ms_between_calls", "loop_samples_per_second"]].tolist() == [100.0, 512.0]
+    assert out.table.iloc[0][["host ms between calls", "loop samples/s"]].tolist() == [100.0, 512.0]
     assert out.caption.endswith("as the script's loop runs it: 512.0 samples/s (each call plus 100.00 ms of the "
                                 "script's own host work between calls, measured on the machine that ran it)")
     for bad in (-1.0, "0.1", True, None, 10**400):  # a 400-digit JSON number is no float either

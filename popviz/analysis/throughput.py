@@ -151,12 +151,12 @@ def analyse(report: Report) -> AnalysisOutput:
         reason = ("no execution (the compile failed or the profile has none)" if report.execution is None
                   else "the micro-batch size or the call's time is unknown")
         return AnalysisOutput(metrics=empty_metrics(), not_checked=[NotChecked(NAME, "samples per second", reason)])
-    table = pd.DataFrame([{"samples_per_second": round(t.samples_per_second, 1),
-                           "replica_samples_per_second": round(t.samples_per_second_per_replica, 1),
-                           "call_ms": t.call_seconds * 1e3, "micro_batch_ms": t.micro_batch_seconds * 1e3}])
+    table = pd.DataFrame([{"samples/s": round(t.samples_per_second, 1),
+                           "samples/s per replica": round(t.samples_per_second_per_replica, 1),
+                           "call ms": t.call_seconds * 1e3, "micro-batch ms": t.micro_batch_seconds * 1e3}])
     if t.loop_samples_per_second is not None:
-        table["host_ms_between_calls"] = t.host_seconds_between_calls * 1e3
-        table["loop_samples_per_second"] = round(t.loop_samples_per_second, 1)
+        table["host ms between calls"] = t.host_seconds_between_calls * 1e3
+        table["loop samples/s"] = round(t.loop_samples_per_second, 1)
     label = "estimated by the emulator's cost model: " if t.estimated else ""
     caption = (f"{label}{t.samples_per_second:,.1f} samples/s for the whole system"
                + (f" ({t.replicas} replicas × {t.samples_per_second_per_replica:,.1f})" if t.replicas > 1 else "")

@@ -121,7 +121,9 @@ def steps(report: Report, run: int | None = None) -> pd.DataFrame:
         run = call_run(report)
     s = execution.steps[execution.steps["run"] == run]
     if s.empty:
-        raise MissingDataError(f"engine '{report.label}' has no steps in run {run}")
+        runs = sorted(int(r) for r in execution.steps["run"].unique())
+        shown = ", ".join(map(str, runs[:10])) + (f" ... ({len(runs)} runs)" if len(runs) > 10 else "")
+        raise MissingDataError(f"engine '{report.label}' has no steps in run {run}; its runs: {shown or 'none'}")
     s = s.sort_values(["ipu", "step"], kind="stable")
     cycles = s["cycles"].to_numpy(dtype="int64")
     start = s["start_cycle"].to_numpy(dtype="float64", na_value=np.nan)
