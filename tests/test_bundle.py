@@ -168,3 +168,18 @@ def test_process_exits_cleanly_after_loading_bundles():
     codes = [subprocess.run([sys.executable, "-c", EXIT_AFTER_LOADS, str(sample)], capture_output=True,
                             text=True, timeout=120) for _ in range(8)]
     assert [(c.returncode, c.stderr[-200:]) for c in codes] == [(0, "")] * 8
+
+
+def test_an_engine_name_of_the_wrong_type_and_an_empty_path_are_named_as_such(tmp_path):
+    import popviz
+    from popviz.errors import UsageError
+
+    d = write_bundle(testing.pipeline_report([1000, 1000]), tmp_path / "b")
+    meta = json.loads((d / METADATA_FILE).read_text())
+    meta["name"] = 5
+    (d / METADATA_FILE).write_text(json.dumps(meta))
+    with pytest.raises(CorruptReportError, match=r'has an engine "name" that is not a string \(int\); write the '
+                                                 r"engine's name as a string"):
+        read_bundle(d)
+    with pytest.raises(UsageError, match=r'^the report path is empty; pass a report directory or bundle'):
+        popviz.load("")

@@ -177,8 +177,11 @@ class _Reader:
         meta = self.load_meta()
         try:
             name = meta.get("name")
-            if not isinstance(name, str) or not name:
+            if name is None or name == "":
                 raise self.fail("has no engine \"name\"")
+            if not isinstance(name, str):
+                raise self.fail(f"has an engine \"name\" that is not a string ({type(name).__name__}); "
+                                "write the engine's name as a string")
             prov = self.section(meta, "provenance", dict)
             if prov is None:
                 raise self.fail("has no \"provenance\"")

@@ -21,7 +21,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from popviz.errors import ReportNotFoundError, shown
+from popviz.errors import ReportNotFoundError, UsageError, shown
 from popviz.model import Report, ReportSet
 from popviz.sources import attribution, bundle, infer, manifest, pva
 from popviz.sources.runrecord import RUN_FILE, manifest_warning, read_run_record, run_warnings
@@ -211,6 +211,9 @@ def load(path: str | os.PathLike[str]) -> ReportSet:
     """
     from popviz.ui import progress
 
+    if isinstance(path, str) and not path.strip():  # Path("") is the current directory: a slip, not a choice
+        raise UsageError("the report path is empty; pass a report directory or bundle (\".\" for the current "
+                         "directory)")
     engines = find_engines(Path(path))
     reports = []
     for k, e in enumerate(engines, 1):
