@@ -16,15 +16,16 @@ def test_result_repr_is_a_short_summary_with_the_top_findings():
     assert str(result) == text
     assert text.splitlines() == [
         f"<popviz Result of {SAMPLES / 'mnist_pipeline'}: 2 engines, 3 warnings, 1 info (worst: warning)",
-        "  inference (estimated): 2 warnings; top: HIO001 IPU0 waits for the host: 25.4% of its cycles in stream "
-        "copies",
-        "  training (estimated): 1 warning, 1 info; top: HIO002 Training returns every micro-batch's outputs "
-        "(OutputMode.All)",
+        "  inference (estimated): 2 warnings; first to fix: HIO001 IPU0 waits for the host: 25.4% of its cycles in "
+        "stream copies",
+        # the first of the ranked actions, as popviz analyse's "What to fix first" lists them
+        "  training (estimated): 1 warning, 1 info; first to fix: PIPE003 Low pipeline ramp efficiency: 86.3%",
         "  data: .engines[i].findings / .metrics / .plan / .not_checked; all of it as text: "
         "popviz.render.console.render(result)>",
     ]
     assert len(result.findings) == 4  # the data is one attribute away
-    assert repr(result.engines[1]).startswith("<EngineResult training (estimated): 1 warning, 1 info; top: HIO002 ")
+    assert repr(result.engines[1]).startswith("<EngineResult training (estimated): 1 warning, 1 info; first to fix: "
+                                                  "PIPE003 ")
     out = io.StringIO()
     render(result, file=out, width=100)  # what the last line promises
     assert "HIO002" in out.getvalue() and len(out.getvalue()) > 10 * len(text)
@@ -37,7 +38,7 @@ def test_result_repr_counts_severities_most_severe_first():
     assert counts["error"] == 1
     expected = ", ".join(f"{n} {s}{'s' if n != 1 and s != 'info' else ''}" for s, n in counts.items() if n)
     assert first.endswith(f"1 engine, {expected} (worst: error)")
-    assert "top: MEM001 " in repr(result)
+    assert "first to fix: MEM001 " in repr(result)
 
 
 def test_result_without_findings():

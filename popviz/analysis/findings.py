@@ -123,10 +123,13 @@ class EngineResult:
         return {name: out.metrics for name, out in self.outputs.items()}
 
     def summary_line(self) -> str:
-        """``training (estimated): 1 warning, 2 info; top: PIPE001 Unbalanced ...``"""
+        """``training (estimated): 1 warning, 2 info; first to fix: PIPE001 Unbalanced ...`` (the
+        first of the ranked actions, as ``popviz analyse`` lists them; else the most severe finding)."""
         found = self.findings
         estimated = " (estimated)" if self.report.provenance.estimated else ""
-        top = f"; top: {found[0].code} {_clip(found[0].title, 80)}" if found else ""
+        actions = list(getattr(self.plan, "actions", None) or [])
+        first = actions[0] if actions else (found[0] if found else None)
+        top = f"; first to fix: {first.code} {_clip(first.title, 80)}" if first is not None else ""
         return f"{self.report.label}{estimated}: {severity_counts(found)}{top}"
 
     def __repr__(self) -> str:
