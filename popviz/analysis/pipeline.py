@@ -437,10 +437,14 @@ def _table(report: Report, o: Collector) -> None:
     has_mb = per_mb[0] is not None
     col = "cycles/micro-batch" if has_mb else "cycles (profile)"
     values = [round(v) for v in per_mb] if has_mb else totals
+    # every row tied for the most cycles is the bottleneck (as the figures and Report.stage_cycles mark it)
+    top = max((t for t in totals if t is not None), default=None)
+    tied = {k for k, t in enumerate(totals) if top is not None and t == top}
     if per_ipu:
         b = [row["ipu"] for row in rows].index(m["bottleneck_ipu"])
+        tied = tied or {b}
         o.out.table = pd.DataFrame({
-            "IPU": [f"{row['ipu']}{' ◀' if k == b and marked else ''}" for k, row in enumerate(rows)],
+            "IPU": [f"{row['ipu']}{' ◀' if k in tied and marked else ''}" for k, row in enumerate(rows)],
             "stages": [", ".join(map(str, row["stages"])) for row in rows],
             "blocks": ["; ".join(_blocks(s) for s in stages if s.ipu == row["ipu"]) for row in rows],
             col: pd.array(values, dtype="int64"),
@@ -448,8 +452,9 @@ def _table(report: Report, o: Collector) -> None:
         })
     else:
         b = [s.index for s in stages].index(m["bottleneck_stage"])
+        tied = tied or {b}
         o.out.table = pd.DataFrame({
-            "stage": [f"{s.index}{' ◀' if k == b and marked else ''}" for k, s in enumerate(stages)],
+            "stage": [f"{s.index}{' ◀' if k in tied and marked else ''}" for k, s in enumerate(stages)],
             "IPU": [s.ipu for s in stages],
             "blocks": [_blocks(s) for s in stages],
             col: pd.array(values, dtype="int64"),
