@@ -51,8 +51,20 @@ def test_bad_threshold_is_a_usage_error():
         parse_threshold("5parsecs")
     with pytest.raises(UsageError, match="METRIC:THRESHOLD"):
         parse_rule("5%", "--fail")
-    with pytest.raises(UsageError, match="is in bytes but pipeline.imbalance_ratio is in ratio"):
-        threshold_for("pipeline.imbalance_ratio", [parse_rule("pipeline.*:10MiB", "--fail")])
+    with pytest.raises(UsageError, match=r"is in bytes \(B, KiB, MiB, GiB\) but pipeline.imbalance_ratio is in a ratio"):
+        threshold_for("pipeline.imbalance_ratio", [parse_rule("pipeline.imbalance_ratio:10MiB", "--fail")])
+    # a wildcard rule gates the metrics in its unit: memory.*:+2pp is the memory percentages, not the bytes
+    rules = [parse_rule("memory.*:+2pp", "--fail")]
+    assert threshold_for("memory.ipu0.used_pct", rules).spec == "+2pp"
+    assert threshold_for("memory.ipu0.used_bytes", rules).spec == "1%"
+    c = compare(side({"memory.ipu0.used_bytes": 100.0, "memory.ipu0.used_pct": 50.0}),
+                side({"memory.ipu0.used_bytes": 100.0, "memory.ipu0.used_pct": 53.0}), rules)
+    assert c.failed
+    # ... and one matching no metric in its unit gates nothing: refused
+    with pytest.raises(UsageError, match=r"threshold '10MiB' \(--fail\) is in bytes \(B, KiB, MiB, GiB\) but the "
+                                         r"metrics pipeline\.\* matches are in a ratio; use a relative"):
+        compare(side({"pipeline.imbalance_ratio": 1.1}), side({"pipeline.imbalance_ratio": 1.2}),
+                [parse_rule("pipeline.*:10MiB", "--fail")])
 
 
 def test_defaults_are_tight_for_deterministic_metrics_and_tolerant_for_wall_times():

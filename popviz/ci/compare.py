@@ -16,7 +16,7 @@ from typing import Any
 
 from popviz.ci.baseline import EngineMetrics
 from popviz.ci.metrics import HIGHER_IS_WORSE, PLACEMENT_FIELD, definition, split_change
-from popviz.ci.thresholds import Budget, Rule, threshold_for
+from popviz.ci.thresholds import Budget, Rule, check_unit_rules, threshold_for
 from popviz.errors import UsageError
 
 REGRESSED, IMPROVED, WITHIN, SAME, NEW, GONE, MOVED = "regressed", "improved", "~", "=", "new", "gone", "moved"
@@ -198,6 +198,7 @@ def compare(base: list[EngineMetrics], new: list[EngineMetrics], rules: list[Rul
                 v = MOVED
             out.rows.append(Row(eb.label, name, d.unit, vb, vn, spec, v))
         _trade(out.rows, eb.label, rules)
+    check_unit_rules(rules, {r.metric for r in out.rows})
     return out
 
 

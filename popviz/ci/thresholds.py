@@ -13,6 +13,7 @@ from __future__ import annotations
 import fnmatch
 import math
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -106,17 +107,46 @@ def parse_rule(text: str, origin: str) -> Rule:
     return Rule(pattern.strip(), parse_threshold(spec, f" for {pattern.strip()}"), origin)
 
 
+UNIT_WORDS = {"pct": "percentage points (pp)", "bytes": "bytes (B, KiB, MiB, GiB)", "cycles": "cycles",
+              "seconds": "seconds (s, ms)", "samples_per_second": "samples/s", "count": "a count",
+              "ratio": "a ratio"}
+"""How a message names a metric's or an absolute threshold's unit."""
+
+
 def threshold_for(name: str, rules: list[Rule]) -> Threshold:
+    """The threshold the last matching rule gives ``name`` (else its default). A wildcard rule
+    with an absolute unit applies to the metrics in that unit only (``memory.*:+2pp`` gates the
+    memory percentages, not the bytes); a rule naming this one metric in another unit is refused."""
     chosen = parse_threshold(default_threshold(name))
     unit = definition(name).unit
     for rule in rules:
         if fnmatch.fnmatchcase(name, rule.pattern):
             t = rule.threshold
             if t.unit is not None and t.unit != unit:
-                raise UsageError(f"threshold {t.spec!r} ({rule.origin}) is in {t.unit} but {name} is in {unit}; "
-                                 "use a relative threshold (5%) or the metric's unit")
+                if any(c in rule.pattern for c in "*?["):
+                    continue
+                raise UsageError(f"threshold {t.spec!r} ({rule.origin}) is in {UNIT_WORDS.get(t.unit, t.unit)} but "
+                                 f"{name} is in {UNIT_WORDS.get(unit, unit)}; use a relative threshold (5%) or the "
+                                 "metric's unit")
             chosen = t
     return chosen
+
+
+def check_unit_rules(rules: list[Rule], names: Iterable[str]) -> None:
+    """Refuse a wildcard rule with an absolute unit that matches metrics but none in its unit (it
+    would gate nothing: ``pipeline.*:10MiB``)."""
+    names = list(names)
+    for rule in rules:
+        t = rule.threshold
+        if t.unit is None or not any(c in rule.pattern for c in "*?["):
+            continue
+        matched = [n for n in names if fnmatch.fnmatchcase(n, rule.pattern)]
+        units = {definition(n).unit for n in matched}
+        if matched and t.unit not in units:
+            words = ", ".join(sorted(UNIT_WORDS.get(u, u) for u in units))
+            raise UsageError(f"threshold {t.spec!r} ({rule.origin}) is in {UNIT_WORDS.get(t.unit, t.unit)} but the "
+                             f"metrics {rule.pattern} matches are in {words}; use a relative threshold (5%) or "
+                             "one of their units")
 
 
 # ------------------------------------------------------------------------------- budgets
