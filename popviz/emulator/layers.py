@@ -119,13 +119,13 @@ def discover(model: torch.nn.Module, depth: int | None = None) -> Structure:
                 break
         if movable:
             how = (f"depth {d} chosen automatically: the shallowest with repeated modules "
-                   f"({movable[0]} ... {movable[-1]}, {len(movable)} layers); --layer-depth N overrides it")
+                   f"({movable[0]} ... {movable[-1]}, {len(movable)} layers); popviz capture --emulate --layer-depth N overrides it")
         else:
             d = _wrapped_depth(modules)
             movable = [p for p, m in modules.items() if _depth(p) == d and _has_params(m)]
             inside = f" (inside the wrapper {movable[0].rpartition('.')[0]})" if d > 1 and movable else ""
             how = (f"depth {d}: no repeated modules, so the model's children with parameters are its "
-                   f"layers{inside} (--layer-depth N overrides it)")
+                   f"layers{inside} (popviz capture --emulate --layer-depth N overrides it)")
             if not movable:
                 d, movable = 0, [""]
                 how = "depth 0: no child module has parameters, so the model is its only layer"

@@ -124,18 +124,31 @@ def new_figure(size: tuple[float, float]) -> Figure:
     return _FIGURE_CLASS(figsize=size, layout="constrained")
 
 
+def clean(value: str) -> str:
+    """``value`` with every character no font or file format can hold (controls, lone
+    surrogates) as U+FFFD, line breaks kept."""
+    if not value or value.replace("\n", "").isprintable():
+        return value
+    return "\n".join("".join(c if c.isprintable() else "\ufffd" for c in line) for line in value.split("\n"))
+
+
 def _plain_text(fig: Figure) -> None:
     """Names from files are data in figures too: no text is read as mathtext (``$\\foo{$`` would
     fail the drawing) and characters no font or file format can hold (controls, lone
     surrogates) become U+FFFD. Runs before every drawing of a figure popviz made."""
     from matplotlib.text import Text
+    from matplotlib.ticker import FixedFormatter
 
     for t in fig.findobj(Text):
         t.set_parse_math(False)
         value = t.get_text()
-        if value and not value.replace("\n", "").isprintable():
-            t.set_text("\n".join("".join(c if c.isprintable() else "\ufffd" for c in line)
-                                 for line in value.split("\n")))
+        if value != clean(value):
+            t.set_text(clean(value))
+    for ax in fig.axes:  # tick labels are re-made from their formatter while drawing
+        for axis in (ax.xaxis, ax.yaxis):
+            formatter = axis.get_major_formatter()
+            if isinstance(formatter, FixedFormatter):
+                formatter.seq = [clean(str(v)) for v in formatter.seq]
 
 
 def _figure(ax: Axes | None, size: tuple[float, float]) -> tuple[Figure, Axes]:

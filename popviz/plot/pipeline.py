@@ -19,6 +19,7 @@ from popviz.plot._style import (
     _figure,
     _fmt_cycles,
     _title,
+    clean,
     takes_report,
 )
 
@@ -100,7 +101,7 @@ def stages(report: Report, ax: Axes | None = None) -> Figure:
         labels = [_ipu_label(i, s, b) for i, s, b in zip(frame["ipu"], frame["stages"], frame["blocks"], strict=True)]
     else:
         labels = [_stage_label(s, i, b) for s, i, b in zip(frame["stage"], frame["ipu"], frame["blocks"], strict=True)]
-    ax.set_xticklabels(labels, fontsize="small")
+    ax.set_xticklabels([clean(label) for label in labels], fontsize="small")  # measured before drawing (SVG)
     ax.set_ylabel("cycles per micro-batch" if per_mb else "cycles over the calls profiled")
     _axis_formatter(ax.yaxis, _fmt_cycles)
     ax.set_ylim(0, cycles.max() * 1.3)

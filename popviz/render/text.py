@@ -119,16 +119,21 @@ def fmt_hz(hz: float) -> str:
 def provenance_line(report: Report) -> str:
     p = report.provenance
     kind = "ESTIMATED" if p.estimated else ("measured" if p.source == "pva" else "as recorded")
-    tool = f" by {p.tool}" if p.tool else ""
+    tool = p.tool or ""
+    if tool.endswith(" " + p.source):  # "emulator by popviz 0.1.0 emulator" would say it twice
+        source = f"{p.source} of {tool.removesuffix(' ' + p.source)}"
+    else:
+        source = f"{p.source} by {tool}" if tool else p.source
     when = f", {p.captured_at}" if p.captured_at else ""
-    return f"{kind} ({p.source}{tool}{when})"
+    return f"{kind} ({source}{when})"
 
 
 def target_line(report: Report) -> str:
     t = report.target
     if t is None:
         return "unknown (no target in this report)"
-    replicas = f" · {t.num_replicas} replicas × {t.ipus_per_replica} IPUs" if t.num_replicas > 1 else ""
+    per = t.ipus_per_replica
+    replicas = f" · {t.num_replicas} replicas × {per} IPU{'s' if per != 1 else ''}" if t.num_replicas > 1 else ""
     return (f"{t.architecture} · {t.num_ipus} IPU{'s' if t.num_ipus != 1 else ''} × "
             f"{t.tiles_per_ipu:,} tiles · {fmt_bytes(t.bytes_per_tile)}/tile "
             f"({fmt_bytes(t.bytes_per_ipu)}/IPU) · {fmt_hz(t.clock_hz)}{replicas}")
