@@ -367,3 +367,20 @@ def test_blocks_renamed_around_the_same_layers_are_not_a_configuration_change():
     # without the layer tables the names are all popviz has: listed
     c = compare(side(metrics, config={"stages": base["stages"]}), side(metrics, config={"stages": renamed["stages"]}), [])
     assert [ch["field"] for ch in c.config_changes] == ["stages"]
+
+
+def test_estimated_sides_are_labelled_and_list_changes_read_as_text_in_markdown():
+    import dataclasses
+
+    est = [dataclasses.replace(e, estimated=True) for e in side({"pipeline.imbalance_ratio": 1.1})]
+    c = compare(est, est, [])
+    assert c.estimated == [{"engine": "training", "base": True, "new": True}]
+    assert "estimated by the emulator's cost model, not measured: training on both sides" in text(c)
+    assert "Estimated by the emulator's cost model, not measured: training on both sides." in markdown(c)
+    mixed = compare(side({"pipeline.imbalance_ratio": 1.1}), est, [], allow_mixed=True)
+    assert mixed.estimated_line().endswith("training on the new side only")
+    assert compare(side({"pipeline.imbalance_ratio": 1.1}), side({"pipeline.imbalance_ratio": 1.1}), []).estimated == []
+    a = side({"pipeline.imbalance_ratio": 1.1})
+    b = [dataclasses.replace(e, config={**e.config, "stages": ["IPU0: a", "IPU1: c"]}) for e in a]
+    a = [dataclasses.replace(e, config={**e.config, "stages": ["IPU0: a", "IPU1: b"]}) for e in a]
+    assert "- `training` stages: stage 1: IPU1: b → IPU1: c" in markdown(compare(a, b, []))

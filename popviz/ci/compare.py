@@ -75,6 +75,17 @@ class Comparison:
     unknown_metrics: list[dict[str, str]] = field(default_factory=list)
     """``{engine, metric}`` for well-formed metric names this popviz does not define (from a newer
     popviz, or misspelt): not compared."""
+    estimated: list[dict[str, Any]] = field(default_factory=list)
+    """``{engine, base, new}`` (each side's ``estimated`` flag) for every engine compared with an
+    estimated side: the output labels those numbers as estimates."""
+
+    def estimated_line(self) -> str:
+        """``estimated (emulator's cost model): training on both sides`` or, mixed, which side is."""
+        both = [e["engine"] for e in self.estimated if e["base"] and e["new"]]
+        one = [f"{e['engine']} on the {'base' if e['base'] else 'new'} side only" for e in self.estimated
+               if e["base"] != e["new"]]
+        parts = ([f"{', '.join(both)} on both sides"] if both else []) + one
+        return f"estimated by the emulator's cost model, not measured: {'; '.join(parts)}" if parts else ""
 
     @property
     def regressions(self) -> list[Row]:
@@ -120,7 +131,8 @@ class Comparison:
         return {"schema": 1, "failed": self.failed, "headline": self.headline(),
                 "config_changes": self.config_changes, "only_base": self.only_base, "only_new": self.only_new,
                 "metrics": [r.to_dict() for r in self.rows], "budgets": self.budgets, "findings": self.findings,
-                "base_label": self.base_label, "resplit": self.resplit, "unknown_metrics": self.unknown_metrics}
+                "base_label": self.base_label, "resplit": self.resplit, "unknown_metrics": self.unknown_metrics,
+                "estimated": self.estimated}
 
 
 def fmt(value: float | None, unit: str) -> str:
@@ -167,6 +179,8 @@ def compare(base: list[EngineMetrics], new: list[EngineMetrics], rules: list[Rul
                 which = lambda e: "estimated" if e.estimated else "measured"  # noqa: E731
                 raise UsageError(f"engine {eb.label} is {which(eb)} on one side and {which(en)} on the other: "
                                  "the numbers are not comparable; pass --allow-mixed to compare anyway")
+        if eb.estimated or en.estimated:
+            out.estimated.append({"engine": eb.label, "base": eb.estimated, "new": en.estimated})
         resplit, moved = split_change(eb.config, en.config)
         renamed_only = not resplit and _same_ipus(eb.config, en.config)
         for key in sorted(set(eb.config) | set(en.config)):

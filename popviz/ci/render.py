@@ -26,6 +26,13 @@ def _unknown(c: Comparison) -> str:
     return ", ".join(f"{u['engine']} {u['metric']}" for u in c.unknown_metrics)
 
 
+def _list_changes(ch: dict) -> list[str]:
+    """``stage 1: IPU1: a → IPU1: b`` for each entry of a list-valued change (the stages) that differs."""
+    what = "stage " if ch["field"] == "stages" else "#"
+    return [f"{what}{i}: {b or '—'} → {n or '—'}"
+            for i, (b, n) in enumerate(zip_longest(ch["base"], ch["new"])) if b != n]
+
+
 def _verdict(v: str) -> str:
     return MARK.get(v, v)
 
@@ -51,6 +58,8 @@ def console(c: Comparison, *, all_rows: bool = False, file: IO[str] | None = Non
     con.print(escape(c.headline()), style="bold red" if c.failed else "bold green", soft_wrap=True)
     if c.base_label:
         con.print(f"base: {escape(c.base_label)}", soft_wrap=True)
+    if c.estimated_line():
+        con.print(escape(c.estimated_line()), soft_wrap=True)
     if c.config_changes:
         con.print("configuration changed (explains most metric changes):")
         for ch in c.config_changes:
@@ -65,10 +74,9 @@ def console(c: Comparison, *, all_rows: bool = False, file: IO[str] | None = Non
                     con.print(f"    and {len(moved) - LIST_LINES} more (--json lists them)")
             elif isinstance(ch["base"], list) and isinstance(ch["new"], list):
                 con.print(head + ":")  # a list (the stages): the entries that differ, one per line
-                pairs = [(i, b, n) for i, (b, n) in enumerate(zip_longest(ch["base"], ch["new"])) if b != n]
-                for i, b, n in pairs[:LIST_LINES]:
-                    what = f"stage {i}: " if ch["field"] == "stages" else ""
-                    con.print(f"    {what}{escape(str(b or '—'))} → {escape(str(n or '—'))}", soft_wrap=True)
+                pairs = _list_changes(ch)
+                for line in pairs[:LIST_LINES]:
+                    con.print(f"    {escape(line)}", soft_wrap=True)
                 if len(pairs) > LIST_LINES:
                     con.print(f"    and {len(pairs) - LIST_LINES} more (--json lists them)")
             else:
@@ -125,11 +133,15 @@ def markdown(c: Comparison, *, all_rows: bool = False) -> str:
     lines = [f"### {'❌' if c.failed else '✅'} {md(c.headline())}", ""]
     if c.base_label:
         lines += [f"Base: {md(c.base_label)}", ""]
+    if c.estimated_line():
+        lines += [md(c.estimated_line()[0].upper() + c.estimated_line()[1:]) + ".", ""]
     if c.config_changes:
         lines += ["**Configuration changed** (explains most metric changes):", ""]
         lines += [f"- {code(ch['engine'])} {md(ch['field'])}: " + (
                   ", ".join(f"{md(k)} IPU{md(v)} → IPU{md(ch['new'].get(k))}" for k, v in ch["base"].items())
-                  if isinstance(ch["base"], dict) else f"{md(ch['base'])} → {md(ch['new'])}")
+                  if isinstance(ch["base"], dict) else "; ".join(md(x) for x in _list_changes(ch))
+                  if isinstance(ch["base"], list) and isinstance(ch["new"], list)
+                  else f"{md(ch['base'])} → {md(ch['new'])}")
                   for ch in c.config_changes]
         lines.append("")
     if c.resplit:
