@@ -339,8 +339,15 @@ def summary_lines(result: Result) -> list[str]:
         if plan is None or not plan.actions:
             continue
         top = plan.actions[:SUMMARY_ACTIONS]
+        shown_codes = {a.code for a in top}
+        rest = [f for f in e.findings if f.code not in shown_codes]
+        more = ""
+        if rest:  # never drop a finding silently: say how many, and how severe, the engine's section adds
+            counts = {s: sum(f.severity == s for f in rest) for s in ("error", "warning", "info")}
+            more = "; and " + ", ".join(f"{n} more {s}{'s' if n != 1 and s != 'info' else ''}"
+                                        for s, n in counts.items() if n) + " below"
         lines.append(f"{e.report.label}: " + "; ".join(
-            f"{k}. {a.code} {a.title} ({a.gain_text})" for k, a in enumerate(top, 1)))
+            f"{k}. {a.code} {a.title} ({a.gain_text})" for k, a in enumerate(top, 1)) + more)
         for d in plan.decisions:
             if len(d.reasons) > 1:  # several findings proposed a value: say which one they share
                 lines.append(f"{e.report.label}: one value for {d.option}: {d.value} "
