@@ -130,3 +130,14 @@ def test_a_wait_for_the_host_gains_the_call_without_its_waits_and_leads_the_summ
     assert (round(w, 4), wait.gain_text) == (0.8911, "up to +818% throughput")
     assert [a.code for a in e.plan.actions][:2] == ["HIO001", "HIO002"]  # the throughput gain ranks first
     assert summary_lines(analyse(ReportSet([r])))[0].startswith("1 engine; worst finding: warning, HIO001 on ")
+
+
+def test_summary_says_how_many_more_findings_an_engine_section_holds():
+    import popviz
+    from popviz.render.text import summary_lines
+
+    from conftest import SAMPLES
+
+    lines = summary_lines(popviz.analyse(popviz.load(SAMPLES / "bert_pipeline")))
+    [training] = [line for line in lines if line.startswith("training: 1.")]
+    assert training.endswith("(192,700 B (188.2 KiB) less per call); and 2 more warnings below")
