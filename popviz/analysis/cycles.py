@@ -41,7 +41,8 @@ WORK_TYPES = ("OnTileExecute", "DoExchange")
 PARTS = ("useful", "weight_update", "imbalance", "ramp", "exchange", "host", "other")
 """The shares, in the order they are shown."""
 LABELS = {"useful": "useful work", "weight_update": "weight update", "imbalance": "imbalance wait",
-          "ramp": "ramp wait", "exchange": "sync & inter-IPU copies", "host": "host transfers",
+          "ramp": "ramp wait", "exchange": "sync & inter-IPU copies",
+          "host": "host transfers (incl. IPUs waiting on another's)",
           "other": "other"}
 
 
