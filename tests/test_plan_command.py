@@ -504,3 +504,15 @@ def test_a_plan_of_a_likely_pessimistic_estimate_says_to_check_its_split_on_hard
         "public hardware traces ran several times faster, so the slowest stage here may not be the slowest on an "
         "IPU (docs/emulator.md, B10: the estimate picked the Linear stage, the trace shows the convolution stages); "
         "check a split on hardware"]
+
+
+def test_asking_for_fewer_ipus_says_what_it_costs_and_still_gives_the_split():
+    from conftest import SAMPLES
+
+    proc = run_cli("plan", str(SAMPLES / "bert_even_split"), "--ipus", "2")
+    assert proc.returncode == 0, proc.stderr
+    text = flat(proc.stdout)
+    assert "predicted throughput -37.2% (337.8 → 212.2 micro-batches/s): the best split on 2 IPUs (now 4); it " \
+           "frees 2 IPUs" in text
+    assert "nothing to change" not in text
+    assert "IPUConfig(layers_per_ipu=[5, 7], ipus_per_replica=2" in text

@@ -164,7 +164,15 @@ def sections(plan: LayerPlan, rerun: str | None = None, plan_path: str | None = 
                      "per micro-batch")
         lines.append(ramp)
         change = plan.throughput_change_frac or 0.0
-        if plan.improves:
+        n_new, n_cur = len({st.ipu for st in new.stages}), len({st.ipu for st in cur.stages})
+        other_ipus = n_new != n_cur
+        if other_ipus and not plan.improves:  # asked for another IPU count: what it costs or gains
+            verb = "frees" if n_new < n_cur else "takes"
+            lines.append(f"predicted throughput {change:+.1%} "
+                         f"({cur.micro_batches_per_second:,.1f} → {new.micro_batches_per_second:,.1f} "
+                         f"micro-batches/s): the best split on {n_new} IPUs (now {n_cur}); it {verb} "
+                         f"{abs(n_cur - n_new)} IPU{'s' if abs(n_cur - n_new) != 1 else ''}")
+        elif plan.improves:
             lines.append(f"predicted throughput {change:+.1%} "
                          f"({cur.micro_batches_per_second:,.1f} → {new.micro_batches_per_second:,.1f} "
                          "micro-batches/s)")
@@ -183,7 +191,8 @@ def sections(plan: LayerPlan, rerun: str | None = None, plan_path: str | None = 
         lines.append(f"slowest stage {num(new.bottleneck_cycles)} cycles per micro-batch; "
                      f"{new.micro_batches_per_second:,.1f} micro-batches/s")
         lines.append(ramp)
-    if cur is not None and not plan.improves and (cur.fits or new.entries_per_ipu == cur.entries_per_ipu):
+    if cur is not None and not plan.improves and (cur.fits or new.entries_per_ipu == cur.entries_per_ipu) \
+            and len({st.ipu for st in new.stages}) == len({st.ipu for st in cur.stages}):
         return out
     code = code_dict(plan)
     out.append(("text", ["", "as code (PopTorch: put BeginBlock on these modules, remove the others):"]))
