@@ -398,6 +398,8 @@ def _scaled(layers: Sequence[LayerCost], *, optimizer_div: int = 1, activation_d
             ) -> list[LayerCost]:
     return [replace(x, optimizer_bytes=x.optimizer_bytes // optimizer_div,
                     activation_bytes=x.activation_bytes // activation_div,
+                    # its tied projection's share halves with it (else activation - tail goes negative)
+                    tail_activation_bytes=x.tail_activation_bytes // activation_div,
                     temporary_bytes=x.temporary_bytes // activation_div,
                     recompute_bytes=x.recompute_bytes // activation_div,
                     other_temporary_bytes=x.other_temporary_bytes // activation_div) for x in layers]
@@ -420,6 +422,7 @@ def explain_no_fit(
     seg = layers[worst.first:worst.stop]
     opt = sum(x.optimizer_bytes for x in seg)
     act = sum(x.activation_bytes for x in seg)
+    tail = sum(x.tail_activation_bytes for x in seg)
     optimizer_used = settings.training and not settings.offload_optimizer
     recomputing = any(x.recompute_group is not None for x in layers)
     levers = [
@@ -427,10 +430,12 @@ def explain_no_fit(
               optimizer_used and _fits(layers, n, replace(settings, offload_optimizer=True))),
         # already recomputing (PopTorch's default for a multi-IPU pipeline): nothing more to gain
         # this way (saves 0, so it is not shown)
-        Lever("recompute", 0 if recomputing else act * (worst.stash_depth - 1),
+        Lever("recompute", 0 if recomputing else (act - tail) * (worst.stash_depth - 1),
               settings.training and not settings.recompute and not recomputing
               and _fits(layers, n, replace(settings, recompute=True))),
-        Lever("halve_micro_batch", (act * worst.stash_depth + stage_temporary_bytes(seg, settings)) // 2,
+        # half of what the stage's activations take, counted as its memory counts them: a tied
+        # projection's (tail) activations are stashed once, not at the stage's depth
+        Lever("halve_micro_batch", ((act - tail) * worst.stash_depth + tail + stage_temporary_bytes(seg, settings)) // 2,
               _fits(_scaled(layers, activation_div=2), n, settings)),
     ]
     peak = worst.memory_bytes
