@@ -147,6 +147,9 @@ class Result:
     warnings: list[str] = field(default_factory=list)
     """Problems with the input that left it usable (shown before the engines; ``--json``
     ``warnings``)."""
+    ignored: frozenset[str] = frozenset()
+    """Finding codes the team has accepted (``--ignore``, ``[tool.popviz] ignore``): still shown,
+    marked ignored, and never failing ``--fail-on``."""
 
     @property
     def findings(self) -> list[Finding]:

@@ -49,6 +49,10 @@ def run(args: argparse.Namespace) -> int:
         reports = load(args.path)
     with status("analysing"):
         result = analyse(reports, only=only)
+    from popviz.ci.thresholds import ignored_codes, load_config
+
+    ignore = ignored_codes(args, load_config().ignore)
+    result.ignored = frozenset(ignore)
     if args.json:
         from popviz.render.json import render
 
@@ -68,9 +72,6 @@ def run(args: argparse.Namespace) -> int:
         with status(f"writing {args.html}"):
             write_new_text(args.html, render_html(result))
         print(f"popviz: wrote {args.html}", file=sys.stderr)
-    from popviz.ci.thresholds import ignored_codes, load_config
-
-    ignore = ignored_codes(args, load_config().ignore)
     accepted = [f"{e.report.label} {f.code}" for e in result.engines for f in e.findings if f.code in ignore]
     if accepted:
         print(f"popviz: ignored (accepted by --ignore / [tool.popviz] ignore): {', '.join(accepted)}",

@@ -39,7 +39,7 @@ def _cell(value: object) -> str:
     return escape.markup(text.fmt_cell(value))  # names from files are data, never markup
 
 
-def _engine(console, engine: EngineResult) -> None:
+def _engine(console, engine: EngineResult, ignored: frozenset[str] = frozenset()) -> None:
     from rich.padding import Padding
     from rich.panel import Panel
     from rich.table import Table
@@ -79,7 +79,7 @@ def _engine(console, engine: EngineResult) -> None:
         if has_table or out.caption:
             console.print()
     for f in engine.findings:
-        console.print(_finding(f, prose), width=prose)
+        console.print(_finding(f, prose, ignored=f.code in ignored), width=prose)
     if engine.not_checked:
         console.print("[dim]not checked:[/]")
         for n in engine.not_checked:
@@ -94,7 +94,7 @@ SEVERITY_COLUMN = 8
 """Width of the severity label column, its padding included."""
 
 
-def _finding(f, width: int):  # -> rich.table.Table
+def _finding(f, width: int, ignored: bool = False):  # -> rich.table.Table
     """Severity label in a fixed-width column; title and evidence wrap beside it; the
     recommendation is wrapped here so that its code is never cut inside an identifier (rich's
     own wrapping would fold long code anywhere)."""
@@ -108,6 +108,8 @@ def _finding(f, width: int):  # -> rich.table.Table
     body = Text()
     body.append(f"{escape.term(f.code)} ", style="bold")
     body.append(escape.term(f.title), style="bold")
+    if ignored:
+        body.append(f" ({text.IGNORED_MARK})", style="dim")
     body.append(f"\n{escape.term(f.evidence)}")
     rec = Text(no_wrap=True, overflow="ignore")
     lines = text.wrap_code_prose(f.recommendation, width - SEVERITY_COLUMN - 2)
@@ -143,7 +145,7 @@ def render(result: Result, file: IO[str] | None = None, width: int | None = None
         if len(runs) > 1:
             console.rule(f"[bold]{escape.markup(text.run_heading(run, engines))}[/]", align="left")
         for engine in engines:
-            _engine(console, engine)
+            _engine(console, engine, result.ignored)
     n = len(result.engines)
     worst = result.worst_severity()
     console.print(f"{n} engine{'s' if n != 1 else ''} analysed"

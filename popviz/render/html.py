@@ -115,14 +115,15 @@ def _gain(action) -> str:
     return str(getattr(action, "gain_text", "") or "")
 
 
-def _finding(f, gain: str = "") -> str:
+def _finding(f, gain: str = "", ignored: bool = False) -> str:
     gain_html = f' <span class="gain">estimated gain: {_e(gain)}</span>' if gain else ""
     return (f'<div class="finding {f.severity}"><div><span class="badge {f.severity}">{f.severity}</span> '
-            f"<strong>{_e(f.code)}</strong> {_e(f.title)}{gain_html}</div>"
+            f"<strong>{_e(f.code)}</strong> {_e(f.title)}{gain_html}"
+            + (f' <span class="muted">({_e(text.IGNORED_MARK)})</span>' if ignored else "") + "</div>"
             f"<p>{_e(f.evidence)}</p><p>→ {_prose(f.recommendation)}</p></div>")
 
 
-def _engine(engine: EngineResult, figures: bool | tuple[str, ...]) -> list[str]:
+def _engine(engine: EngineResult, figures: bool | tuple[str, ...], ignored: frozenset[str] = frozenset()) -> list[str]:
     r = engine.report
     est = ' <span class="badge estimated">estimated</span>' if r.provenance.estimated else ""
     out = [f'<section class="engine" id="engine-{_e(r.label)}"><h2>{_e(r.label)}{est}</h2>', '<dl class="config">']
@@ -143,7 +144,7 @@ def _engine(engine: EngineResult, figures: bool | tuple[str, ...]) -> list[str]:
             out.append("<p class=\"muted\">" + "<br>".join(_e(line) for line in o.caption.splitlines()) + "</p>")
     out.append("<h3>Findings</h3>")
     gains = {getattr(a, "code", None): _gain(a) for a in _actions(engine)}
-    out += [_finding(f, gains.get(f.code, "")) for f in engine.findings] or ["<p>No findings.</p>"]
+    out += [_finding(f, gains.get(f.code, ""), f.code in ignored) for f in engine.findings] or ["<p>No findings.</p>"]
     if engine.not_checked:
         out.append("<h3>Not checked</h3><ul>")
         out += [f"<li>{_e(n.analysis)}: {_e(n.check)} — {_e(n.reason)}</li>" for n in engine.not_checked]
@@ -208,7 +209,7 @@ def render(result: Result, *, figures: bool | tuple[str, ...] = True, standalone
             *(f'<p class="warning">warning: {_e(w)}</p>' for w in result.warnings),
             *_summary(result)]
     for engine in result.engines:
-        body += _engine(engine, figures)
+        body += _engine(engine, figures, result.ignored)
     if not standalone:
         return f'<div class="popviz"><style>{CSS}</style>{"".join(body)}</div>'
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"

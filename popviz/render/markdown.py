@@ -28,7 +28,7 @@ def _table(frame) -> list[str]:
     return lines
 
 
-def _engine(engine: EngineResult) -> list[str]:
+def _engine(engine: EngineResult, ignored: frozenset[str] = frozenset()) -> list[str]:
     r = engine.report
     est = " (estimated)" if r.provenance.estimated else ""
     out = [f"## {_esc(r.label)}{est}", ""]
@@ -49,7 +49,8 @@ def _engine(engine: EngineResult) -> list[str]:
     if engine.findings:
         out += ["### Findings", ""]
         for f in engine.findings:
-            out += [f"- {ICON[f.severity]} **{f.severity}** {escape.md_code(f.code)} {_esc(f.title)}",
+            mark = f" *({text.IGNORED_MARK})*" if f.code in ignored else ""
+            out += [f"- {ICON[f.severity]} **{f.severity}** {escape.md_code(f.code)} {_esc(f.title)}{mark}",
                     f"  - {_esc(f.evidence)}", f"  - **Fix:** {_prose(f.recommendation)}"]
         out.append("")
     elif engine.outputs:
@@ -67,5 +68,5 @@ def render(result: Result) -> str:
         lines += [*(f"- ⚠️ **warning** {_esc(w)}" for w in result.warnings), ""]
     lines += ["**Summary**", "", *(f"- {_esc(line)}" for line in text.summary_lines(result)), ""]
     for engine in result.engines:
-        lines += _engine(engine)
+        lines += _engine(engine, result.ignored)
     return "\n".join(lines).rstrip() + "\n"

@@ -325,6 +325,10 @@ def worst_finding(result: Result):  # -> tuple[str, Finding] | None
     return next((label, f) for gain, label, f in ranked if gain == best)
 
 
+IGNORED_MARK = "ignored: accepted by the team"
+"""After the title of a finding whose code the team has accepted (--ignore, [tool.popviz] ignore)."""
+
+
 def summary_lines(result: Result) -> list[str]:
     """The short summary: engines, the worst finding, and each engine's top actions with their
     estimated gain (from its plan)."""
@@ -347,7 +351,9 @@ def summary_lines(result: Result) -> list[str]:
             more = "; and " + ", ".join(f"{n} more {s}{'s' if n != 1 and s != 'info' else ''}"
                                         for s, n in counts.items() if n) + " below"
         lines.append(f"{e.report.label}: " + "; ".join(
-            f"{k}. {a.code} {a.title} ({a.gain_text})" for k, a in enumerate(top, 1)) + more)
+            f"{k}. {a.code} {a.title} ({a.gain_text}"
+            + ("; ignored: accepted by the team" if a.code in result.ignored else "") + ")"
+            for k, a in enumerate(top, 1)) + more)
         for d in plan.decisions:
             if len(d.reasons) > 1:  # several findings proposed a value: say which one they share
                 lines.append(f"{e.report.label}: one value for {d.option}: {d.value} "
