@@ -397,3 +397,14 @@ def test_analyse_marks_ignored_findings_where_it_shows_them():
     md = run_cli(*args, "--markdown").stdout
     assert "`PIPE003` Low pipeline ramp efficiency: 86.3% *(ignored: accepted by the team)*" in md
     assert "ignored: accepted" not in run_cli("analyse", str(SAMPLES / "mnist_pipeline")).stdout
+
+
+def test_whole_metric_names_at_80_columns_even_with_a_huge_relative_change():
+    from conftest import SAMPLES
+
+    out = run_cli("compare", str(SAMPLES / "bert_pipeline"), str(SAMPLES / "bert_even_split"), "--allow-mixed",
+                  env={"COLUMNS": "80"}).stdout
+    table = out[out.index("\nmetric"):].splitlines()
+    assert "pipeline.stage0.cycles_per_micro_batch 1,247,083         —          gone" in table
+    assert any(line.startswith("host_io.output_bytes_per_call") and "+31,663% ✗ regressed" in line for line in table)
+    assert max(len(line) for line in table) <= 80

@@ -33,6 +33,19 @@ def _list_changes(ch: dict) -> list[str]:
             for i, (b, n) in enumerate(zip_longest(ch["base"], ch["new"])) if b != n]
 
 
+def _change_narrow(change: str) -> str:
+    """A relative change of 100% or more without decimals (``+31,663%``), so that a large one
+    leaves the metric column room for whole names at 80 columns."""
+    if change.endswith("%") and not change.endswith("pp"):
+        try:
+            value = float(change[:-1].replace(",", ""))
+        except ValueError:
+            return change
+        if abs(value) >= 100:
+            return f"{value:+,.0f}%"
+    return change
+
+
 def _verdict(v: str) -> str:
     return MARK.get(v, v)
 
@@ -104,8 +117,8 @@ def console(c: Comparison, *, all_rows: bool = False, file: IO[str] | None = Non
             t.add_column(col, justify=just, no_wrap=col != "metric", overflow="fold")
         for r in mine:
             style = "red" if r.verdict == REGRESSED else ("green" if r.verdict == IMPROVED else None)
-            cells = [escape(r.metric), show(r.base, r.unit), show(r.new, r.unit), r.change, escape(r.threshold),
-                     _verdict(r.verdict)]
+            cells = [escape(r.metric), show(r.base, r.unit), show(r.new, r.unit),
+                     r.change if wide else _change_narrow(r.change), escape(r.threshold), _verdict(r.verdict)]
             if not wide:
                 del cells[4]
             t.add_row(*cells, style=style)
