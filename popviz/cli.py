@@ -36,6 +36,25 @@ class Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
+class DescriptionFormatter(argparse.RawDescriptionHelpFormatter):
+    """A command's description (its module docstring) re-wrapped to the terminal's width: prose
+    paragraphs are filled again, indented lines (command lines, examples) kept as written."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        import textwrap
+
+        out = []
+        for para in textwrap.dedent(text).strip("\n").split("\n\n"):
+            lines = para.splitlines()
+            if lines and all(line and not line[0].isspace() for line in lines):
+                out.append(textwrap.fill(" ".join(line.strip() for line in lines), width,
+                                         initial_indent=indent, subsequent_indent=indent,
+                                         break_long_words=False, break_on_hyphens=False))
+            else:
+                out.append("\n".join(indent + line for line in lines))
+        return "\n\n".join(out)
+
+
 def build_parser() -> Parser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
@@ -48,7 +67,7 @@ def build_parser() -> Parser:
         module = importlib.import_module(f"popviz.commands.{name}")
         p = sub.add_parser(module.NAME, help=module.HELP, description=module.__doc__,
                            aliases=getattr(module, "ALIASES", ()),
-                           parents=[common], formatter_class=argparse.RawDescriptionHelpFormatter)
+                           parents=[common], formatter_class=DescriptionFormatter)
         module.add_arguments(p)
         p.set_defaults(run=module.run)
     return parser
