@@ -317,3 +317,20 @@ def test_metrics_from_a_newer_popviz_are_named_in_show_and_against_history(bundl
     con.close()
     assert_one_line_error(run_cli("history", "show", "--db", str(db)), "perf.db",
                           "not a finite number for metric 'pipeline.future_pct'")
+
+
+def test_per_stage_steps_across_a_resplit_are_moved_as_compare_says(tmp_path):
+    from popviz.ci.baseline import from_reports
+
+    from conftest import SAMPLES
+
+    db = tmp_path / "perf.db"
+    even, planned = from_reports(SAMPLES / "bert_even_split"), from_reports(SAMPLES / "bert_planned")
+    for label, side in (("c1", even), ("c2", even), ("c3", planned)):
+        history.add(db, side, label=label)
+    found = {t.metric: t for t in trends(history.read(db))}
+    assert found["pipeline.stage1.cycles_per_micro_batch"].verdicts == ["moved"]
+    assert found["memory.ipu0.used_bytes"].verdicts == ["moved"]
+    assert found["pipeline.cycles_per_micro_batch"].verdicts == ["improved"]  # the call's figures still count
+    show = run_cli("history", "show", "--db", str(db))
+    assert "step regression" not in show.stdout.splitlines()[0]

@@ -102,8 +102,8 @@ def trends(history: History, rules: Sequence[Rule] = (), patterns: Sequence[str]
     when empty), in the order compare lists metrics."""
     import fnmatch
 
-    from popviz.ci.compare import _metric_order
-    from popviz.ci.metrics import HIGHER_IS_WORSE, definition
+    from popviz.ci.compare import PLACED_METRIC, _metric_order
+    from popviz.ci.metrics import HIGHER_IS_WORSE, definition, split_change
     from popviz.ci.thresholds import threshold_for
 
     out = []
@@ -122,6 +122,10 @@ def trends(history: History, rules: Sequence[Rule] = (), patterns: Sequence[str]
         verdicts = ["regressed" if (s.after > s.before) == (d.direction == HIGHER_IS_WORSE) else "improved"
                     for s in steps]
         runs = [r for r, _ in points]
+        if PLACED_METRIC.match(metric):  # as compare: a per-stage or per-IPU figure across a re-split moved
+            verdicts = ["moved" if split_change(history.engines[(runs[s.index - 1].id, engine)].config,
+                                                history.engines[(runs[s.index].id, engine)].config)[0] else v
+                        for s, v in zip(steps, verdicts, strict=True)]
         changed = [_config_changes(history, engine, runs[s.index - 1].id, runs[s.index].id) for s in steps]
         out.append(Trend(engine, metric, d.unit, runs, values, steps, verdicts, t.spec, changed))
     return out
