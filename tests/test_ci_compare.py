@@ -408,3 +408,17 @@ def test_whole_metric_names_at_80_columns_even_with_a_huge_relative_change():
     assert "pipeline.stage0.cycles_per_micro_batch 1,247,083         —          gone" in table
     assert any(line.startswith("host_io.output_bytes_per_call") and "+31,663% ✗ regressed" in line for line in table)
     assert max(len(line) for line in table) <= 80
+
+
+def test_a_budget_on_a_metric_the_run_lacks_is_broken_not_bad_input(tmp_path):
+    from conftest import SAMPLES
+
+    budgets = tmp_path / "budgets.toml"
+    budgets.write_text('[budgets]\n"pipeline.imbalance_ratio" = "<1.2"\n')
+    proc = run_cli("check", str(SAMPLES / "oom_model"), "--budget", str(budgets))  # never ran: no cycles
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stdout.startswith("popviz: FAIL: budget broken: training pipeline.imbalance_ratio = missing from "
+                                  "this run (budget < 1.2)")
+    budgets.write_text('[budgets]\n"pipeline.imbalanse_ratio" = "<1.2"\n')  # a typo is still bad input
+    assert_one_line_error(run_cli("check", str(SAMPLES / "oom_model"), "--budget", str(budgets)),
+                          "budget pipeline.imbalanse_ratio matches no metric")

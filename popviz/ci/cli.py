@@ -58,14 +58,14 @@ def emit(c: Comparison, args: argparse.Namespace) -> int:
 
         append_text(os.environ["GITHUB_STEP_SUMMARY"], render.markdown(c, all_rows=args.all) + "\n")
     if args.github:
-        from popviz.ci.compare import fmt
+        from popviz.ci.compare import budget_value, fmt
         from popviz.escape import gh_command
 
         for r in c.regressions:
             command(gh_command("error", f"{r.engine} {r.metric}: {fmt(r.base, r.unit)} → {fmt(r.new, r.unit)} "
                                         f"({r.change})", title="popviz regression"))
         for b in c.broken_budgets:
-            command(gh_command("error", f"{b['engine']} {b['metric']} = {fmt(b['value'], b['unit'])} "
+            command(gh_command("error", f"{b['engine']} {b['metric']} = {budget_value(b)} "
                                         f"({b['budget']})", title="popviz budget"))
     if args.junit:
         from popviz.fileio import write_new_text

@@ -9,7 +9,7 @@ from typing import IO
 from xml.etree import ElementTree as ET
 
 from popviz import escape as esc
-from popviz.ci.compare import IMPROVED, MOVED, REGRESSED, TRADED, Comparison, fmt
+from popviz.ci.compare import IMPROVED, MOVED, REGRESSED, TRADED, Comparison, budget_value, fmt
 
 MARK = {REGRESSED: "✗ regressed", IMPROVED: "✓ improved", MOVED: "↔ moved", TRADED: "⇄ traded"}
 RESPLIT_NOTE = "the split changed: per-stage and per-IPU rows are marked moved and do not fail"
@@ -131,7 +131,7 @@ def console(c: Comparison, *, all_rows: bool = False, file: IO[str] | None = Non
         for col in ("engine", "metric", "value", "budget", "verdict"):
             t.add_column(col)
         for b in c.budgets:
-            t.add_row(escape(b["engine"]), escape(b["metric"]), fmt(b["value"], b["unit"]), escape(b["budget"]),
+            t.add_row(escape(b["engine"]), escape(b["metric"]), budget_value(b), escape(b["budget"]),
                       "ok" if b["ok"] else "✗ broken", style=None if b["ok"] else "red")
         con.print(t)
     for f in c.findings:
@@ -172,7 +172,7 @@ def markdown(c: Comparison, *, all_rows: bool = False) -> str:
         lines.append("")
     if c.budgets:
         lines += ["| engine | metric | value | budget | verdict |", "|---|---|---:|---|---|"]
-        lines += [f"| {md(b['engine'])} | {code(b['metric'])} | {fmt(b['value'], b['unit'])} | {md(b['budget'])} | "
+        lines += [f"| {md(b['engine'])} | {code(b['metric'])} | {budget_value(b)} | {md(b['budget'])} | "
                   f"{'ok' if b['ok'] else '✗ broken'} |" for b in c.budgets]
         lines.append("")
     if c.findings:
@@ -227,7 +227,7 @@ def junit(c: Comparison, name: str = "popviz") -> str:
         cases += 1
         if not b["ok"]:
             failures += 1
-            msg = f"{b['metric']} = {fmt(b['value'], b['unit'])} breaks the budget {b['budget']}"
+            msg = f"{b['metric']} = {budget_value(b)} breaks the budget {b['budget']}"
             sub(case, "failure", msg, message=msg, type="budget")
     for f in c.findings:
         case = sub(suite, "testcase", classname=f"popviz.{f['engine']}.finding", name=f["code"])
