@@ -271,7 +271,8 @@ def _check_parent(p: Path) -> None:
 
     try:
         if not p.parent.is_dir():
-            raise UsageError(f"{shown(p.parent)} is not a directory; create it first or choose another path")
+            raise UsageError(f"{shown(p.parent)} " + ("is not a directory" if p.parent.exists() else "does not exist")
+                             + "; create it first or choose another path")
     except OSError as exc:  # e.g. a name too long for the file system
         raise UsageError(f"{shown(p)} cannot be created ({exc.strerror}); choose another path") from None
     if not os.access(p.parent, os.W_OK | os.X_OK):

@@ -88,7 +88,8 @@ def _precheck(db: str) -> None:
         with history.open_db(p, create=True):
             pass
     elif not p.parent.is_dir():
-        raise UsageError(f"{shown(p.parent)} is not a directory; create it first")
+        raise UsageError(f"{shown(p.parent)} " + ("is not a directory" if p.parent.exists() else "does not exist")
+                             + "; create it first")
 
 
 def _show(args: argparse.Namespace) -> int:
