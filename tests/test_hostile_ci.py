@@ -229,7 +229,7 @@ def build(root: Path) -> Cases:
     c.add("plot -o a dangling link", "plot", rep.parent, "-o", root / "dangling", needles=("dangling",))
     c.add("plot -o a file", "plot", rep.parent, "-o", root / "base.json", needles=("not a directory",))
     c.add("baseline save -o in a missing directory", "baseline", "save", rep.parent, "-o",
-          root / "missing" / "b.json", needles=("not a directory",))
+          root / "missing" / "b.json", needles=("missing does not exist; create it first",))
     c.add("baseline save -o a dangling link", "baseline", "save", rep.parent, "-o", root / "dangling",
           needles=("exists",))
     c.add("baseline save --force over a dangling link", "baseline", "save", rep.parent, "-o", root / "dangling",
@@ -237,7 +237,7 @@ def build(root: Path) -> Cases:
     c.add("--junit a dangling link", "compare", root / "base.json", rep.parent, "--junit", root / "dangling",
           needles=("exists",))
     c.add("--html in a missing directory", "analyse", rep.parent, "--html", root / "missing" / "r.html",
-          needles=("not a directory",))
+          needles=("missing does not exist; create it first",))
     c.add("step summary a directory", "compare", root / "base.json", rep.parent, "--github",
           env={"GITHUB_STEP_SUMMARY": str(root)}, needles=("GITHUB_STEP_SUMMARY",))
     c.add("step summary a dangling link", "compare", root / "base.json", rep.parent, "--summary",
