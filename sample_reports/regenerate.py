@@ -75,7 +75,7 @@ SAMPLES: tuple[Sample, ...] = (
     Sample("lightning_pipeline", "examples/lightning/block_pipeline_predict.py", ("--samples", "640"),
            requires=("lightning_graphcore",),
            about="a PyTorch Lightning IPUStrategy module pipelined with poptorch.Block: fit, validate, predict",
-           findings=("HIO001", "HIO002", "HIO003", "PIPE001", "PIPE003")),
+           findings=("HIO001", "HIO002", "HIO003", "PIPE003")),
 )
 
 

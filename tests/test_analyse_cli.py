@@ -246,6 +246,9 @@ def test_the_pipeline_table_puts_the_gain_per_call_first():
     proc = run_cli("analyse", str(SAMPLES / "lightning_pipeline"), env={"COLUMNS": "200"})
     assert proc.returncode == 0, proc.stderr
     out = " ".join(proc.stdout.split())  # the line wraps at the terminal's width
-    assert ("imbalance 2.19 (max/mean) · balanced: up to +21% per call (+119% for the stages alone) · "
-            "IPU utilisation 15%") in out
-    assert "PIPE001 Unbalanced pipeline: stage 3 (IPU3) is the bottleneck (up to +21% throughput)" in out
+    # Lightning's predict runs under torch.inference_mode(): its Linear layers are costed as under
+    # no_grad (they were free before, which made the last stage look 2.19x the mean)
+    assert "imbalance 1.13 (max/mean) · balanced: up to +7.8% per call (+13% for the stages alone) · " in out
+    out = " ".join(run_cli("analyse", str(SAMPLES / "bert_pipeline"), env={"COLUMNS": "200"}).stdout.split())
+    assert "imbalance 1.37 (max/mean) · balanced: up to +30% per call (+37% for the stages alone)" in out
+    assert "PIPE001 Unbalanced pipeline: stage 3 (IPU3) is the bottleneck (up to +30% throughput)" in out

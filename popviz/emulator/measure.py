@@ -208,6 +208,16 @@ class _CostMode(TorchDispatchMode):
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
+        # Under torch.inference_mode() (Lightning's predict/validate/test) the autograd key that
+        # decomposes composite ops is off, so aten.linear / conv2d / matmul / layer_norm reach this
+        # mode whole: decompose them here, as every other mode sees them (addmm, convolution, ...),
+        # so that their FLOPs are counted (PopTorch lowers the same decompositions).
+        if torch.is_inference_mode_enabled() and torch._C._dispatch_has_kernel_for_dispatch_key(
+                func.name(), torch._C.DispatchKey.CompositeImplicitAutograd):
+            with self:  # the decomposition's own ops come back through this mode and are recorded
+                decomposed = func.decompose(*args, **kwargs)
+            if decomposed is not NotImplemented:
+                return decomposed
         out = func(*args, **kwargs)
         self.recorder.op(func, args, kwargs, out)
         return out
