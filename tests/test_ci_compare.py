@@ -422,3 +422,13 @@ def test_a_budget_on_a_metric_the_run_lacks_is_broken_not_bad_input(tmp_path):
     budgets.write_text('[budgets]\n"pipeline.imbalanse_ratio" = "<1.2"\n')  # a typo is still bad input
     assert_one_line_error(run_cli("check", str(SAMPLES / "oom_model"), "--budget", str(budgets)),
                           "budget pipeline.imbalanse_ratio matches no metric")
+
+
+def test_check_says_when_the_run_is_estimated(tmp_path):
+    from conftest import SAMPLES
+
+    budgets = tmp_path / "budgets.toml"
+    budgets.write_text('[budgets]\n"memory.max_used_pct" = "<=20"\n')
+    out = run_cli("check", str(SAMPLES / "mnist_pipeline"), "--budget", str(budgets)).stdout.splitlines()
+    assert out[:2] == ["popviz: OK: 2 budget(s) hold",
+                       "estimated by the emulator's cost model, not measured: inference, training"]

@@ -81,10 +81,11 @@ class Comparison:
 
     def estimated_line(self) -> str:
         """``estimated (emulator's cost model): training on both sides`` or, mixed, which side is."""
+        alone = [e["engine"] for e in self.estimated if e["base"] is None]  # check: one run, no base
         both = [e["engine"] for e in self.estimated if e["base"] and e["new"]]
         one = [f"{e['engine']} on the {'base' if e['base'] else 'new'} side only" for e in self.estimated
-               if e["base"] != e["new"]]
-        parts = ([f"{', '.join(both)} on both sides"] if both else []) + one
+               if e["base"] is not None and e["base"] != e["new"]]
+        parts = ([", ".join(alone)] if alone else []) + ([f"{', '.join(both)} on both sides"] if both else []) + one
         return f"estimated by the emulator's cost model, not measured: {'; '.join(parts)}" if parts else ""
 
     @property

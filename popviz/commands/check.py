@@ -46,7 +46,8 @@ def run(args: argparse.Namespace) -> int:
     ignore = ignored_codes(args, config.ignore)
     with status(f"reading {args.path}"):
         engines = load_side(args.path)
-    c = Comparison(budgets=check_budgets(engines, budgets))
+    c = Comparison(budgets=check_budgets(engines, budgets),
+                   estimated=[{"engine": e.label, "base": None, "new": True} for e in engines if e.estimated])
     if args.fail_on:
         c.findings = [{"engine": e.label, "code": f["code"], "severity": f["severity"], "title": f["title"],
                        "ignored": f["code"] in ignore}

@@ -59,7 +59,7 @@ def host_io(report: Report, ax: Axes | None = None) -> Figure:
     ax.set_ylim(0, max(float(values.max()), 1e-9) * 1.3)
     m = frames.analysis_metrics(report, "host_io")
     inputs = m.get("input_bytes_per_call")
-    sub = f"; inputs {_fmt_bytes(inputs)} per call" if inputs else ""
+    sub = f"\ninputs {_fmt_bytes(inputs)} per call" if inputs else ""  # a second line: the title fits the figure
     what = "output bytes per call by output mode" if sized else "outputs per call by output mode (sizes not recorded)"
-    ax.set_title(_title(report, f"{what}{sub}"), fontsize="medium")
+    ax.set_title(_title(report, what) + sub, fontsize="medium")
     return fig
