@@ -432,3 +432,11 @@ def test_check_says_when_the_run_is_estimated(tmp_path):
     out = run_cli("check", str(SAMPLES / "mnist_pipeline"), "--budget", str(budgets)).stdout.splitlines()
     assert out[:2] == ["popviz: OK: 2 budget(s) hold",
                        "estimated by the emulator's cost model, not measured: inference, training"]
+
+
+def test_markdown_shows_a_quoted_command_as_code_not_as_escaped_backticks():
+    from conftest import SAMPLES
+
+    md = run_cli("analyse", str(SAMPLES / "oom_model"), "--markdown").stdout
+    assert "\\`" not in md
+    assert "(needed to run; `popviz plan` finds a split within 90% of each IPU's memory" in md

@@ -62,7 +62,7 @@ def _e(value: object) -> str:
 
 
 def _prose(value: str) -> str:
-    return "".join(f"<code>{_e(p)}</code>" if code else _e(p) for p, code in text.code_spans(value))
+    return "".join(f"<code>{_e(p)}</code>" if code else _e(p) for p, code in text.marked_up_spans(value))
 
 
 def _table(frame) -> str:

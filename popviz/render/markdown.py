@@ -16,7 +16,7 @@ structure, one line)."""
 
 def _prose(value: str) -> str:
     """Escaped text with its PopTorch code in backticks."""
-    return "".join(escape.md_code(piece) if code else _esc(piece) for piece, code in text.code_spans(value))
+    return "".join(escape.md_code(piece) if code else _esc(piece) for piece, code in text.marked_up_spans(value))
 
 
 def _table(frame) -> list[str]:
@@ -66,7 +66,7 @@ def render(result: Result) -> str:
     lines = [f"# popviz analysis of {escape.md_code(result.root)}", ""]
     if result.warnings:
         lines += [*(f"- ⚠️ **warning** {_esc(w)}" for w in result.warnings), ""]
-    lines += ["**Summary**", "", *(f"- {_esc(line)}" for line in text.summary_lines(result)), ""]
+    lines += ["**Summary**", "", *(f"- {_prose(line)}" for line in text.summary_lines(result)), ""]
     for engine in result.engines:
         lines += _engine(engine, result.ignored)
     return "\n".join(lines).rstrip() + "\n"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
 
 from popviz.model import Report
@@ -62,10 +63,22 @@ def analysis_title(name: str) -> str:
 CODE_PREFIXES = ("opts.", "poptorch.")
 
 
+def marked_up_spans(prose: str) -> list[tuple[str, bool]]:
+    """:func:`code_spans`, plus a `quoted` command (`popviz plan`) as code without its backticks:
+    for Markdown and HTML, where backticks would show escaped."""
+    pieces: list[tuple[str, bool]] = []
+    for k, part in enumerate(re.split(r"`([^`\n]+)`", prose)):
+        if k % 2:
+            pieces.append((part, True))
+        elif part:
+            pieces.extend(code_spans(part))
+    return pieces
+
+
 def code_spans(prose: str) -> list[tuple[str, bool]]:
     """Split a recommendation into (text, is_code) pieces: a code piece starts with ``opts.`` or
     ``poptorch.`` and runs through identifier characters and balanced parentheses, so
-    ``opts.outputMode(poptorch.OutputMode.Final)`` is one piece."""
+    ``opts.outputMode(poptorch.OutputMode.Final)`` is one piece (Python, pasted whole)."""
     pieces: list[tuple[str, bool]] = []
     i = start = 0
     n = len(prose)
