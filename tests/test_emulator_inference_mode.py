@@ -35,3 +35,31 @@ def test_a_transformer_layer_without_grad_is_costed_op_by_op_not_as_the_fused_cp
     # PyTorch's fused fast path (one aten._transformer_encoder_layer_fwd) runs only on plain CPU
     # tensors, never on an IPU: the emulator's tensor-function modes keep the module on its own ops
     assert without == with_grad
+
+
+def test_a_block_of_views_alone_is_still_a_stage_on_its_ipu():
+    """A Block whose operations are all views records no cost, yet it is a stage on its IPU: the
+    target counts that IPU (before, the report said 1 IPU beside a stage on IPU 1 and was refused
+    as damaged), and PopTorch's rule on device iterations sees both stages."""
+    import popviz.emulator as poptorch
+
+    class Model(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = torch.nn.Linear(20, 10)
+
+        def forward(self, x):
+            with poptorch.Block(ipu_id=0):
+                x = self.lin(x)
+            with poptorch.Block(ipu_id=1):
+                x = x.view(-1)
+            return x
+
+    opts = poptorch.Options().deviceIterations(2)
+    opts.setExecutionStrategy(poptorch.PipelinedExecution())
+    executor = poptorch.inferenceModel(Model().eval(), opts)
+    executor.compile(torch.randn(8, 20))
+    report = executor.popvizReport()
+    executor.destroy()
+    assert report.target.num_ipus == 2
+    assert [s.ipu for s in report.cfg.stages] == [0, 1]

@@ -85,6 +85,9 @@ class Recorder:
     def _on_block(self, placement: BlockPlacement) -> None:
         self._placement = placement
         self._seen.setdefault(placement.block, placement)
+        # the block's stage exists even if it records no operation (only views: x.view(-1)), as the
+        # report's configuration lists it; else the target would count one IPU too few
+        _ = self.segment
 
     @property
     def segment(self) -> int:
