@@ -24,6 +24,7 @@ from popviz.analysis.thresholds import (
 from popviz.analysis.throughput import pessimistic_caution
 from popviz.model import ModelConfig, Report
 from popviz.model.aggregate import cycle_totals
+from popviz.model.numbers import tied_for_most
 
 NAME = "pipeline"
 SLOWEST_STAGE_CAUTION = ("small products are overcharged, so check which stage is slowest on hardware before "
@@ -438,8 +439,8 @@ def _table(report: Report, o: Collector) -> None:
     col = "cycles/micro-batch" if has_mb else "cycles (profile)"
     values = [round(v) for v in per_mb] if has_mb else totals
     # every row tied for the most cycles is the bottleneck (as the figures and Report.stage_cycles mark it)
-    top = max((t for t in totals if t is not None), default=None)
-    tied = {k for k, t in enumerate(totals) if top is not None and t == top}
+    known = [k for k, t in enumerate(totals) if t is not None]
+    tied = {k for k, t in zip(known, tied_for_most([totals[k] for k in known]), strict=True) if t}
     if per_ipu:
         b = [row["ipu"] for row in rows].index(m["bottleneck_ipu"])
         tied = tied or {b}

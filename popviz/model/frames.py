@@ -188,12 +188,12 @@ def stage_cycles(report: Report) -> pd.DataFrame:
 def _slowest(frame: pd.DataFrame) -> list[bool]:
     """Every row whose cycles equal the largest (stages tied for slowest are all the bottleneck);
     none when every row is as slow (a balanced pipeline has no bottleneck) or the cycles are unknown."""
+    from popviz.model.numbers import tied_for_most
+
     cycles = frame["total_cycles"]
     if len(frame) < 2 or cycles.isna().any():  # the analysis' choice stands
         return [bool(b) for b in frame["bottleneck"]]
-    top = cycles.max()
-    tied = [bool(c == top) for c in cycles]
-    return [False] * len(frame) if all(tied) else tied
+    return tied_for_most([float(c) for c in cycles])
 
 
 def ipu_cycles(report: Report) -> pd.DataFrame:

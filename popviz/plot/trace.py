@@ -12,6 +12,7 @@ if TYPE_CHECKING:
 
 from popviz.model import frames
 from popviz.model.frames import TIMELINE_CATEGORIES
+from popviz.model.numbers import tied_for_most
 from popviz.plot._style import (
     MAX_BARS_PER_IPU,
     PALETTE,
@@ -84,8 +85,7 @@ def timeline(report: Report, ax: Axes | None = None, *, run: int | None = None) 
     row_of = np.searchsorted(ipus, ipu_col)
     busy = np.bincount(row_of, weights=np.where(np.isin(cat, work), end - start, 0), minlength=len(ipus))
     # every IPU tied for the most compute; none when all are (a balanced pipeline has no bottleneck)
-    slowest = set(np.asarray(ipus)[busy == busy.max()].tolist()) if busy.any() and len(ipus) > 1 else set()
-    bottleneck = slowest if len(slowest) < len(ipus) else set()
+    bottleneck = {i for i, t in zip(ipus, tied_for_most(busy.tolist()), strict=True) if t} if busy.any() else set()
     xmax = float(end.max())
     order = np.argsort(row_of, kind="stable")  # steps_frame is sorted by IPU already: a no-op copy
     bounds = np.searchsorted(row_of[order], np.arange(len(ipus) + 1))
