@@ -265,14 +265,18 @@ def path_arg(text: str) -> str:
     return text
 
 
+def missing_directory(directory: Path) -> str:
+    """``<dir> does not exist`` or ``<dir> is not a directory``: what a path's directory is not."""
+    return f"{shown(directory)} " + ("is not a directory" if directory.exists() else "does not exist")
+
+
 def _check_parent(p: Path) -> None:
     """UsageError unless ``p``'s directory exists and can be written (shared by the two checks)."""
     from popviz.errors import UsageError
 
     try:
         if not p.parent.is_dir():
-            raise UsageError(f"{shown(p.parent)} " + ("is not a directory" if p.parent.exists() else "does not exist")
-                             + "; create it first or choose another path")
+            raise UsageError(f"{missing_directory(p.parent)}; create it first or choose another path")
     except OSError as exc:  # e.g. a name too long for the file system
         raise UsageError(f"{shown(p)} cannot be created ({exc.strerror}); choose another path") from None
     if not os.access(p.parent, os.W_OK | os.X_OK):

@@ -121,8 +121,9 @@ def open_db(path: str | os.PathLike[str], *, create: bool = False) -> Iterator[s
             raise UsageError(f"{shown(p)} does not exist; start a history with popviz history add REPORT "
                              f"--db {shown(p)}")
         if not p.parent.is_dir():
-            raise UsageError(f"{shown(p.parent)} " + ("is not a directory" if p.parent.exists() else "does not exist")
-                             + "; create it first")
+            from popviz.fileio import missing_directory
+
+            raise UsageError(f"{missing_directory(p.parent)}; create it first")
     else:
         try:
             head = _head(p)

@@ -9,7 +9,7 @@ from typing import IO
 from xml.etree import ElementTree as ET
 
 from popviz import escape as esc
-from popviz.ci.compare import IMPROVED, MOVED, REGRESSED, TRADED, Comparison, budget_value, fmt
+from popviz.ci.compare import IMPROVED, MOVED, REGRESSED, TRADED, Comparison, Row, budget_value, fmt
 
 MARK = {REGRESSED: "✗ regressed", IMPROVED: "✓ improved", MOVED: "↔ moved", TRADED: "⇄ traded"}
 RESPLIT_NOTE = "the split changed: per-stage and per-IPU rows are marked moved and do not fail"
@@ -33,17 +33,14 @@ def _list_changes(ch: dict) -> list[str]:
             for i, (b, n) in enumerate(zip_longest(ch["base"], ch["new"])) if b != n]
 
 
-def _change_narrow(change: str) -> str:
+def _change_narrow(r: Row) -> str:
     """A relative change of 100% or more without decimals (``+31,663%``), so that a large one
     leaves the metric column room for whole names at 80 columns."""
-    if change.endswith("%") and not change.endswith("pp"):
-        try:
-            value = float(change[:-1].replace(",", ""))
-        except ValueError:
-            return change
-        if abs(value) >= 100:
-            return f"{value:+,.0f}%"
-    return change
+    if r.unit != "pct" and r.base and r.new is not None:
+        relative = (r.new - r.base) / abs(r.base) * 100
+        if abs(relative) >= 100:
+            return f"{relative:+,.0f}%"
+    return r.change
 
 
 def _verdict(v: str) -> str:
@@ -118,7 +115,7 @@ def console(c: Comparison, *, all_rows: bool = False, file: IO[str] | None = Non
         for r in mine:
             style = "red" if r.verdict == REGRESSED else ("green" if r.verdict == IMPROVED else None)
             cells = [escape(r.metric), show(r.base, r.unit), show(r.new, r.unit),
-                     r.change if wide else _change_narrow(r.change), escape(r.threshold), _verdict(r.verdict)]
+                     r.change if wide else _change_narrow(r), escape(r.threshold), _verdict(r.verdict)]
             if not wide:
                 del cells[4]
             t.add_row(*cells, style=style)

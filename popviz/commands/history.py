@@ -81,15 +81,16 @@ def _precheck(db: str) -> None:
     from pathlib import Path
 
     from popviz.ci import history
-    from popviz.errors import UsageError, shown
+    from popviz.errors import UsageError
 
     p = Path(db)
     if p.exists():
         with history.open_db(p, create=True):
             pass
     elif not p.parent.is_dir():
-        raise UsageError(f"{shown(p.parent)} " + ("is not a directory" if p.parent.exists() else "does not exist")
-                             + "; create it first")
+        from popviz.fileio import missing_directory
+
+        raise UsageError(f"{missing_directory(p.parent)}; create it first")
 
 
 def _show(args: argparse.Namespace) -> int:
