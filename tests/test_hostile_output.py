@@ -447,3 +447,13 @@ def test_the_older_command_form_is_defused_anywhere_in_a_line(tmp_path):
         assert proc.returncode in (0, 1), (what, proc.stderr)
         assert "forged" in proc.stdout, what  # the name is shown ...
         assert "##[" not in proc.stdout + proc.stderr, what  # ... never as a command
+
+
+def test_backticks_in_a_name_stay_text_in_markdown(tmp_path):
+    from popviz.sources.bundle import write_bundle
+
+    from conftest import run_cli
+
+    write_bundle(testing.pipeline_report([1000, 1000, 1300, 900], name="N`q`"), tmp_path / "r" / "e")
+    md = run_cli("analyse", str(tmp_path / "r"), "--markdown").stdout
+    assert "N\\`q\\`" in md and "N`q`" not in md

@@ -64,10 +64,11 @@ CODE_PREFIXES = ("opts.", "poptorch.")
 
 
 def marked_up_spans(prose: str) -> list[tuple[str, bool]]:
-    """:func:`code_spans`, plus a `quoted` command (`popviz plan`) as code without its backticks:
-    for Markdown and HTML, where backticks would show escaped."""
+    """:func:`code_spans`, plus a quoted popviz command (`popviz plan`) as code without its
+    backticks: for Markdown and HTML, where backticks would show escaped. Only popviz's own
+    commands: backticks in a name from a file stay text."""
     pieces: list[tuple[str, bool]] = []
-    for k, part in enumerate(re.split(r"`([^`\n]+)`", prose)):
+    for k, part in enumerate(re.split(r"`(popviz [^`\n]+)`", prose)):
         if k % 2:
             pieces.append((part, True))
         elif part:
