@@ -260,3 +260,26 @@ def test_prefetch_depth_and_callback_threads_from_the_options(monkeypatch):
     monkeypatch.delenv("POPLAR_RUNTIME_OPTIONS")
     with pytest.raises(Exception, match="streamCallbacks.multiThreadMode 'bogus' is not one of singleThread"):
         profiling.callback_threads({"streamCallbacks.multiThreadMode": "bogus"}, 4)
+
+
+def test_a_product_with_large_weights_and_a_tiny_batch_is_bound_by_reading_its_weights():
+    # PopSparse's 8192 x 8192 float32 product at a batch of 4 (Bow): 537 MFLOP is 11,398 cycles
+    # at peak, so the FLOP curve gives (11,398 + 18,000) / 0.6 = 48,997; reading 67.1M weights,
+    # 45,590 per tile, at 2.85 cycles each takes 129,931 (hardware: ~129,000). Exchange:
+    # (4 x 8192 + 4 x 8192) x 4 bytes at 11.1 TB/s / 1.85 GHz = 43.7 cycles; + 4,000.
+    bow = hardware.SPECS["Bow"]
+    k = 8192
+    big = OpCost(0, "mm", 2.0 * k * k * 4, 4, in_bytes=(4 * k + k * k) * 4, out_bytes=4 * k * 4, matmul=True,
+                 weight_bytes=k * k * 4)
+    assert costmodel.weight_stream_cycles(big, bow) == pytest.approx(2.85 * k * k / 1472)
+    assert costmodel.op_cycles(big, bow) == pytest.approx(2.85 * k * k / 1472 + 262_144 / (11.1e12 / 1.85e9) + 4_000)
+    # In float16 the same product reads 45,590 elements at 1.0 cycle: 45,590 (hardware: ~46,400)
+    half = big.replace(flops=2.0 * k * k * 4, element_bytes=2, in_bytes=(4 * k + k * k) * 2, out_bytes=4 * k * 2,
+                       weight_bytes=k * k * 2)
+    assert costmodel.weight_stream_cycles(half, bow) == pytest.approx(k * k / 1472)
+    # With a batch of 1,024 its FLOPs dominate: the floor changes nothing
+    wide = big.replace(flops=2.0 * k * k * 1024)
+    assert costmodel.op_cycles(wide, bow) == pytest.approx(
+        (2.0 * k * k * 1024 / (32 * 1472) + 18_000) / 0.6 + 262_144 / (11.1e12 / 1.85e9) + 4_000)
+    # An operation without parameters (attention's products) has no floor
+    assert costmodel.weight_stream_cycles(big.replace(weight_bytes=0), bow) == 0.0

@@ -110,14 +110,16 @@ def op_cycles(op: OpCost, spec: hw.IpuSpec, cap: float | None = None, half_parti
     """Forward cycles of one operation on one IPU (see docs/emulator.md, "Cycles per operation").
 
     Matmuls and convolutions run on the AMP units at :func:`amp_efficiency` of the peak for their
-    operands' precision; a matmul whose temporaries the available memory proportion caps at
+    operands' precision, and never faster than reading its parameters
+    (:func:`weight_stream_cycles`); a matmul whose temporaries the available memory proportion caps at
     ``cap`` bytes runs serialised. Every other operation moves its bytes at ``MEMORY_EFFICIENCY``
     of the on-chip bandwidth (normalisations in ``NORM_PASSES`` passes, gathers at the
     exchange's bandwidth). Each kind adds its fixed cycles (``FIXED_CYCLES``: compute-set
     launches, syncs and the exchange laying out operands)."""
     kind = op_kind(op)
     if kind in ("matmul", "conv"):
-        compute = (op.flops / amp_rate(op, spec, half_partials) + half_cycles(kind)) / hw.AMP_PEAK_EFFICIENCY
+        compute = max((op.flops / amp_rate(op, spec, half_partials) + half_cycles(kind)) / hw.AMP_PEAK_EFFICIENCY,
+                      weight_stream_cycles(op, spec))
         exchange = op.activation_bytes / spec.per_cycle(spec.exchange_bytes_per_second)
         cycles = (compute + exchange) * serialisation_factor(op, cap)
     elif kind == "gather":
@@ -128,6 +130,16 @@ def op_cycles(op: OpCost, spec: hw.IpuSpec, cap: float | None = None, half_parti
         cycles = passes * (op.in_bytes + op.out_bytes) / (spec.per_cycle(spec.memory_bytes_per_second)
                                                           * hw.MEMORY_EFFICIENCY)
     return cycles + hw.FIXED_CYCLES[kind]
+
+
+def weight_stream_cycles(op: OpCost, spec: hw.IpuSpec) -> float:
+    """The least a matmul or convolution takes to read its parameters on each tile
+    (``WEIGHT_STREAM_CYCLES`` per element): what bounds a product with large weights and a batch
+    of a few rows, whose FLOPs alone would make it far cheaper."""
+    if not op.weight_bytes or op.element_bytes <= 0:
+        return 0.0
+    per_element = hw.WEIGHT_STREAM_CYCLES.get(op.element_bytes, hw.WEIGHT_STREAM_CYCLES[4])
+    return per_element * op.weight_bytes / op.element_bytes / spec.tiles_per_ipu
 
 
 def backward_cycles(op: OpCost, forward: float, spec: hw.IpuSpec) -> float:

@@ -123,6 +123,19 @@ of 9,000-18,000 gives B9 +3 to −15%, B3 +17 to +5%, B5 +38 to +15%, P1 −6 to
 cost of B10 and P1, and B10 would lose its "likely pessimistic" note, so 9,000 stays. Measured
 error per case: docs/emulator.md's fidelity table."""
 
+WEIGHT_STREAM_CYCLES = {2: 1.0, 4: 2.85}
+"""Cycles a matmul takes at least per parameter element on each tile, by element bytes (float16,
+float32), whatever its batch: the AMP units read every weight once however few rows use it, so a
+product with large weights and a batch of a few rows is bound by its weights, not its FLOPs.
+Measured on hardware: PopSparse's dense benchmarks (graphcore-research/sparsity-benchmarks,
+``analysis/Analysis.ipynb``, figure ``dense_ipu_gpu``; arXiv 2303.16999) time isolated square
+matmuls on a Bow IPU (rates up to 239 TFLOP/s in float16, 68% of Bow's peak). At a batch of 4 the
+8192 x 8192 and 4096 x 4096 products take 46,400 and 13,600 cycles in float16 (1.0 and 1.2 per
+weight element per tile) and 129,000 and 35,000 in float32 (2.8 and 3.1); the constants are the
+8192 x 8192 points, the least affected by fixed costs. Below this floor the model's FLOP curve
+estimated them 17% and 59% too fast. Mk1 is assumed to read weights at the same rate per tile
+(unchecked)."""
+
 MEMORY_EFFICIENCY = 0.5
 """Fraction of the on-chip memory bandwidth element-wise and data-movement ops reach (reads and
 writes of their inputs and outputs): vectorised codelets reach about half (uneven layouts and
