@@ -399,6 +399,37 @@ def test_analyse_marks_ignored_findings_where_it_shows_them():
     assert "ignored: accepted" not in run_cli("analyse", str(SAMPLES / "mnist_pipeline")).stdout
 
 
+def test_ignore_refuses_a_code_no_analysis_reports(tmp_path):
+    """A typo (PIPE03) used to be accepted and ignore nothing, so --fail-on still failed on PIPE003."""
+    from conftest import SAMPLES, assert_one_line_error
+
+    sample = str(SAMPLES / "mnist_pipeline")
+    for command in ("analyse", "check"):
+        line = assert_one_line_error(run_cli(command, sample, "--fail-on", "error", "--ignore", "PIPE003,PIPE03"), "--ignore: 'PIPE03' ",
+                                     "is not a finding code", "PIPE003", "docs/findings.md")
+        assert "Traceback" not in line
+    (tmp_path / "pyproject.toml").write_text('[tool.popviz]\nignore = ["HIO002", "hio02"]\n')
+    assert_one_line_error(run_cli("analyse", sample, cwd=tmp_path), "pyproject.toml [tool.popviz]: ignore: 'hio02' ",
+                          "is not a finding code")
+    # lower case is still a code
+    assert run_cli("analyse", sample, "--ignore", "pipe003").returncode == 0
+
+
+def test_every_finding_code_is_known_and_documented():
+    """popviz.analysis.findings.CODES (what --ignore accepts) is every code the analyses report
+    and every code docs/findings.md documents."""
+    import re
+    from pathlib import Path
+
+    from popviz.analysis.findings import CODES
+
+    root = Path(__file__).resolve().parent.parent
+    pattern = re.compile(r"\b(?:PIPE|MEM|HIO|INST)\d{3}\b")
+    in_source = {c for p in (root / "popviz" / "analysis").glob("*.py") for c in pattern.findall(p.read_text())}
+    assert in_source == set(CODES)
+    assert set(pattern.findall((root / "docs" / "findings.md").read_text())) == set(CODES)
+
+
 def test_whole_metric_names_at_80_columns_even_with_a_huge_relative_change():
     from conftest import SAMPLES
 

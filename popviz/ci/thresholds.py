@@ -269,6 +269,7 @@ def load_config(path: str | None = None, *, cwd: Path | None = None) -> Config:
         ignore = [c.strip() for c in ignore.split(",") if c.strip()]
     if not isinstance(ignore, list) or not all(isinstance(c, str) for c in ignore):
         raise UsageError(f"{origin}: ignore must be a list of finding codes")
+    check_finding_codes(ignore, f"{origin}: ignore")
     budgets = table.get("budgets", {})
     if not isinstance(budgets, dict):
         raise UsageError(f"{origin}: budgets must be a table of METRIC = \"<= LIMIT\"")
@@ -298,4 +299,15 @@ def ignored_codes(args: Any, config_ignore: list[str]) -> list[str]:
     (Here rather than in ``popviz.ci.cli`` so ``popviz analyse`` need not import the comparison
     machinery.)"""
     codes = [c.strip().upper() for c in (getattr(args, "ignore", None) or "").split(",") if c.strip()]
+    check_finding_codes(codes, "--ignore")
     return sorted(set(codes) | set(config_ignore))
+
+
+def check_finding_codes(codes: Iterable[str], where: str) -> None:
+    """Refuse a code no analysis reports (a typo such as PIPE01 would otherwise ignore nothing)."""
+    from popviz.analysis.findings import CODES
+
+    for code in codes:
+        if code.strip().upper() not in CODES:
+            raise UsageError(f"{where}: {_shown(code)} is not a finding code popviz reports; "
+                             f"use one of {', '.join(sorted(CODES))} (docs/findings.md)")
