@@ -518,6 +518,15 @@ def test_asking_for_fewer_ipus_says_what_it_costs_and_still_gives_the_split():
     assert "IPUConfig(layers_per_ipu=[5, 7], ipus_per_replica=2" in text
 
 
+def test_asking_for_more_ipus_says_how_many_more_it_takes():
+    from conftest import SAMPLES
+
+    proc = run_cli("plan", str(SAMPLES / "bert_planned"), "--ipus", "8")
+    assert proc.returncode == 0, proc.stderr
+    assert "predicted throughput +89.8% (365.3 → 693.2 micro-batches/s): the best split on 8 IPUs (now 4); it " \
+           "takes 4 more IPUs per replica" in flat(proc.stdout)
+
+
 def test_halving_the_micro_batch_saves_at_most_what_the_activations_take():
     # bert_even_split's least-memory split puts the tied MLM head on IPU0: its logits are stashed
     # once, not at stage 0's depth, and halve with the micro-batch (was: saves 337.4 MiB of the 303

@@ -166,16 +166,14 @@ def sections(plan: LayerPlan, rerun: str | None = None, plan_path: str | None = 
         change = plan.throughput_change_frac or 0.0
         n_new, n_cur = len({st.ipu for st in new.stages}), len({st.ipu for st in cur.stages})
         other_ipus = n_new != n_cur
-        if other_ipus and not plan.improves:  # asked for another IPU count: what it costs or gains
-            verb = "frees" if n_new < n_cur else "takes"
+        if other_ipus or plan.improves:  # another IPU count (asked for): say what it takes or frees
+            d = abs(n_cur - n_new)
+            ipus = (f": the best split on {n_new} IPUs (now {n_cur}); it "
+                    f"{'frees' if n_new < n_cur else 'takes'} {d}{'' if n_new < n_cur else ' more'} "
+                    f"IPU{'s' if d != 1 else ''} per replica") if other_ipus else ""
             lines.append(f"predicted throughput {change:+.1%} "
                          f"({cur.micro_batches_per_second:,.1f} → {new.micro_batches_per_second:,.1f} "
-                         f"micro-batches/s): the best split on {n_new} IPUs (now {n_cur}); it {verb} "
-                         f"{abs(n_cur - n_new)} IPU{'s' if abs(n_cur - n_new) != 1 else ''}")
-        elif plan.improves:
-            lines.append(f"predicted throughput {change:+.1%} "
-                         f"({cur.micro_batches_per_second:,.1f} → {new.micro_batches_per_second:,.1f} "
-                         "micro-batches/s)")
+                         f"micro-batches/s){ipus}")
         elif cur.fits or new.entries_per_ipu == cur.entries_per_ipu:
             lines.append("the current split is already the best that fits: nothing to change")
         else:  # slower or as fast, but it fits where the current split does not
