@@ -81,6 +81,9 @@ RUN = {"emulated": True, "environment": {}}
     ({"compile_seconds": 95.0, "poptorch_compile_seconds": 61.0, "calls": 5}, {}, ", compiled in 61 s"),
     ({"compile_seconds": 95.0, "poptorch_compile_seconds": None, "calls": 5}, {}, ", compile and first call 95 s"),
     ({"compile_seconds": None, "calls": 0}, RUN, ""),
+    # a tiny model: milliseconds, as the emulator's own progress line says them ("0.0 s" before)
+    ({"compile_seconds": 0.05, "poptorch_compile_seconds": 0.012, "later_calls_seconds": 0.0, "calls": 1},
+     {"emulated": True, "environment": {"POPVIZ_EMULATOR_CALLS": "1"}}, ", estimated in 12 ms, not run (--calls 1)"),
 ])
 def test_summary_times_keep_estimate_and_execution_apart(model, run, text):
     assert _times_text(model, run) == text

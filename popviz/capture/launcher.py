@@ -61,6 +61,7 @@ from popviz.capture.rundir import (
 )
 from popviz.childproc import SignalForwarder, exit_status, find_command
 from popviz.errors import PopvizError, UsageError, shown
+from popviz.model.numbers import wall_seconds
 
 TEE_JOIN_SECONDS = 2.0
 """How long to wait, once the child has exited, for output still in the pipes (a grandchild that
@@ -185,10 +186,6 @@ def _engines_found(root: Path) -> list[dict[str, Any]]:
     return found
 
 
-def _seconds(secs: float) -> str:
-    return f"{secs:.2f} s" if secs < 10 else f"{secs:.0f} s"
-
-
 def _times_text(m: Mapping[str, Any], run: Mapping[str, Any]) -> str:
     """Where an engine's time went, truthfully: the compile (for the emulator: the trace and
     estimate) apart from the calls' execution (on the CPU when emulated).
@@ -203,17 +200,17 @@ def _times_text(m: Mapping[str, Any], run: Mapping[str, Any]) -> str:
     later = m.get("later_calls_seconds") or 0.0
     if not run.get("emulated"):
         if own is not None:
-            return f", compiled in {_seconds(own)}"
-        return f", compile and first call {_seconds(wall)}"
+            return f", compiled in {wall_seconds(own)}"
+        return f", compile and first call {wall_seconds(wall)}"
     if own is None:
-        return f", estimate and first call {_seconds(wall)}"
-    text = f", estimated in {_seconds(own)}"
+        return f", estimate and first call {wall_seconds(wall)}"
+    text = f", estimated in {wall_seconds(own)}"
     limit = str((run.get("environment") or {}).get(CALLS_ENV, ""))
     first_ran = limit != "1"  # under --calls 1 the first call is estimated, not run
     cpu = max(0.0, wall - own) * first_ran + later
     if not first_ran and m.get("calls", 0) <= 1:
         return text + ", not run (--calls 1)"
-    return text + f", calls run on the CPU in {_seconds(cpu)}"
+    return text + f", calls run on the CPU in {wall_seconds(cpu)}"
 
 
 def summary_lines(run: Mapping[str, Any], root: Path) -> list[str]:

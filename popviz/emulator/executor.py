@@ -51,6 +51,7 @@ from popviz.emulator.measure import measuring
 from popviz.emulator.options import Options
 from popviz.emulator.precision import upcasting
 from popviz.model import HostTensor
+from popviz.model.numbers import wall_seconds
 from popviz.paths import as_component
 
 MAX_IPUS_PER_INSTANCE = 64
@@ -374,7 +375,7 @@ class PoplarExecutor(Batching, DeviceState):
         if not self._compiled:
             with report.activity(f"compiling {self.engine_name!r}: tracing and measuring one micro-batch"):
                 self._compile(args, kwargs, estimate_only=most == 1)
-            report.say(f"{self.engine_name!r} estimated in {self._compile_time.total_seconds():.1f} s")
+            report.say(f"{self.engine_name!r} estimated in {wall_seconds(self._compile_time.total_seconds())}")
         else:
             self._validate(args, kwargs)
             if not self._attached:

@@ -29,3 +29,11 @@ def finite_float(value: Any) -> float | None:
     except OverflowError:
         return None
     return f if math.isfinite(f) else None
+
+
+def wall_seconds(secs: float) -> str:
+    """A wall-clock duration as popviz prints it: ``40 ms`` below 0.1 s, ``0.48 s`` below 10 s,
+    ``12 s`` above (one format for the emulator's progress and capture's summary)."""
+    if secs < 0.1:
+        return f"{secs * 1e3:.0f} ms"
+    return f"{secs:.2f} s" if secs < 10 else f"{secs:.0f} s"
