@@ -419,6 +419,20 @@ def test_memory_findings_name_a_split_that_fits():
     assert action.hint["current_fits"] is False and action.hint["layers_per_ipu"] == [1, 3]
 
 
+def test_the_hint_on_an_out_of_memory_split_does_not_call_its_modelled_rate_a_gain():
+    """The current split of oom_model cannot run: the plan's 22% is against what it would do."""
+    from popviz import load
+    from popviz.analysis import analyse
+
+    from conftest import SAMPLES
+
+    engine = analyse(load(SAMPLES / "oom_model")).engines[0]
+    mem = next(f for f in engine.findings if f.code == "MEM001")
+    assert mem.recommendation.endswith(
+        "`popviz plan` finds a split within 90% of each IPU's memory (the current one does not fit at all), 22% "
+        "faster than the current split would be: layers_per_ipu=[3, 5].")
+
+
 def tied_head_table(layers_per_ipu):
     """Embeddings, six encoder layers, a head whose transform runs after the last layer, its
     decoder tied to the embeddings (back on IPU0, as its weights are there) and the loss."""

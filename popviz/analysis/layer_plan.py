@@ -527,7 +527,13 @@ def plan_outcome(report: Report) -> tuple[dict[str, Any] | None, str | None]:
         return None, (f"`popviz plan` finds no faster split of the report's {n} layers that fits (the "
                       "current one is the best at layer granularity); split a layer across blocks (a "
                       "BeginBlock inside it) or make the bottleneck's layers cheaper")
-    if rescue:
+    if rescue and any(st.memory_bytes > plan.settings.capacity_bytes for st in plan.current.stages):
+        # the current split cannot run at all: its throughput is only the model's
+        rel = (f"{abs(100 * change):.0f}% {'faster' if change > 0 else 'slower'} than the current split would be"
+               if round(100 * change) else "as fast as the current split would be")
+        text = (f"`popviz plan` finds a split within {plan.settings.headroom_frac:.0%} of each IPU's "
+                f"memory (the current one does not fit at all), {rel}")
+    elif rescue:
         text = (f"`popviz plan` finds a split within {plan.settings.headroom_frac:.0%} of each IPU's "
                 f"memory (the current one is not), at {100 * change:+.0f}% throughput")
     else:
