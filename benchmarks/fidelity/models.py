@@ -19,12 +19,13 @@ class EncoderLayer(nn.Module):
     separate query/key/value projections, GELU feed-forward."""
 
     def __init__(self, hidden: int, heads: int, ffn: int, eps: float = 1e-12, pre_norm: bool = False,
-                 causal: bool = False, dropout: float = 0.0) -> None:
+                 causal: bool = False, dropout: float = 0.0, attention_dropout: float = 0.0) -> None:
         super().__init__()
         self.heads, self.pre_norm, self.causal = heads, pre_norm, causal
         # Hugging Face's hidden dropout: after the attention's output projection and after the
-        # feed-forward (0: no dropout op at all)
+        # feed-forward; its attention dropout: on the attention probabilities (0: no dropout op)
         self.drop = nn.Dropout(dropout) if dropout else nn.Identity()
+        self.attention_drop = nn.Dropout(attention_dropout) if attention_dropout else nn.Identity()
         self.query, self.key, self.value = (nn.Linear(hidden, hidden) for _ in range(3))
         self.out = nn.Linear(hidden, hidden)
         self.norm1 = nn.LayerNorm(hidden, eps=eps)
@@ -42,7 +43,7 @@ class EncoderLayer(nn.Module):
         scores = q @ k.transpose(-1, -2) / math.sqrt(d)
         if mask is not None:
             scores = scores + mask
-        ctx = torch.softmax(scores, dim=-1) @ v
+        ctx = self.attention_drop(torch.softmax(scores, dim=-1)) @ v
         return self.drop(self.out(ctx.transpose(1, 2).reshape(b, s, h)))
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:

@@ -133,6 +133,13 @@ CASES = [
     Case("P6", "p6_bert_base_pretrain.py", "samples_per_second", 15_911, "BERT-Base phase 1, 4x[0,4,4,4] (Bow)",
          env=BOW),
     Case("P6", "p6_bert_base_pretrain.py", "fits", 1, "BERT-Base phase 1, mb 32: fits", env=BOW),
+    # held out: Graphcore's performance results, not in the figures file; nothing was fitted to them
+    Case("G1", "g1_bert_large_squad.py", "samples_per_second", 1_009, "BERT-Large SQuAD, mb 4, 2x8 IPUs (Bow)",
+         env=BOW),
+    Case("G1", "g1_bert_large_squad.py", "fits", 1, "BERT-Large SQuAD, mb 4: fits", env=BOW),
+    Case("G2", "g2_vit_pretrain.py", "samples_per_second", 7_615, "ViT-B/16 pre-training, LAMB, 4x[3,3,3,3] (Bow)",
+         env=BOW),
+    Case("G2", "g2_vit_pretrain.py", "fits", 1, "ViT-B/16 pre-training, mb 8: fits", env=BOW),
 ]
 
 
