@@ -270,7 +270,12 @@ def _merge_config(base: ModelConfig | None, top: ModelConfig) -> ModelConfig:
 def _merge_host_io(base: HostIO | None, top: HostIO) -> HostIO:
     if base is None:
         return top
-    return HostIO(tensors=top.tensors or base.tensors,
+    # per direction: a capture stopped at its N-th call (--calls N) saw that call's inputs but
+    # never its outputs, which the report itself (the emulator's trace) may know
+    tensors = tuple(t for direction in ("input", "output")
+                    for t in ([x for x in top.tensors if x.direction == direction]
+                              or [x for x in base.tensors if x.direction == direction]))
+    return HostIO(tensors=tensors,
                   calls=top.calls if top.calls is not None else base.calls,
                   compile_seconds=top.compile_seconds if top.compile_seconds is not None
                   else base.compile_seconds,
