@@ -8,6 +8,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from popviz.emulator.launch import SHIM_DIR, emulated_env
 
 from conftest import ROOT, assert_one_line_error, run_cli
@@ -95,3 +97,17 @@ def test_missing_torch_is_a_one_line_error_before_the_child_starts(monkeypatch):
         launch.check_command([sys.executable, "train.py"], os.environ)
     # another interpreter is not ours to judge: its own import error will speak
     launch.check_torch_for("/bin/sh")
+
+
+def test_emulate_calls_1_without_profiling_says_no_report_is_written(tmp_path):
+    """Was: "reports are written as it exits" although profiling was off and none was."""
+    pytest.importorskip("torch")
+    code = ("import torch, poptorch\n"
+            "m = poptorch.inferenceModel(torch.nn.Linear(4, 4))\n"
+            "m(torch.randn(2, 4))\n")
+    proc = run_cli("emulate", "--calls", "1", "--", sys.executable, "-c", code, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.splitlines()[-1] == (
+        "popviz emulator: 'inference': call 1 of 1 estimated, not run; stopping the script (--calls 1); profiling "
+        "is off, so no report is written (enable it with opts.enableProfiling(DIR), or run popviz capture --emulate)")
+    assert list(tmp_path.iterdir()) == []

@@ -384,8 +384,11 @@ class PoplarExecutor(Batching, DeviceState):
         if most is not None and self._setup.calls + 1 >= most:
             self._setup.calls += 1
             self._last_call_start = time.time()
+            written = ("reports are written as it exits" if self._engine_report is not None else
+                       "profiling is off, so no report is written (enable it with "
+                       "opts.enableProfiling(DIR), or run popviz capture --emulate)")
             report.say(f"{self.engine_name!r}: call {self._setup.calls} of {most} estimated, not run; "
-                       f"stopping the script (--calls {most}); reports are written as it exits")
+                       f"stopping the script (--calls {most}); {written}")
             raise _calls.CallLimitReached(self.engine_name, self._setup.calls)
         self._last_call_start = time.time()
         micro = self._split(args, kwargs)
