@@ -79,7 +79,7 @@ class Model(torch.nn.Module):
 
 
 def estimate(model, strategy=None):
-    opts = poptorch.Options().deviceIterations(4)
+    opts = poptorch.Options().deviceIterations(4).autoRoundNumIPUs(True)  # some use 3 IPUs
     if strategy is not None:
         opts.setExecutionStrategy(strategy)
     ex = poptorch.inferenceModel(model, opts)

@@ -300,7 +300,7 @@ def test_gradient_accumulation_below_pipeline_stages():
                                              r"of pipeline stages \(5\) when using poptorch.PipelinedExecution"):
         trainer(torch.ones(4, 4), torch.ones(4, 4))
     assert not trainer.isCompiled()
-    ok = poptorch.trainingModel(Pipelined(), opts(g=5))
+    ok = poptorch.trainingModel(Pipelined(), opts(g=5).autoRoundNumIPUs(True))
     ok(torch.ones(5, 4), torch.ones(5, 4))
     assert [s.blocks for s in ok.popvizEstimate().config.stages] == [("A",), ("B",), ("C",)]
 
@@ -309,9 +309,25 @@ def test_pipelined_inference_needs_device_iterations():
     with pytest.raises(poptorch.Error, match=r"deviceIterations must be greater than or equal to the number of "
                                              r"pipeline stages \(3\)"):
         poptorch.inferenceModel(Pipelined(), opts(d=2))(torch.ones(2, 4))
-    sharded = opts(d=2)
+    sharded = opts(d=2).autoRoundNumIPUs(True)
     sharded.setExecutionStrategy(poptorch.ShardedExecution())
     assert poptorch.inferenceModel(Pipelined(), sharded)(torch.ones(2, 4)).shape == (2, 4)
+
+
+def test_three_ipus_need_auto_round_num_ipus():
+    """PopTorch reserves IPUs in powers of two (its pipelining_test.py expects this message)."""
+    with pytest.raises(poptorch.Error, match=r"The model specifies the use of 3 IPUs, however PopTorch must "
+                                             r"reserve a minimum of 4 in order to allow the model to run, "
+                                             r"because PopTorch must reserve a power of 2 or maximum of 64 IPUs "
+                                             r"per process\. Please reconfigure your model to use a different "
+                                             r"number of IPUs or set poptorch\.Options\(\)\.autoRoundNumIPUs"):
+        poptorch.inferenceModel(Pipelined(), opts(d=3))(torch.ones(3, 4))
+    rounded = poptorch.inferenceModel(Pipelined(), opts(d=3).autoRoundNumIPUs(True))
+    rounded(torch.ones(3, 4))
+    assert rounded.popvizEstimate().target.num_ipus == 4
+    offline = poptorch.inferenceModel(Pipelined(), opts(d=3).useOfflineIpuTarget(2))
+    offline.compile(torch.ones(3, 4))
+    assert offline.popvizEstimate().target.num_ipus == 3
 
 
 def test_every_n_needs_a_period():
@@ -435,7 +451,7 @@ def test_begin_block_and_repr():
     assert "BeginBlock(user_id=mid, ipu_id=1)" in repr(list(chain.l1._forward_pre_hooks.values()))
     with pytest.raises(poptorch.Error, match="module has already been assigned to a block."):
         poptorch.BeginBlock(chain.l1, "again")
-    model = poptorch.inferenceModel(chain, opts(d=3))
+    model = poptorch.inferenceModel(chain, opts(d=3).autoRoundNumIPUs(True))
     model(torch.ones(3, 4))
     # l0 runs before the first block: on IPU 0, a stage of its own (PopTorch's user guide,
     # overview.rst: "PopTorch places the first layers on ipu_id 0 by default", relied on by its

@@ -122,6 +122,12 @@ def test_split_of_an_untied_model_puts_the_head_last(monkeypatch):
     ex = compiled(Tiny(tied=False), g=6)
     assert placements(ex) == [("embed", 0, 0), ("body.0", 0, 0), ("body.1", 0, 0), ("body.2", 1, 1),
                               ("body.3", 2, 2), ("norm", 2, 2), ("proj", 2, 2)]
+    # 3 IPUs: PopTorch would refuse them without autoRoundNumIPUs(True); the estimate assumes it and says so
+    report = ex.popvizReport()
+    assert report.target.ipus_per_replica == 4
+    assert any(n.endswith("PopTorch reserves IPUs in powers of two: the script needs opts.autoRoundNumIPUs(True) "
+                          "for 3 IPUs, which this estimate assumes (4 reserved, 1 idle).")
+               for n in report.provenance.notes)
 
 
 def test_split_from_a_plan_file_with_a_script_without_blocks(monkeypatch, tmp_path):

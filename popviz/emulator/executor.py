@@ -212,6 +212,7 @@ class PoplarExecutor(Batching, DeviceState):
         if ipus > MAX_IPUS_PER_INSTANCE:
             raise Error(f"Too many IPUs requested ({ipus}). Experiments that need more than "
                         f"{MAX_IPUS_PER_INSTANCE} IPUs require distributed execution.", type=CPP_ERROR)
+        self._check_power_of_two(ipus)
         self._check_fits()
         self._remember_inputs(args, kwargs)
         if not self._training:  # the device's own copy: host changes reach it only when copied
@@ -223,6 +224,20 @@ class PoplarExecutor(Batching, DeviceState):
         if directory is not None:
             self._engine_report = profiling.claim(directory / as_component(self.engine_name), self.engine_name,
                                                   self._report_builder(), self._token)
+
+    def _check_power_of_two(self, ipus: int) -> None:
+        """PopTorch reserves IPUs in powers of two on hardware (popart_compiler CompilerImpl.cpp,
+        ``roundUpNumIPUs``): a model on 3 IPUs is an error unless ``autoRoundNumIPUs(True)``
+        (then ``costmodel.num_ipus`` has already rounded) or it compiles for an offline target or
+        the IPU Model, which take any number."""
+        o = self._options
+        if ipus & (ipus - 1) == 0 or o.connection_type == ConnectionType.Never or (o.exists("use_model") and o.use_model):
+            return
+        rounded = 1 << (ipus - 1).bit_length()
+        raise Error(f"The model specifies the use of {ipus} IPUs, however PopTorch must reserve a minimum of "
+                    f"{rounded} in order to allow the model to run, because PopTorch must reserve a power of 2 "
+                    "or maximum of 64 IPUs per process. Please reconfigure your model to use a different number "
+                    "of IPUs or set poptorch.Options().autoRoundNumIPUs(True).", type=CPP_ERROR)
 
     def _check_fits(self) -> None:
         """Raise PopTorch's out-of-memory error when the estimate does not fit its IPUs, after
@@ -311,6 +326,10 @@ class PoplarExecutor(Batching, DeviceState):
         o = self._options
         strategy = o._execution_strategy
         structure = self.__dict__.get("_structure")
+        # a --split over a number of IPUs PopTorch would not reserve as it is (3): estimated as
+        # with autoRoundNumIPUs(True), which the split's note tells the user to set
+        split_ipus = max(structure.split.values()) + 1 if structure is not None and structure.split else 1
+        split_rounds = split_ipus & (split_ipus - 1) != 0
         inputs = [HostTensor(name, "input", tuple(v.shape), dtype_name(v.dtype), nbytes(v))
                   for name, v in self._names(args, kwargs) if isinstance(v, torch.Tensor)]
         outs = [HostTensor(name, "output", tuple(t.shape), dtype_name(t.dtype), nbytes(t)) for name, t in outputs]
@@ -347,7 +366,7 @@ class PoplarExecutor(Batching, DeviceState):
             half_partials=o._Popart.options.get("partialsTypeMatMuls") == "half",
             accumulator_on_chip=locations.on_chip("accumulator"),
             available_memory_proportion=dict(o.available_memory_proportion),
-            synthetic_data=o.synthetic_data, auto_round_num_ipus=o.auto_round_num_ipus,
+            synthetic_data=o.synthetic_data, auto_round_num_ipus=o.auto_round_num_ipus or split_rounds,
             inputs=inputs, outputs=outs, options=recorded, spec=spec, host=host,
             prefetch_depth=runtime_options.prefetch_depth(popart),
             callback_threads=threads,

@@ -235,6 +235,10 @@ def prepare(model: torch.nn.Module) -> Structure:
     detail = f"{plan.ipus} IPUs" if what == plan.describe() else f"{plan.describe()} over {plan.ipus} IPUs"
     note = (f"Blocks re-placed by --split {what} ({detail}); the script's own BeginBlock/Block placements "
             "were ignored.")
+    if plan.ipus & (plan.ipus - 1):
+        rounded = 1 << (plan.ipus - 1).bit_length()
+        note += (f" PopTorch reserves IPUs in powers of two: the script needs opts.autoRoundNumIPUs(True) for "
+                 f"{plan.ipus} IPUs, which this estimate assumes ({rounded} reserved, {rounded - plan.ipus} idle).")
     return dataclasses.replace(structure, split=mapping, split_note=note)
 
 
