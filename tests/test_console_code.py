@@ -71,3 +71,11 @@ def test_wrap_breaks_code_only_inside_brackets():
     lines = ["".join(p for p, _ in line) for line in wrap_code_prose(prose, 30)]
     assert lines == ["offload it with", "opts.TensorLocations.setOptimizerLocation(", "    poptorch.",
                      "    TensorLocationSettings().", "    useOnChipStorage(False));", "then retry."]
+
+
+def test_an_opening_bracket_goes_to_the_next_line_with_its_code():
+    """Was: "... proportion (" at the end of a line, "opts.setAvailableMemoryProportion) or ..." on the next."""
+    prose = "Lower the available memory proportion (opts.setAvailableMemoryProportion) or move blocks off IPU1."
+    lines = ["".join(p for p, _ in line) for line in wrap_code_prose(prose, 60)]
+    assert lines == ["Lower the available memory proportion",
+                     "(opts.setAvailableMemoryProportion) or move blocks off IPU1."]

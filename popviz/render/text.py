@@ -296,7 +296,19 @@ def wrap_code_prose(prose: str, width: int) -> list[list[tuple[str, bool]]]:
             if max(map(len, parts)) > width - 4:
                 parts = _code_breaks(piece)
             if used and used + len(piece) > width:
+                # an opening bracket or quote right before the code goes with it ("(" alone at
+                # the end of a line, the code on the next, was hard to read and to copy)
+                carry = ""
+                if lines[-1] and not lines[-1][-1][1]:
+                    last = lines[-1][-1][0]
+                    kept = last.rstrip("([{'\"")
+                    if kept != last and (not kept or kept.endswith(" ")):
+                        carry = last[len(kept):]
+                        lines[-1][-1] = (kept, False)
+                        used -= len(carry)
                 newline()
+                if carry:
+                    put(carry, False)
             for k, part in enumerate(parts):
                 if used + len(part) > width and used > 4:
                     newline("    " if k else "")
