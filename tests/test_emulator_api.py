@@ -295,7 +295,7 @@ class Pipelined(torch.nn.Module):
 
 
 def test_gradient_accumulation_below_pipeline_stages():
-    trainer = poptorch.trainingModel(Pipelined(), opts(g=4))
+    trainer = poptorch.trainingModel(Pipelined(), opts(g=4).autoRoundNumIPUs(True))
     with pytest.raises(poptorch.Error, match=r"gradientAccumulation must be greater than or equal to the number "
                                              r"of pipeline stages \(5\) when using poptorch.PipelinedExecution"):
         trainer(torch.ones(4, 4), torch.ones(4, 4))
@@ -308,20 +308,21 @@ def test_gradient_accumulation_below_pipeline_stages():
 def test_pipelined_inference_needs_device_iterations():
     with pytest.raises(poptorch.Error, match=r"deviceIterations must be greater than or equal to the number of "
                                              r"pipeline stages \(3\)"):
-        poptorch.inferenceModel(Pipelined(), opts(d=2))(torch.ones(2, 4))
+        poptorch.inferenceModel(Pipelined(), opts(d=2).autoRoundNumIPUs(True))(torch.ones(2, 4))
     sharded = opts(d=2).autoRoundNumIPUs(True)
     sharded.setExecutionStrategy(poptorch.ShardedExecution())
     assert poptorch.inferenceModel(Pipelined(), sharded)(torch.ones(2, 4)).shape == (2, 4)
 
 
 def test_three_ipus_need_auto_round_num_ipus():
-    """PopTorch reserves IPUs in powers of two (its pipelining_test.py expects this message)."""
+    """PopTorch reserves IPUs in powers of two (its pipelining_test.py expects this message, and
+    before the device-iterations check: it acquires the device first)."""
     with pytest.raises(poptorch.Error, match=r"The model specifies the use of 3 IPUs, however PopTorch must "
                                              r"reserve a minimum of 4 in order to allow the model to run, "
                                              r"because PopTorch must reserve a power of 2 or maximum of 64 IPUs "
                                              r"per process\. Please reconfigure your model to use a different "
                                              r"number of IPUs or set poptorch\.Options\(\)\.autoRoundNumIPUs"):
-        poptorch.inferenceModel(Pipelined(), opts(d=3))(torch.ones(3, 4))
+        poptorch.inferenceModel(Pipelined(), opts(d=1))(torch.ones(1, 4))
     rounded = poptorch.inferenceModel(Pipelined(), opts(d=3).autoRoundNumIPUs(True))
     rounded(torch.ones(3, 4))
     assert rounded.popvizEstimate().target.num_ipus == 4

@@ -203,6 +203,9 @@ class PoplarExecutor(Batching, DeviceState):
         measurement, outputs = measured
         for hook in list(_postcompile_hooks.values()):
             hook()
+        # PopTorch acquires its device (IPUs in powers of two) before it checks the pipeline
+        self._check_power_of_two((max(seg.ipu for seg in measurement.segments) + 1) * self._options.replication_factor
+                                 if measurement.segments else 1)
         self._check_pipeline(len(measurement.segments))
         self._setup = self._engine_setup(m_args, m_kwargs, outputs, len(measurement.segments))
         if notes:
@@ -212,7 +215,6 @@ class PoplarExecutor(Batching, DeviceState):
         if ipus > MAX_IPUS_PER_INSTANCE:
             raise Error(f"Too many IPUs requested ({ipus}). Experiments that need more than "
                         f"{MAX_IPUS_PER_INSTANCE} IPUs require distributed execution.", type=CPP_ERROR)
-        self._check_power_of_two(ipus)
         self._check_fits()
         self._remember_inputs(args, kwargs)
         if not self._training:  # the device's own copy: host changes reach it only when copied
@@ -225,13 +227,21 @@ class PoplarExecutor(Batching, DeviceState):
             self._engine_report = profiling.claim(directory / as_component(self.engine_name), self.engine_name,
                                                   self._report_builder(), self._token)
 
+    def _split_rounds(self) -> bool:
+        """A --split over a number of IPUs PopTorch would not reserve as it is (3): estimated as
+        with autoRoundNumIPUs(True), which the split's note tells the user to set."""
+        structure = self.__dict__.get("_structure")
+        ipus = max(structure.split.values()) + 1 if structure is not None and structure.split else 1
+        return ipus & (ipus - 1) != 0
+
     def _check_power_of_two(self, ipus: int) -> None:
         """PopTorch reserves IPUs in powers of two on hardware (popart_compiler CompilerImpl.cpp,
         ``roundUpNumIPUs``): a model on 3 IPUs is an error unless ``autoRoundNumIPUs(True)``
         (then ``costmodel.num_ipus`` has already rounded) or it compiles for an offline target or
         the IPU Model, which take any number."""
         o = self._options
-        if ipus & (ipus - 1) == 0 or o.connection_type == ConnectionType.Never or (o.exists("use_model") and o.use_model):
+        if (ipus & (ipus - 1) == 0 or o.auto_round_num_ipus or self._split_rounds()
+                or o.connection_type == ConnectionType.Never or (o.exists("use_model") and o.use_model)):
             return
         rounded = 1 << (ipus - 1).bit_length()
         raise Error(f"The model specifies the use of {ipus} IPUs, however PopTorch must reserve a minimum of "
@@ -326,10 +336,7 @@ class PoplarExecutor(Batching, DeviceState):
         o = self._options
         strategy = o._execution_strategy
         structure = self.__dict__.get("_structure")
-        # a --split over a number of IPUs PopTorch would not reserve as it is (3): estimated as
-        # with autoRoundNumIPUs(True), which the split's note tells the user to set
-        split_ipus = max(structure.split.values()) + 1 if structure is not None and structure.split else 1
-        split_rounds = split_ipus & (split_ipus - 1) != 0
+        split_rounds = self._split_rounds()
         inputs = [HostTensor(name, "input", tuple(v.shape), dtype_name(v.dtype), nbytes(v))
                   for name, v in self._names(args, kwargs) if isinstance(v, torch.Tensor)]
         outs = [HostTensor(name, "output", tuple(t.shape), dtype_name(t.dtype), nbytes(t)) for name, t in outputs]
