@@ -271,9 +271,10 @@ def test_against_history_refuses_mixed_provenance(tmp_path):
     with pytest.raises(UsageError, match="engine training is estimated in some of the last 5 runs and measured in "
                                          "others: their numbers are not comparable; pass --allow-mixed"):
         history.median_side(db)
-    [side], runs = history.median_side(db, allow_mixed=True)
-    assert (side.estimated, [r.id for r in runs]) == (False, [1, 2])
-    [side], _ = history.median_side(db, last=1)
+    median = history.median_side(db, allow_mixed=True)
+    [side] = median.engines
+    assert (side.estimated, [r.id for r in median.runs["training"]]) == (False, [1, 2])
+    [side] = history.median_side(db, last=1).engines
     assert side.metrics == {"pipeline.cycles_per_micro_batch": 1000.0, "memory.ipu0.used_bytes": 1000.0}
 
 
@@ -281,8 +282,10 @@ def test_median_of_the_last_runs(tmp_path):
     db = tmp_path / "h.db"
     for cycles in (5000, 1000, 1010, 990, 2000, 1005):
         history.add(db, [engine(float(cycles), wall=cycles / 1000)])
-    [side], runs = history.median_side(db, last=5)
-    assert [r.id for r in runs] == [2, 3, 4, 5, 6]
+    median = history.median_side(db, last=5)
+    [side] = median.engines
+    assert [r.id for r in median.runs["training"]] == [2, 3, 4, 5, 6]
+    assert median.label() == f"the median of the last 5 run(s) in {db} (#2 to #6)"
     assert side.metrics["pipeline.cycles_per_micro_batch"] == 1005.0
     assert side.metrics["time.call_wall_seconds"] == 1.005
 
@@ -334,3 +337,61 @@ def test_per_stage_steps_across_a_resplit_are_moved_as_compare_says(tmp_path):
     assert found["pipeline.cycles_per_micro_batch"].verdicts == ["improved"]  # the call's figures still count
     show = run_cli("history", "show", "--db", str(db))
     assert "step regression" not in show.stdout.splitlines()[0]
+
+
+def test_the_median_is_over_the_runs_with_the_newest_configuration(tmp_path):
+    """Runs before the newest run's configuration changed are left out of the base: their
+    figures came from another configuration (was: their values, with the newest configuration,
+    so a changed split was never seen and its per-stage rows regressed)."""
+    db = tmp_path / "h.db"
+    for label, cycles, d in (("a", 1000.0, 4), ("b", 1000.0, 4), ("c", 1000.0, 4), ("d", 1500.0, 8), ("e", 1490.0, 8)):
+        history.add(db, [engine(cycles, device_iterations=d)], label=label)
+    median = history.median_side(db)
+    [side] = median.engines
+    assert [r.id for r in median.runs["training"]] == [4, 5]
+    assert side.metrics["pipeline.cycles_per_micro_batch"] == 1495.0
+    assert side.config == {"device_iterations": 8}
+    assert median.label() == (f"the median of the last 2 run(s) with this configuration in {db} (#4 (d) to #5 (e)); "
+                              "the configuration changed at #4 (d)")
+    history.add(db, [engine(1000.0, device_iterations=4)], label="f")  # back to the first: one run
+    assert history.median_side(db).label() == (f"run #6 (f) with this configuration in {db}; the configuration "
+                                               "changed at #6 (f)")
+    assert [r.id for r in history.median_side(db, last=3).runs["training"]] == [6]
+    # each engine its own runs
+    history.add(db, [engine(1000.0, device_iterations=4), engine(7.0, name="inference")], label="g")
+    assert history.median_side(db).label() == (
+        f"per engine, the median of its last runs with its newest configuration in {db}: training #6 (f) to "
+        "#7 (g) (configuration changed at #6 (f)), inference #7 (g)")
+
+
+def test_against_history_after_main_changed_its_split(tmp_path):
+    """Main re-split (the even split three times, then the planned one twice): a PR identical to
+    main passes, and one that goes back to the even split shows the split change, its per-stage
+    rows as moved and the pipeline-wide regression."""
+    from popviz.ci.baseline import document, from_reports
+
+    from conftest import SAMPLES
+
+    sides = {}
+    for name in ("bert_even_split", "bert_planned"):
+        sides[name] = tmp_path / f"{name}.json"
+        sides[name].write_text(json.dumps(document(from_reports(SAMPLES / name), name)))
+    for name, label in (("bert_even_split", "c1"), ("bert_even_split", "c2"), ("bert_even_split", "c3"),
+                        ("bert_planned", "c4"), ("bert_planned", "c5")):
+        assert run_cli("history", "add", str(sides[name]), "--db", "h.db", "--label", label, cwd=tmp_path).returncode == 0
+    same = run_cli("compare", "--against-history", "h.db", str(sides["bert_planned"]), cwd=tmp_path)
+    assert same.returncode == 0, same.stdout
+    assert same.stdout.splitlines()[:2] == [
+        "popviz: OK: no regression (21 metric(s) compared)",
+        "base: the median of the last 2 run(s) with this configuration in h.db (#4 (c4) to #5 (c5)); the "
+        "configuration changed at #4 (c4)"]
+    back = run_cli("compare", "--against-history", "h.db", str(sides["bert_even_split"]), "--json", cwd=tmp_path)
+    assert back.returncode == 1
+    doc = json.loads(back.stdout)
+    assert doc["resplit"] == ["training"]
+    assert [c["field"] for c in doc["config_changes"]] == ["stages", "layers moved"]
+    verdicts = {r["metric"]: r["verdict"] for r in doc["metrics"]}
+    assert verdicts["pipeline.stage1.cycles_per_micro_batch"] == verdicts["memory.ipu0.used_bytes"] == "moved"
+    assert sorted(m for m, v in verdicts.items() if v == "regressed") == [
+        "memory.max_used_pct", "pipeline.call_cycles_per_micro_batch", "pipeline.cycles_per_micro_batch",
+        "pipeline.imbalance_ratio", "pipeline.utilisation_pct", "throughput.samples_per_second"]

@@ -454,6 +454,6 @@ def test_history_on_a_file_nobody_may_write_is_read_immutable_and_untouched(tmp_
     monkeypatch.setattr(history.os, "access", lambda *a, **k: False)
     h = history.read(db)
     assert [r.label for r in h.runs] == ["a", "b"]
-    base, runs = history.median_side(db)
-    assert len(runs) == 2 and base[0].metrics
+    median = history.median_side(db)
+    assert len(median.runs["train"]) == 2 and median.engines[0].metrics
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()} == before

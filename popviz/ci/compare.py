@@ -187,17 +187,8 @@ def compare(base: list[EngineMetrics], new: list[EngineMetrics], rules: list[Rul
                                  "the numbers are not comparable; pass --allow-mixed to compare anyway")
         if eb.estimated or en.estimated:
             out.estimated.append({"engine": eb.label, "base": eb.estimated, "new": en.estimated})
-        resplit, moved = split_change(eb.config, en.config)
-        renamed_only = not resplit and _same_ipus(eb.config, en.config)
-        for key in sorted(set(eb.config) | set(en.config)):
-            if key == "stages" and renamed_only:
-                continue  # the same layers on the same IPUs, in blocks named otherwise: no change
-            if key != PLACEMENT_FIELD and eb.config.get(key) != en.config.get(key):
-                out.config_changes.append({"engine": eb.label, "field": key, "base": eb.config.get(key),
-                                           "new": en.config.get(key)})
-        if moved:
-            out.config_changes.append({"engine": eb.label, "field": "layers moved",
-                                       "base": {k: a for k, a, _ in moved}, "new": {k: b for k, _, b in moved}})
+        changes, resplit = config_changes(eb.label, eb.config, en.config)
+        out.config_changes += changes
         if resplit:
             out.resplit.append(eb.label)
         for name in dict.fromkeys((*eb.unknown_metrics, *en.unknown_metrics)):
@@ -220,6 +211,24 @@ def compare(base: list[EngineMetrics], new: list[EngineMetrics], rules: list[Rul
         _trade(out.rows, eb.label, rules)
     check_unit_rules(rules, {r.metric for r in out.rows})
     return out
+
+
+def config_changes(engine: str, base: dict[str, Any], new: dict[str, Any]) -> tuple[list[dict[str, Any]], bool]:
+    """The configuration changes between two sides of ``engine`` as a comparison lists them
+    (``{engine, field, base, new}``, the layers that moved last), and whether the split changed.
+    Blocks renamed with the same layers on the same IPUs are no change."""
+    resplit, moved = split_change(base, new)
+    renamed_only = not resplit and _same_ipus(base, new)
+    out = []
+    for key in sorted(set(base) | set(new)):
+        if key == "stages" and renamed_only:
+            continue  # the same layers on the same IPUs, in blocks named otherwise: no change
+        if key != PLACEMENT_FIELD and base.get(key) != new.get(key):
+            out.append({"engine": engine, "field": key, "base": base.get(key), "new": new.get(key)})
+    if moved:
+        out.append({"engine": engine, "field": "layers moved",
+                    "base": {k: a for k, a, _ in moved}, "new": {k: b for k, _, b in moved}})
+    return out, resplit
 
 
 def _trade(rows: list[Row], engine: str, rules: list[Rule]) -> None:

@@ -380,20 +380,70 @@ def _read_engines(con: sqlite3.Connection, p: Path, first: int) -> dict[tuple[in
     return engines
 
 
-def median_side(path: str | os.PathLike[str], last: int = DEFAULT_LAST, *,
-                allow_mixed: bool = False) -> tuple[list[EngineMetrics], list[Run]]:
+@dataclass
+class MedianBase:
     """The base side of ``compare --against-history``: per engine, the median of each metric over
-    the ``last`` most recent runs that have it; the configuration is the most recent run's.
-    Returns the engines and the runs they come from."""
+    its most recent runs that share its newest run's configuration (at most ``last`` runs)."""
+
+    path: Path
+    engines: list[EngineMetrics]
+    runs: dict[str, list[Run]]
+    """Engine label -> the runs its medians are over, oldest first."""
+    changed_at: dict[str, Run]
+    """Engine label -> the run where its configuration last changed, when that is within the
+    runs looked at (the runs before it are left out of its median)."""
+
+    def label(self) -> str:
+        """What the base is, for the line after the headline (``base_label``): ``the median of the
+        last 5 run(s) in perf.db (#8 (1a2b3c4) to #12 (3f2a9c1))``, narrowed to the runs with the
+        newest configuration when it changed among them."""
+        where = shown(self.path)
+        spans = {e: self._span(e) for e in self.runs}
+        if len(set(spans.values())) > 1:
+            return (f"per engine, the median of its last runs with its newest configuration in {where}: "
+                    + ", ".join(f"{e} {spans[e]}" + (f" (configuration changed at {self.changed_at[e].title})"
+                                                      if e in self.changed_at else "") for e in self.runs))
+        used = next(iter(self.runs.values()))
+        same = " with this configuration" if self.changed_at else ""
+        text = (f"run {used[0].title}{same} in {where}" if len(used) == 1 else
+                f"the median of the last {len(used)} run(s){same} in {where} ({used[0].title} to {used[-1].title})")
+        if len({r.id for r in self.changed_at.values()}) == 1:
+            text += f"; the configuration changed at {next(iter(self.changed_at.values())).title}"
+        elif self.changed_at:
+            text += "; the configuration changed at " + ", ".join(
+                f"{r.title} ({e})" for e, r in self.changed_at.items())
+        return text
+
+    def _span(self, engine: str) -> str:
+        used = self.runs[engine]
+        return used[0].title if len(used) == 1 else f"{used[0].title} to {used[-1].title}"
+
+
+def median_side(path: str | os.PathLike[str], last: int = DEFAULT_LAST, *,
+                allow_mixed: bool = False) -> MedianBase:
+    """The base side of ``compare --against-history``: per engine, the median of each metric over
+    those of the ``last`` most recent runs that have the engine with the configuration of its
+    newest run (runs before a configuration change hold another split or batch: their figures
+    are not like for like). The configuration is the newest run's."""
+    from popviz.ci.compare import config_changes
+
     if last < 1:
         raise UsageError(f"--last must be at least 1, got {last}")
     h = read(path, last=last)
-    by_engine: dict[str, list[EngineMetrics]] = {}
-    for (_run_id, engine), e in sorted(h.engines.items()):
-        by_engine.setdefault(engine, []).append(e)
-    out = []
-    for engine, runs in by_engine.items():
-        newest = runs[-1]
+    by_engine: dict[str, list[tuple[int, EngineMetrics]]] = {}
+    for (run_id, engine), e in sorted(h.engines.items()):
+        by_engine.setdefault(engine, []).append((run_id, e))
+    by_id = {r.id: r for r in h.runs}
+    out, used, changed_at = [], {}, {}
+    for engine, seen in by_engine.items():
+        newest = seen[-1][1]
+        keep = len(seen)
+        while keep > 1 and not config_changes(engine, seen[keep - 2][1].config, newest.config)[0]:
+            keep -= 1
+        if keep > 1:  # the run at seen[keep - 1] changed the configuration
+            changed_at[engine] = by_id[seen[keep - 1][0]]
+        runs = [e for _, e in seen[keep - 1:]]
+        used[engine] = [by_id[i] for i, _ in seen[keep - 1:]]
         if not allow_mixed and any(e.estimated != newest.estimated for e in runs):
             raise UsageError(f"{shown(h.path)}: engine {engine} is estimated in some of the last {last} runs and "
                              "measured in others: their numbers are not comparable; pass --allow-mixed to take "
@@ -404,4 +454,4 @@ def median_side(path: str | os.PathLike[str], last: int = DEFAULT_LAST, *,
         out.append(EngineMetrics(name=newest.name, instance=newest.instance, source=newest.source,
                                  estimated=newest.estimated, config=newest.config, metrics=metrics,
                                  unknown_metrics=unknown))
-    return out, h.runs
+    return MedianBase(h.path, out, used, changed_at)

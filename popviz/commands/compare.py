@@ -3,7 +3,8 @@
 BASE and NEW are each a report directory, an engine directory, a bundle or a baseline file
 (popviz baseline save). Engines are matched by instance and name. Configuration changes are
 shown first. With --against-history DB the one argument is NEW, compared with the median of the
-last --last K runs (5) of that history (popviz history add). Thresholds: --fail METRIC:SPEC
+last --last K runs (5) of that history (popviz history add) that have its newest run's
+configuration. Thresholds: --fail METRIC:SPEC
 with SPEC 5% (relative), +2pp (percentage points), 10MiB / 1000cycles / 0.5s / 0 (absolute);
 METRIC may be a glob (memory.*). Defaults are tight for cycles and memory (deterministic on
 IPUs) and tolerant for host wall times; only the worse direction fails. Exit codes: 0 no
@@ -31,7 +32,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="compare the run (given as the only argument) with the median of the last runs in this "
                    "history database (popviz history add)")
     p.add_argument("--last", metavar="K", type=int,
-                   help="with --against-history: the median of the K most recent runs (default 5)")
+                   help="with --against-history: the median of the K most recent runs (default 5; only those with the "
+                   "newest run's configuration)")
     p.add_argument("--allow-mixed", action="store_true",
                    help="compare an estimated report with a measured one (their numbers are not comparable)")
     add_output_arguments(p)
@@ -42,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
     from popviz.ci.cli import check_outputs, emit
     from popviz.ci.compare import check_gate, compare
     from popviz.ci.thresholds import load_config, parse_rule
-    from popviz.errors import UsageError, shown
+    from popviz.errors import UsageError
     from popviz.ui import status
 
     if args.against_history:
@@ -62,10 +64,8 @@ def run(args: argparse.Namespace) -> int:
         from popviz.ci.history import DEFAULT_LAST, median_side
 
         last = args.last if args.last is not None else DEFAULT_LAST
-        base, runs = median_side(args.against_history, last, allow_mixed=args.allow_mixed)
-        base_label = (f"the median of the last {len(runs)} run(s) in {shown(args.against_history)} "
-                      f"({runs[0].title} to {runs[-1].title})" if len(runs) > 1 else
-                      f"run {runs[0].title} in {shown(args.against_history)}")
+        median = median_side(args.against_history, last, allow_mixed=args.allow_mixed)
+        base, base_label = median.engines, median.label()
     else:
         base_label = None
         with status(f"reading {args.base}"):
