@@ -471,3 +471,29 @@ def test_markdown_shows_a_quoted_command_as_code_not_as_escaped_backticks():
     md = run_cli("analyse", str(SAMPLES / "oom_model"), "--markdown").stdout
     assert "\\`" not in md
     assert "(needed to run; `popviz plan` finds a split within 90% of each IPU's memory" in md
+
+
+def test_compare_checks_the_configured_budgets_on_the_new_run(tmp_path):
+    """[tool.popviz.budgets] gate compare as they gate check (was: compare ignored them, though
+    its --config help named budgets): on NEW, with check's rows, verdicts and exit code."""
+    base = write(tmp_path, "base", [1000, 1000, 1000, 1000], memory_frac=[0.5, 0.5, 0.5, 0.5])
+    new = write(tmp_path, "new", [1000, 1000, 1000, 1000], memory_frac=[0.5, 0.9, 0.5, 0.5])
+    (tmp_path / "pyproject.toml").write_text('[tool.popviz.budgets]\n"memory.ipu1.used_pct" = "<= 85"\n'
+                                             '[tool.popviz.fail]\n"memory.*" = "100%"\n')
+    broken = run_cli("compare", str(base), str(new), cwd=tmp_path)
+    assert broken.returncode == 1, broken.stdout
+    assert broken.stdout.splitlines()[0] == ("popviz: FAIL: budget broken: training memory.ipu1.used_pct = 90.00% "
+                                             "(budget <= 85)")
+    assert [line.split() for line in broken.stdout.splitlines()[-2:]] == [
+        ["engine", "metric", "value", "budget", "verdict"],
+        ["training", "memory.ipu1.used_pct", "90.00%", "<=", "85", "✗", "broken"]]
+    doc = json.loads(run_cli("compare", str(base), str(new), "--json", cwd=tmp_path).stdout)
+    assert doc["budgets"] == [{"engine": "training", "metric": "memory.ipu1.used_pct", "unit": "pct",
+                               "value": pytest.approx(90.0), "budget": "<= 85", "ok": False}]
+    held = run_cli("compare", str(new), str(base), cwd=tmp_path)
+    assert held.returncode == 0, held.stdout
+    assert held.stdout.splitlines()[0] == "popviz: OK: no regression (25 metric(s) compared), 1 budget(s) hold"
+    # the same semantics as check: a budget that matches no metric popviz defines is bad input
+    (tmp_path / "pyproject.toml").write_text('[tool.popviz.budgets]\n"memory.ipu1.used_pcent" = "<= 85"\n')
+    assert_one_line_error(run_cli("compare", str(base), str(new), cwd=tmp_path),
+                          "budget memory.ipu1.used_pcent matches no metric of the run")

@@ -125,8 +125,10 @@ class Comparison:
         traded = sum(r.verdict == TRADED for r in self.rows)
         extra = (f", {improved} improved" if improved else "") + (
             f", {traded} time share(s) traded for a faster call" if traded else "")
-        return f"popviz: OK: no regression ({len(self.rows)} metric(s) compared{extra})" if self.rows or not \
-            self.budgets else f"popviz: OK: {len(self.budgets)} budget(s) hold"
+        if not self.rows and self.budgets:
+            return f"popviz: OK: {len(self.budgets)} budget(s) hold"
+        held = f", {len(self.budgets)} budget(s) hold" if self.budgets else ""
+        return f"popviz: OK: no regression ({len(self.rows)} metric(s) compared{extra}){held}"
 
     def to_dict(self) -> dict[str, Any]:
         return {"schema": 1, "failed": self.failed, "headline": self.headline(),

@@ -4,12 +4,12 @@ BASE and NEW are each a report directory, an engine directory, a bundle or a bas
 (popviz baseline save). Engines are matched by instance and name. Configuration changes are
 shown first. With --against-history DB the one argument is NEW, compared with the median of the
 last --last K runs (5) of that history (popviz history add) that have its newest run's
-configuration. Thresholds: --fail METRIC:SPEC
-with SPEC 5% (relative), +2pp (percentage points), 10MiB / 1000cycles / 0.5s / 0 (absolute);
-METRIC may be a glob (memory.*). Defaults are tight for cycles and memory (deterministic on
-IPUs) and tolerant for host wall times; only the worse direction fails. Exit codes: 0 no
-regression, 1 a regression (the first line names it), 2 bad input. Metrics and defaults:
-docs/ci.md.
+configuration. Thresholds: --fail METRIC:SPEC with SPEC 5% (relative), +2pp (percentage
+points), 10MiB / 1000cycles / 0.5s / 0 (absolute); METRIC may be a glob (memory.*). Defaults are
+tight for cycles and memory (deterministic on IPUs) and tolerant for host wall times; only the
+worse direction fails. The budgets of [tool.popviz.budgets] are checked on NEW, as popviz check
+checks them. Exit codes: 0 no regression, 1 a regression or a broken budget (the first line
+names it), 2 bad input. Metrics and defaults: docs/ci.md.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from popviz.ci.baseline import load_side
     from popviz.ci.cli import check_outputs, emit
-    from popviz.ci.compare import check_gate, compare
+    from popviz.ci.compare import check_budgets, check_gate, compare
     from popviz.ci.thresholds import load_config, parse_rule
     from popviz.errors import UsageError
     from popviz.ui import status
@@ -73,6 +73,7 @@ def run(args: argparse.Namespace) -> int:
     with status(f"reading {args.new}"):
         new = load_side(args.new)
     result = compare(base, new, rules, allow_mixed=args.allow_mixed)
+    result.budgets = check_budgets(new, config.budgets)  # [tool.popviz.budgets]: on NEW, as popviz check does
     check_gate(result, rules)
     result.base_label = base_label
     return emit(result, args)
