@@ -497,3 +497,20 @@ def test_compare_checks_the_configured_budgets_on_the_new_run(tmp_path):
     (tmp_path / "pyproject.toml").write_text('[tool.popviz.budgets]\n"memory.ipu1.used_pcent" = "<= 85"\n')
     assert_one_line_error(run_cli("compare", str(base), str(new), cwd=tmp_path),
                           "budget memory.ipu1.used_pcent matches no metric of the run")
+
+
+def test_an_unknown_key_in_tool_popviz_is_refused(tmp_path):
+    """A misspelt table (fial) would gate nothing: one line naming the key, the file and the keys
+    there are (was: silently ignored)."""
+    run = write(tmp_path, "run", [1000, 1000])
+    (tmp_path / "pyproject.toml").write_text('[tool.popviz.fial]\n"memory.*" = "2%"\n')
+    for args in (("compare", str(run), str(run)), ("check", str(run), "--fail-on", "error"),
+                 ("analyse", str(run))):
+        line = assert_one_line_error(run_cli(*args, cwd=tmp_path))
+        assert line == ("popviz: error: pyproject.toml: unknown key 'fial' in [tool.popviz]; the keys are fail, "
+                        "ignore, budgets (docs/ci.md)"), args
+    other = tmp_path / "ci.toml"  # --config: [tool.popviz], or else the whole file is the table
+    other.write_text('[project]\nname = "x"\n')
+    assert assert_one_line_error(run_cli("compare", str(run), str(run), "--config", str(other))) == (
+        f"popviz: error: {other}: unknown key 'project' in the file (it has no [tool.popviz] table, so its top "
+        "level is read as one); the keys are fail, ignore, budgets (docs/ci.md)")

@@ -245,6 +245,10 @@ def _popviz_table(doc: dict[str, Any], default: Any) -> Any:
     return tool.get("popviz", default) if isinstance(tool, dict) else default
 
 
+CONFIG_KEYS = ("fail", "ignore", "budgets")
+"""What ``[tool.popviz]`` may hold."""
+
+
 def load_config(path: str | None = None, *, cwd: Path | None = None) -> Config:
     """``--config FILE`` (its ``[tool.popviz]`` table, or the whole file), else ``pyproject.toml``'s
     ``[tool.popviz]`` in the working directory, else nothing."""
@@ -254,13 +258,21 @@ def load_config(path: str | None = None, *, cwd: Path | None = None) -> Config:
             raise UsageError(f"{shown(p)} does not exist; pass --config with a TOML file")
         doc = _read_toml(p)
         table = _popviz_table(doc, doc)
+        whole = table is doc  # no [tool.popviz]: the file's top level is the table
         origin = shown(p)
     else:
         p = (cwd or Path.cwd()) / "pyproject.toml"
         table = _popviz_table(_read_toml(p), {}) if p.is_file() else {}
         origin = f"{shown(p)} [tool.popviz]" if table else None
+        whole = False
     if not isinstance(table, dict):
         raise UsageError(f"{origin}: [tool.popviz] must be a table")
+    unknown = [k for k in table if k not in CONFIG_KEYS]
+    if unknown:  # a misspelt table (fial = {...}) would otherwise gate nothing, silently
+        where = "the file (it has no [tool.popviz] table, so its top level is read as one)" if whole \
+            else "[tool.popviz]"
+        raise UsageError(f"{shown(p)}: unknown key {_shown(unknown[0])} in {where}; the keys are "
+                         f"{', '.join(CONFIG_KEYS)} (docs/ci.md)")
     fail = table.get("fail", {})
     if not isinstance(fail, dict):
         raise UsageError(f"{origin}: fail must be a table of METRIC = \"THRESHOLD\"")
