@@ -514,3 +514,22 @@ def test_an_unknown_key_in_tool_popviz_is_refused(tmp_path):
     assert assert_one_line_error(run_cli("compare", str(run), str(run), "--config", str(other))) == (
         f"popviz: error: {other}: unknown key 'project' in the file (it has no [tool.popviz] table, so its top "
         "level is read as one); the keys are fail, ignore, budgets (docs/ci.md)")
+
+
+def test_github_annotations_go_to_stderr_when_stdout_is_json_or_markdown(tmp_path):
+    """--json --github printed ::error lines after the JSON, which then did not parse; GitHub
+    reads workflow commands on stderr too."""
+    base = write(tmp_path, "base", [1000, 1000])
+    worse = write(tmp_path, "worse", [1000, 1300])
+    env = {"GITHUB_STEP_SUMMARY": str(tmp_path / "summary.md")}
+    annotation = "::error title=popviz regression::training pipeline.imbalance_ratio: 1 → 1.13 (+13.04%25)"
+    for fmt_ in ("--json", "--markdown"):
+        proc = run_cli("compare", str(base), str(worse), fmt_, "--github", env=env)
+        alone = run_cli("compare", str(base), str(worse), fmt_)
+        assert proc.returncode == alone.returncode == 1
+        assert proc.stdout == alone.stdout  # the JSON or Markdown, whole and alone
+        assert annotation in proc.stderr.splitlines()
+        assert all(line.startswith("::error title=popviz regression::") for line in proc.stderr.splitlines())
+    json.loads(run_cli("compare", str(base), str(worse), "--json", "--github", env=env).stdout)
+    console = run_cli("compare", str(base), str(worse), "--github", env=env)
+    assert annotation in console.stdout.splitlines() and console.stderr == ""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TextIO
 
 from popviz.errors import UsageError
 from popviz.fileio import path_arg
@@ -23,7 +23,8 @@ def add_output_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--summary", action="store_true",
                    help="also append the Markdown to $GITHUB_STEP_SUMMARY (GitHub Actions' job summary)")
     p.add_argument("--github", action="store_true",
-                   help="GitHub Actions: --summary, plus an ::error:: annotation per regression")
+                   help="GitHub Actions: --summary, plus an ::error:: annotation per regression and broken budget "
+                   "(on stderr with --json or --markdown, which keep stdout to themselves)")
     p.add_argument("--all", action="store_true", help="list unchanged metrics too")
     p.add_argument("--config", metavar="FILE", type=path_arg,
                    help="TOML with [tool.popviz] fail / ignore / budgets (default: ./pyproject.toml)")
@@ -61,12 +62,15 @@ def emit(c: Comparison, args: argparse.Namespace) -> int:
         from popviz.ci.compare import budget_value, fmt
         from popviz.escape import gh_command
 
+        # GitHub reads workflow commands on stdout and stderr: when stdout is JSON or Markdown for a
+        # file or a script, the annotations go to stderr and leave it whole
+        to = sys.stderr if args.json or args.markdown else sys.stdout
         for r in c.regressions:
             command(gh_command("error", f"{r.engine} {r.metric}: {fmt(r.base, r.unit)} → {fmt(r.new, r.unit)} "
-                                        f"({r.change})", title="popviz regression"))
+                                        f"({r.change})", title="popviz regression"), to)
         for b in c.broken_budgets:
             command(gh_command("error", f"{b['engine']} {b['metric']} = {budget_value(b)} "
-                                        f"({b['budget']})", title="popviz budget"))
+                                        f"({b['budget']})", title="popviz budget"), to)
     if args.junit:
         from popviz.fileio import write_new_text
 
@@ -74,12 +78,13 @@ def emit(c: Comparison, args: argparse.Namespace) -> int:
     return 1 if c.failed else 0
 
 
-def command(line: str) -> None:
-    """Print a GitHub Actions workflow command popviz means to give (the CLI's stdout defuses any
-    other line that looks like one)."""
-    write = getattr(sys.stdout, "write_command", None)
+def command(line: str, stream: TextIO | None = None) -> None:
+    """Print a GitHub Actions workflow command popviz means to give to ``stream`` (stdout by
+    default; the CLI's stdout and stderr defuse any other line that looks like one)."""
+    stream = stream or sys.stdout
+    write = getattr(stream, "write_command", None)
     if write is not None:
         write(line)
     else:
-        print(line)
+        print(line, file=stream)
 
