@@ -533,3 +533,18 @@ def test_github_annotations_go_to_stderr_when_stdout_is_json_or_markdown(tmp_pat
     json.loads(run_cli("compare", str(base), str(worse), "--json", "--github", env=env).stdout)
     console = run_cli("compare", str(base), str(worse), "--github", env=env)
     assert annotation in console.stdout.splitlines() and console.stderr == ""
+
+
+def test_a_fractional_count_in_a_baseline_is_refused(tmp_path):
+    """1.5 tiles cannot be: refused like negative bytes (was: accepted and shown rounded, as 2)."""
+    from popviz.ci.baseline import document
+
+    target = tmp_path / "baseline.json"
+    engines = side({"memory.tiles_overflowing": 1.5, "memory.ipu0.used_bytes": 1000.0})
+    target.write_text(json.dumps(document(engines, "run")))
+    line = assert_one_line_error(run_cli("compare", str(target), str(target)))
+    assert line == (f"popviz: error: {target} has an impossible value for metric 'memory.tiles_overflowing' of "
+                    "engine 'training': 1.5 (a count is a whole number); save a new one with popviz baseline save")
+    engines[0].metrics["memory.tiles_overflowing"] = 2.0  # a whole count, written as a float, is fine
+    target.write_text(json.dumps(document(engines, "run")))
+    assert run_cli("compare", str(target), str(target)).returncode == 0

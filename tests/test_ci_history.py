@@ -395,3 +395,18 @@ def test_against_history_after_main_changed_its_split(tmp_path):
     assert sorted(m for m, v in verdicts.items() if v == "regressed") == [
         "memory.max_used_pct", "pipeline.call_cycles_per_micro_batch", "pipeline.cycles_per_micro_batch",
         "pipeline.imbalance_ratio", "pipeline.utilisation_pct", "throughput.samples_per_second"]
+
+
+def test_counts_are_whole_in_a_history_and_in_its_median(tmp_path):
+    db = tmp_path / "h.db"
+    for tiles in (1.0, 2.0):
+        history.add(db, [EngineMetrics(name="training", instance=None, source="pva", estimated=False, config={},
+                                       metrics={"memory.tiles_overflowing": tiles})])
+    # the median of two runs is the lower one: a run's own count, never 1.5 tiles shown as 2
+    assert history.median_side(db).engines[0].metrics == {"memory.tiles_overflowing": 1.0}
+    con = sqlite3.connect(db)
+    con.execute("UPDATE metrics SET value = 1.5 WHERE run_id = 2")
+    con.commit()
+    con.close()
+    assert_one_line_error(run_cli("history", "show", "--db", str(db)), "h.db has an impossible value for metric "
+                          "'memory.tiles_overflowing' of engine 'training' of run #2: 1.5 (a count is a whole number)")

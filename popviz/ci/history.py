@@ -449,9 +449,19 @@ def median_side(path: str | os.PathLike[str], last: int = DEFAULT_LAST, *,
                              "measured in others: their numbers are not comparable; pass --allow-mixed to take "
                              "the median anyway, or --last to look at fewer runs")
         names = sorted({m for e in runs for m in e.metrics})
-        metrics = {m: float(statistics.median([e.metrics[m] for e in runs if m in e.metrics])) for m in names}
+        metrics = {m: _median(m, [e.metrics[m] for e in runs if m in e.metrics]) for m in names}
         unknown = tuple(dict.fromkeys(m for e in runs for m in e.unknown_metrics if m not in metrics))
         out.append(EngineMetrics(name=newest.name, instance=newest.instance, source=newest.source,
                                  estimated=newest.estimated, config=newest.config, metrics=metrics,
                                  unknown_metrics=unknown))
     return MedianBase(h.path, out, used, changed_at)
+
+
+def _median(name: str, values: list[float]) -> float:
+    """The median of a metric's values; of a count, the lower middle value (a run's own count,
+    never half a tile)."""
+    from popviz.ci.metrics import definition
+
+    if definition(name).unit == "count":
+        return float(statistics.median_low(values))
+    return float(statistics.median(values))

@@ -2,8 +2,8 @@
 machine or an older popviz wrote is checked once, like a bundle, before any figure is shown.
 
 A metric value must be a finite number within what its unit allows (bytes, cycles, counts and
-seconds non-negative and below 2^62; percentages of a call's time 0-100; memory percentages
-non-negative, since an out-of-memory compile uses more than 100%); a metric name must have the
+seconds non-negative and below 2^62, counts whole; percentages of a call's time 0-100; memory
+percentages non-negative, since an out-of-memory compile uses more than 100%); a metric name must have the
 shape of one (``pipeline.stage2.cycles_per_micro_batch``); a finding has a code, a known
 severity and a title; a configuration holds the fields popviz writes with their types. Anything
 else raises the caller's error with one line naming the field.
@@ -68,8 +68,11 @@ def metric_value(name: str, value: Any, fail: Fail, where: str) -> float:
     if not math.isfinite(v):
         raise fail(f"has a value that is not finite for metric {name!r} of {where} ({v})")
     lo, hi = metric_range(name)
+    unit = definition(name).unit
+    if unit == "count" and not v.is_integer():
+        raise fail(f"has an impossible value for metric {name!r} of {where}: {v:g} (a count is a whole "
+                   "number)")
     if not lo <= v <= hi:
-        unit = definition(name).unit
         bound = f"{lo:g} to {hi:g}" if hi < MAX_VALUE else f"{lo:g} to 2^62"
         raise fail(f"has an impossible value for metric {name!r} of {where}: {v:g} {unit} (must be "
                    f"{bound})")
