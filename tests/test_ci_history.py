@@ -410,3 +410,40 @@ def test_counts_are_whole_in_a_history_and_in_its_median(tmp_path):
     con.close()
     assert_one_line_error(run_cli("history", "show", "--db", str(db)), "h.db has an impossible value for metric "
                           "'memory.tiles_overflowing' of engine 'training' of run #2: 1.5 (a count is a whole number)")
+
+
+def test_reading_a_history_creates_nothing_beside_it(tmp_path, bundles):
+    """history show and compare --against-history left h.db-wal and h.db-shm beside the user's
+    file (a read-only connection to a WAL file creates them and cannot remove them); a file no
+    connection has open is now read as immutable, byte-identical and alone."""
+    db = tmp_path / "h.db"
+    assert run_cli("history", "add", str(bundles["base"]), "--db", str(db)).returncode == 0
+    assert run_cli("history", "add", str(bundles["base"]), "--db", str(db)).returncode == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["h.db"]  # the write path cleans up after itself
+    before = db.read_bytes()
+    assert run_cli("history", "show", "--db", str(db)).returncode == 0
+    assert run_cli("compare", "--against-history", str(db), str(bundles["base"])).returncode == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["h.db"]
+    assert db.read_bytes() == before
+
+
+def test_a_history_being_written_is_read_with_what_the_writer_committed(tmp_path, monkeypatch):
+    db = tmp_path / "h.db"
+    history.add(db, [engine(1000.0)], label="a")
+    held = sqlite3.connect(db)  # another process's open connection: runs committed to the -wal
+    held.execute("SELECT 1 FROM runs").fetchall()
+    history.add(db, [engine(2000.0)], label="b")
+    assert (tmp_path / "h.db-wal").exists()
+    assert [r.label for r in history.read(db).runs] == ["a", "b"]
+    held.close()
+    # a writer that checkpoints into the file while it is read as immutable: read again
+    real = history._read
+
+    def racing(p, last, *, at_rest):
+        h = real(p, last, at_rest=at_rest)
+        if at_rest:
+            history.add(db, [engine(3000.0)], label="c")
+        return h
+
+    monkeypatch.setattr(history, "_read", racing)
+    assert [r.label for r in history.read(db).runs] == ["a", "b", "c"]

@@ -103,14 +103,16 @@ def _retry_locked(fn: Callable[[], T], path: Path) -> T:
 
 
 @contextmanager
-def open_db(path: str | os.PathLike[str], *, create: bool = False) -> Iterator[sqlite3.Connection]:
+def open_db(path: str | os.PathLike[str], *, create: bool = False,
+            at_rest: bool = False) -> Iterator[sqlite3.Connection]:
     """A connection to the history in ``path`` (created when ``create`` and absent), checked to be
     a popviz history of a schema this popviz reads. One-line errors for anything else.
 
     Without ``create`` the file is opened read-only (a history on a read-only file or in a
     read-only directory, e.g. a downloaded CI artifact, can be read). With it, an existing file
     is first checked read-only and only then opened for writing and put in WAL mode: a file
-    popviz refuses is never modified."""
+    popviz refuses is never modified. ``at_rest``: the file has no connection (see
+    :func:`_at_rest`), so it is read as immutable and nothing is created beside it."""
     p = Path(path)
     if p.is_dir():
         raise UsageError(f"{shown(p)} is a directory; --db takes a file (e.g. perf/history.db)")
@@ -132,7 +134,7 @@ def open_db(path: str | os.PathLike[str], *, create: bool = False) -> Iterator[s
         if head and head != SQLITE_MAGIC:
             raise _fail(p, "is not a SQLite database")
         if not create or head:
-            with _connect(p, readonly=True) as ro:
+            with _connect(p, readonly=True, immutable=at_rest) as ro:
                 _check_schema(ro, p, create=False, empty_ok=create)
                 if not create:
                     yield ro
@@ -160,9 +162,10 @@ def _head(p: Path) -> bytes:
 
 
 @contextmanager
-def _connect(p: Path, *, readonly: bool) -> Iterator[sqlite3.Connection]:
-    """A connection (read-only: ``mode=ro``, and ``immutable=1`` when the file or its directory
-    cannot be written, so SQLite needs no lock or -shm file beside it); one-line errors."""
+def _connect(p: Path, *, readonly: bool, immutable: bool = False) -> Iterator[sqlite3.Connection]:
+    """A connection (read-only: ``mode=ro``, and ``immutable=1`` when asked or when the file or
+    its directory cannot be written, so SQLite needs no lock and no -wal or -shm file beside it);
+    one-line errors."""
     import urllib.parse
 
     def connect(params: str) -> sqlite3.Connection:
@@ -172,7 +175,7 @@ def _connect(p: Path, *, readonly: bool) -> Iterator[sqlite3.Connection]:
     try:
         if readonly:
             writable = os.access(p, os.W_OK) and os.access(p.resolve().parent, os.W_OK | os.X_OK)
-            con = connect("mode=ro" if writable else "mode=ro&immutable=1")
+            con = connect("mode=ro" if writable and not immutable else "mode=ro&immutable=1")
         else:
             con = connect("mode=rwc")
     except sqlite3.Error as exc:
@@ -316,9 +319,39 @@ class History:
 
 
 def read(path: str | os.PathLike[str], *, last: int | None = None) -> History:
-    """The history in ``path`` (its ``last`` most recent runs when given)."""
+    """The history in ``path`` (its ``last`` most recent runs when given).
+
+    A file no connection has open is read as immutable: a read-only SQLite connection to a WAL
+    file would leave -wal and -shm files beside it. Should a writer change the file meanwhile
+    (its checkpoint writes the main file), it is read again the ordinary way."""
     p = Path(path)
-    with open_db(p) as con, _transaction(con, p, write=False):
+    stamp = _at_rest(p)
+    if stamp is None:
+        return _read(p, last, at_rest=False)
+    try:
+        h = _read(p, last, at_rest=True)
+    except (CorruptReportError, UsageError):
+        if _at_rest(p) == stamp:
+            raise
+        return _read(p, last, at_rest=False)
+    return h if _at_rest(p) == stamp else _read(p, last, at_rest=False)
+
+
+def _at_rest(p: Path) -> tuple[int, int, int] | None:
+    """The file's (inode, size, modification time) when no connection has it open — no -wal,
+    -shm or -journal beside it: SQLite removes them when the last writer closes, and the file
+    then holds every committed run — else None."""
+    if any(os.path.lexists(f"{p}{suffix}") for suffix in ("-wal", "-shm", "-journal")):
+        return None
+    try:
+        st = p.stat()
+    except OSError:
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def _read(p: Path, last: int | None, *, at_rest: bool) -> History:
+    with open_db(p, at_rest=at_rest) as con, _transaction(con, p, write=False):
         query = "SELECT id, label, added_at FROM runs ORDER BY id"
         rows = con.execute(query).fetchall()
         if last is not None:
