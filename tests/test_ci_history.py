@@ -447,3 +447,31 @@ def test_a_history_being_written_is_read_with_what_the_writer_committed(tmp_path
 
     monkeypatch.setattr(history, "_read", racing)
     assert [r.label for r in history.read(db).runs] == ["a", "b", "c"]
+
+
+@pytest.mark.parametrize("damage, message", [
+    ("UPDATE metrics SET value = -5 WHERE metric = 'memory.ipu0.used_bytes'",
+     "h.db has an impossible value for metric 'memory.ipu0.used_bytes' of engine 'training' of run #1: -5 bytes"),
+    ("UPDATE metrics SET value = 'fast' WHERE metric = 'memory.ipu0.used_bytes'",
+     "h.db has a non-numeric value for metric 'memory.ipu0.used_bytes' of engine 'training' of run #1"),
+    ("UPDATE engines SET config = '{\"device_iter' ", "h.db has a damaged configuration for engine 'training' of run #1"),
+    ("UPDATE engines SET name = ''", "h.db has an invalid name of engine 'training' of run #1 ('';"),
+])
+def test_add_refuses_a_history_that_show_and_compare_refuse(damage, message, tmp_path, bundles):
+    """history add appended to a file that show and compare then refused: it is now checked the
+    same way first, and left byte-identical."""
+    db = tmp_path / "h.db"
+    history.add(db, [engine(1000.0)], label="a")
+    con = sqlite3.connect(db)
+    con.execute(damage)
+    con.commit()
+    con.close()
+    before = db.read_bytes()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["h.db"]
+    show = assert_one_line_error(run_cli("history", "show", "--db", str(db)), message)
+    add = assert_one_line_error(run_cli("history", "add", str(bundles["base"]), "--db", str(db)), message)
+    assert add == show
+    with pytest.raises(CorruptReportError, match="pass a history file written by popviz history add"):
+        history.add(db, [engine(2000.0)], label="b")
+    assert db.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["h.db"]

@@ -269,6 +269,7 @@ def add(path: str | os.PathLike[str], engines: Sequence[EngineMetrics], *, label
     p = Path(path)
     added_at = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     with open_db(p, create=True) as con, _transaction(con, p, write=True):
+        check_contents(con, p)  # a file show and compare would refuse is not appended to
         cur = con.execute("INSERT INTO runs (label, added_at, source, written_by) VALUES (?, ?, ?, ?)",
                           (label, added_at, source, f"popviz {__version__}"))
         run_id = int(cur.lastrowid)
@@ -280,6 +281,15 @@ def add(path: str | os.PathLike[str], engines: Sequence[EngineMetrics], *, label
             con.executemany("INSERT INTO metrics (run_id, engine, metric, value) VALUES (?, ?, ?, ?)",
                             [(run_id, e.label, k, float(v)) for k, v in sorted(e.metrics.items())])
     return Run(run_id, label, added_at)
+
+
+def check_contents(con: sqlite3.Connection, p: Path) -> None:
+    """Every run, engine and metric already in the history, checked as :func:`read` checks them:
+    one line naming the first that cannot be true (``history add`` refuses such a file before it
+    writes anything)."""
+    for run_id, label, added_at in con.execute("SELECT id, label, added_at FROM runs ORDER BY id"):
+        _run(p, run_id, label, added_at)
+    _read_engines(con, p, 1)
 
 
 def _is_text(value: str) -> bool:

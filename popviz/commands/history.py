@@ -77,7 +77,8 @@ def _add(args: argparse.Namespace) -> int:
 
 
 def _precheck(db: str) -> None:
-    """Refuse a --db that is not a history, or cannot be created, before the (slow) analysis."""
+    """Refuse a --db that is not a history (or holds a figure show and compare would refuse), or
+    cannot be created, before the (slow) analysis."""
     from pathlib import Path
 
     from popviz.ci import history
@@ -85,8 +86,8 @@ def _precheck(db: str) -> None:
 
     p = Path(db)
     if p.exists():
-        with history.open_db(p, create=True):
-            pass
+        with history.open_db(p, create=True) as con:
+            history.check_contents(con, p)
     elif not p.parent.is_dir():
         from popviz.fileio import missing_directory
 
