@@ -281,4 +281,10 @@ def _check_parent(p: Path) -> None:
         raise UsageError(f"{shown(p)} cannot be created ({exc.strerror}); choose another path") from None
     if not os.access(p.parent, os.W_OK | os.X_OK):
         raise UsageError(f"{shown(p.parent)} is not writable; choose a directory you can write to")
+    try:  # what access() cannot tell (root in /proc, a read-only mount): a file made and removed
+        fd, tmp = temp_file(p)
+    except OSError as exc:
+        raise UsageError(f"{shown(p)} cannot be created ({exc.strerror}); choose another path") from None
+    os.close(fd)
+    os.unlink(tmp)
 

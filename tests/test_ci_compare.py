@@ -548,3 +548,19 @@ def test_a_fractional_count_in_a_baseline_is_refused(tmp_path):
     engines[0].metrics["memory.tiles_overflowing"] = 2.0  # a whole count, written as a float, is fine
     target.write_text(json.dumps(document(engines, "run")))
     assert run_cli("compare", str(target), str(target)).returncode == 0
+
+
+def test_an_output_that_cannot_be_written_is_refused_before_any_output(tmp_path):
+    """--junit /proc/j.xml was refused only after the whole report had printed (and its verdict
+    was replaced by exit 2): now before anything, like a missing directory."""
+    run = write(tmp_path, "run", [1000, 1000])
+    for args in (("compare", str(run), str(run)), ("check", str(run), "--fail-on", "error")):
+        proc = run_cli(*args, "--junit", "/proc/popviz-junit.xml")
+        line = assert_one_line_error(proc, "/proc")
+        assert proc.stdout == "", proc.stdout
+        assert line in ("popviz: error: /proc/popviz-junit.xml cannot be created (No such file or directory); "
+                        "choose another path", "popviz: error: /proc is not writable; choose a directory you can "
+                        "write to")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]  # the probe leaves nothing behind
+    assert run_cli("compare", str(run), str(run), "--junit", str(tmp_path / "j.xml")).returncode == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["j.xml", "run"]
