@@ -475,3 +475,18 @@ def test_add_refuses_a_history_that_show_and_compare_refuse(damage, message, tmp
         history.add(db, [engine(2000.0)], label="b")
     assert db.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["h.db"]
+
+
+def test_add_names_the_metrics_of_a_baseline_it_leaves_out(tmp_path, bundles):
+    """A baseline from a newer popviz: its unknown metrics were dropped without a word."""
+    baseline = tmp_path / "baseline.json"
+    assert run_cli("baseline", "save", str(bundles["base"]), "-o", str(baseline)).returncode == 0
+    doc = json.loads(baseline.read_text())
+    doc["engines"][0]["metrics"]["pipeline.future_pct"] = 1.5
+    baseline.write_text(json.dumps(doc))
+    proc = run_cli("history", "add", "baseline.json", "--db", "h.db", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.splitlines() == [
+        "popviz: added run #1 to h.db: 1 engine(s), 19 metric(s)",
+        "popviz: not added, unknown to this popviz (from a newer one, or misspelt): training pipeline.future_pct"]
+    assert "pipeline.future_pct" not in history.read(tmp_path / "h.db").engines[(1, "training")].metrics

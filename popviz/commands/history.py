@@ -73,6 +73,10 @@ def _add(args: argparse.Namespace) -> int:
 
     print(term(f"popviz: added run {run.title} to {shown(args.db)}: {len(engines)} engine(s), {count} metric(s)"),
           file=sys.stderr)
+    unknown = [f"{e.label} {m}" for e in engines for m in e.unknown_metrics]
+    if unknown:  # a newer popviz's metrics in a baseline file: left out, as compare leaves them out
+        print(term(f"popviz: not added, unknown to this popviz (from a newer one, or misspelt): {', '.join(unknown)}"),
+              file=sys.stderr)
     return 0
 
 
