@@ -564,3 +564,13 @@ def test_an_output_that_cannot_be_written_is_refused_before_any_output(tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]  # the probe leaves nothing behind
     assert run_cli("compare", str(run), str(run), "--junit", str(tmp_path / "j.xml")).returncode == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["j.xml", "run"]
+
+
+def test_an_unquoted_dotted_metric_under_fail_says_to_quote_it(tmp_path):
+    """TOML reads pipeline.imbalance_ratio = "5%" as a table: the hint budgets give (was:
+    "threshold {'imbalance_ratio': '5%'} for pipeline ... is not a number")."""
+    run = write(tmp_path, "run", [1000, 1000])
+    (tmp_path / "pyproject.toml").write_text('[tool.popviz.fail]\npipeline.imbalance_ratio = "5%"\n')
+    assert assert_one_line_error(run_cli("compare", str(run), str(run), cwd=tmp_path)) == (
+        "popviz: error: pyproject.toml [tool.popviz]: fail 'pipeline' is a table, not a threshold: quote a metric "
+        "name that has dots, e.g. \"pipeline.imbalance_ratio\" = \"5%\"")

@@ -490,3 +490,16 @@ def test_add_names_the_metrics_of_a_baseline_it_leaves_out(tmp_path, bundles):
         "popviz: added run #1 to h.db: 1 engine(s), 19 metric(s)",
         "popviz: not added, unknown to this popviz (from a newer one, or misspelt): training pipeline.future_pct"]
     assert "pipeline.future_pct" not in history.read(tmp_path / "h.db").engines[(1, "training")].metrics
+
+
+def test_compare_says_how_to_use_a_history(tmp_path, bundles):
+    db = tmp_path / "h.db"
+    history.add(db, [engine(1000.0)])
+    # the run is what is missing (was: "the following arguments are required: BASE")
+    assert assert_one_line_error(run_cli("compare", "--against-history", str(db))) == (
+        f"popviz: error: compare --against-history needs the run to check: popviz compare --against-history {db} NEW")
+    # a history passed as BASE (was: "is not a report")
+    assert assert_one_line_error(run_cli("compare", str(db), str(bundles["base"]))) == (
+        f"popviz: error: {db} is a SQLite file, not a report or a baseline; to compare a run with a history, pass "
+        f"popviz compare --against-history {db} NEW")
+    assert_one_line_error(run_cli("compare"), "compare needs BASE and NEW")

@@ -16,6 +16,8 @@ from popviz.errors import CorruptReportError, UsageError, shown
 
 FORMAT = "popviz-baseline"
 FORMAT_VERSION = 1
+SQLITE_MAGIC = b"SQLite format 3\x00"
+"""The first bytes of a SQLite file (a history, popviz.ci.history)."""
 
 
 @dataclass
@@ -59,19 +61,28 @@ def from_reports(path: str | os.PathLike[str]) -> list[EngineMetrics]:
 
 def is_baseline_file(path: Path) -> bool:
     """Whether ``path`` is a baseline file (by its first bytes; never opens a FIFO or device)."""
+    return FORMAT.encode() in _head(path)
+
+
+def _head(path: Path) -> bytes:
+    """The first 4 KiB of a regular file, else nothing (never opens a FIFO or a device)."""
     if not path.is_file():
-        return False
+        return b""
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except OSError:
-        return False
+        return b""
     try:
-        head = os.read(fd, 4096) if stat.S_ISREG(os.fstat(fd).st_mode) else b""
+        return os.read(fd, 4096) if stat.S_ISREG(os.fstat(fd).st_mode) else b""
     except OSError:
-        return False
+        return b""
     finally:
         os.close(fd)
-    return FORMAT.encode() in head
+
+
+def _is_sqlite(path: Path) -> bool:
+    """Whether ``path`` is a SQLite file (a history: popviz.ci.history), by its first bytes."""
+    return _head(path).startswith(SQLITE_MAGIC)
 
 
 def read(path: Path) -> list[EngineMetrics]:
@@ -122,6 +133,9 @@ def load_side(path: str | os.PathLike[str]) -> list[EngineMetrics]:
                          "or a baseline file")
     if is_baseline_file(p):
         return read(p)
+    if _is_sqlite(p):
+        raise UsageError(f"{shown(p)} is a SQLite file, not a report or a baseline; to compare a run with a "
+                         f"history, pass popviz compare --against-history {shown(p)} NEW")
     if p.is_file() and p.suffix == ".json":
         raise CorruptReportError(f"{shown(p)} is not a popviz baseline (no \"format\": \"{FORMAT}\"); "
                                  "save one with popviz baseline save")

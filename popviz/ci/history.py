@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-from popviz.ci.baseline import EngineMetrics
+from popviz.ci.baseline import SQLITE_MAGIC, EngineMetrics
 from popviz.errors import CorruptReportError, UnsupportedFormatError, UsageError, brief, shown
 
 FORMAT = "popviz-history"
@@ -33,7 +33,6 @@ BUSY_TIMEOUT_SECONDS = 60.0
 """How long a writer waits for another one before giving up."""
 DEFAULT_LAST = 5
 """``compare --against-history``: the median of this many most recent runs."""
-SQLITE_MAGIC = b"SQLite format 3\x00"
 T = TypeVar("T")
 
 SCHEMA = """

@@ -286,6 +286,9 @@ def load_config(path: str | None = None, *, cwd: Path | None = None) -> Config:
     if not isinstance(budgets, dict):
         raise UsageError(f"{origin}: budgets must be a table of METRIC = \"<= LIMIT\"")
     for k in fail:
+        if isinstance(fail[k], dict):  # pipeline.imbalance_ratio = "5%" unquoted: TOML made a table of it
+            raise UsageError(f"{origin}: fail {_shown(k)} is a table, not a threshold: quote a metric name that "
+                             "has dots, e.g. \"pipeline.imbalance_ratio\" = \"5%\"")
         if not _BUDGET_PATTERN.fullmatch(k):
             raise UsageError(f"{origin}: fail {_shown(k)} is not a metric name or glob (e.g. memory.*); "
                              "docs/ci.md lists the names")

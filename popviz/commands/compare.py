@@ -23,7 +23,8 @@ HELP = "compare two runs (or a run with a baseline) and fail on a regression"
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from popviz.ci.cli import add_output_arguments
 
-    p.add_argument("base", metavar="BASE", help="report directory, engine directory, bundle or baseline file")
+    p.add_argument("base", metavar="BASE", nargs="?",
+                   help="report directory, engine directory, bundle or baseline file")
     p.add_argument("new", metavar="NEW", nargs="?", help="the run to check (omit with --against-history)")
     p.add_argument("--fail", metavar="METRIC:SPEC", action="append", default=[],
                    help="threshold for matching metrics, e.g. pipeline.imbalance_ratio:5%% or memory.*:+2pp "
@@ -47,6 +48,12 @@ def run(args: argparse.Namespace) -> int:
     from popviz.errors import UsageError
     from popviz.ui import status
 
+    if args.against_history and args.base is None:
+        raise UsageError("compare --against-history needs the run to check: popviz compare --against-history "
+                         f"{args.against_history} NEW")
+    if args.base is None:
+        raise UsageError("compare needs BASE and NEW (two runs, or a baseline file and a run), or "
+                         "--against-history DB and NEW")
     if args.against_history:
         if args.new is not None:
             raise UsageError("with --against-history, pass only the run to check: popviz compare "
