@@ -574,3 +574,17 @@ def test_an_unquoted_dotted_metric_under_fail_says_to_quote_it(tmp_path):
     assert assert_one_line_error(run_cli("compare", str(run), str(run), cwd=tmp_path)) == (
         "popviz: error: pyproject.toml [tool.popviz]: fail 'pipeline' is a table, not a threshold: quote a metric "
         "name that has dots, e.g. \"pipeline.imbalance_ratio\" = \"5%\"")
+
+
+def test_the_budgets_example_in_the_docs_holds_on_an_emulated_report(tmp_path):
+    """docs/ci.md's budgets file had memory.tiles_overflowing, which an emulated report lacks: the
+    documented emulated workflow was broken on every run ("missing from this run")."""
+    from conftest import ROOT, SAMPLES
+
+    doc = (ROOT / "docs" / "ci.md").read_text(encoding="utf-8")
+    example = doc.split("## `popviz check", 1)[1].split("```toml", 1)[1].split("```", 1)[0]
+    (tmp_path / "budgets.toml").write_text(example)
+    proc = run_cli("check", str(SAMPLES / "mnist_pipeline"), "--budget", str(tmp_path / "budgets.toml"))
+    assert proc.returncode == 0, proc.stdout
+    assert proc.stdout.splitlines()[:2] == ["popviz: OK: 10 budget(s) hold", "estimated by the emulator's cost model, "
+                                            "not measured: inference, training"]
