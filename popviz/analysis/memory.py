@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from popviz.analysis import memory_levers as ml
 from popviz.analysis._common import mib, nbytes, pct
 from popviz.analysis.findings import AnalysisOutput, Collector
 from popviz.analysis.thresholds import (
@@ -172,69 +173,113 @@ def _no_fit(report: Report, o: Collector, rows: list[dict[str, Any]]) -> bool:
         return False
     over = total - capacity
     n = len(rows)
-    need_ipus = -(-total // t.bytes_per_ipu)
-    levers = _model_levers(report, rows, over)
+    levers = _model_levers(report, rows)
     est = " (estimated)" if report.provenance.estimated else ""
     o.find("MEM005", "error", f"The model does not fit on {n} IPUs: no split of it can",
            f"the {n} IPUs hold {nbytes(capacity)}; the model needs {nbytes(total)}{est}, "
            f"{pct(total / capacity)} of them combined, {nbytes(over)} over; per IPU "
            + ", ".join(f"IPU{r['ipu']} {pct(r['used_pct'] / 100, 0)}" for r in rows)
            + ": moving blocks between these IPUs cannot make it fit",
-           f"Free about {nbytes(over)} in total, or spread the model over at least {need_ipus} IPUs "
-           "(more pipeline stages). Levers, largest saving first: "
-           + "; ".join(f"({i}) {text}" for i, (text, _saving) in enumerate(levers, 1)) + "."
-           + _closing(levers, over))
+           f"Free about {nbytes(over)} in total{_more_ipus(report, total)}. Levers, largest saving first: "
+           + "; ".join(f"({i}) {text}" for i, (text, _change, _sure) in enumerate(levers, 1)) + "."
+           + _closing(report, rows, levers, over))
     return True
 
 
-def _closing(levers: list[tuple[str, int | None]], over: int) -> str:
-    """`` (1) alone closes the gap.`` / `` (1) and (2) together close it.`` / that they do not."""
-    saved = 0
-    for i, (_text, saving) in enumerate(levers, 1):
-        saved += saving or 0
-        if saving and saved >= over:
-            return (" (1) alone closes the gap." if i == 1 else
-                    f" (1) to ({i}) together close the gap.")
-    if saved:
-        return f" All of them together save about {nbytes(saved)}: not enough; use more IPUs."
-    return ""
+def _more_ipus(report: Report, total: int) -> str:
+    """How many IPUs the model needs: ``popviz plan``'s verdict when the report has layers (a split
+    must fit every IPU, at layer granularity), else a lower bound from the total bytes."""
+    from popviz.analysis.layer_plan import fewest_ipus
+
+    assert report.target is not None
+    verdict = fewest_ipus(report)
+    if verdict is None:
+        need = -(-total // report.target.bytes_per_ipu)
+        return (f", or spread the model over at least {need} IPUs (more pipeline stages; a lower bound "
+                "from the total bytes: each IPU's share must fit too)")
+    k, why = verdict
+    if k is not None:
+        return f", or spread it over {k} IPUs: `popviz plan --ipus {k}` finds a split that fits"
+    return f"; more IPUs alone cannot make it fit: {why}"
 
 
-def _model_levers(report: Report, rows: list[dict[str, Any]], over: int) -> list[tuple[str, int | None]]:
-    """Whole-model levers with the bytes each saves (from the memory categories), largest first."""
+def _closing(report: Report, rows: list[dict[str, Any]], levers: list[Lever], over: int) -> str:
+    """`` (1) alone closes the gap.`` / `` (1) to (k) together close it.`` / that they do not,
+    counting what the levers save together (they overlap: not the sum of their savings) and only
+    what the report sizes for certain (not an upper bound)."""
+    cats = ml.rows_of(rows)
+    changes = [change if sure else None for _text, change, sure in levers]
+    if not cats or not any(changes):
+        return ""
+    k, together = ml.closing(cats, changes, over)
+    if k == 1:
+        return " (1) alone closes the gap."
+    if k is not None:
+        return f" (1) to ({k}) together close the gap."
+    which = "All of them" if all(changes) else "Those it can size (not the upper bounds)"
+    return (f" {which} together save about {nbytes(together)} (not the sum: they overlap), "
+            f"{pct(together / over, 0)} of the {nbytes(over)} over: not enough.")
+
+
+Lever = tuple[str, "ml.Change | None", bool]
+"""(text, what it changes in the categories, whether its saving is certain rather than an upper bound)."""
+
+
+def _model_levers(report: Report, rows: list[dict[str, Any]]) -> list[Lever]:
+    """Whole-model levers with what each changes (sized from the memory categories), largest
+    saving first."""
     cfg = report.cfg
     training = cfg.mode == "training"
     cats: dict[str, int] = {}
     for r in rows:
         for k, v in (r["categories"] or {}).items():
             cats[k] = cats.get(k, 0) + v
+    per_ipu = ml.rows_of(rows)
     stash, temps = cats.get("activationStash"), cats.get("temporaries")
-    out: list[tuple[str, int | None]] = []
+    out: list[Lever] = []
     if training and cfg.optimizer_state_on_chip and cats.get("optimizerState"):
-        out.append((f"optimizer state off chip saves {nbytes(cats['optimizerState'])}: "
+        change = ml.offload_optimizer(report)
+        streamed = ml.streamed_state(report)
+        saved = ml.apply(per_ipu, [change])
+        held = ("(each IPU's largest tensor's state stays on chip while its update runs: up to "
+                f"{nbytes(max(streamed.values(), default=0))})" if streamed else
+                "(less each IPU's largest tensor's state, on chip while its update runs)")
+        out.append((f"optimizer state off chip saves {'about' if streamed else 'up to'} {nbytes(saved)} {held}: "
                     "opts.TensorLocations.setOptimizerLocation("
-                    "poptorch.TensorLocationSettings().useOnChipStorage(False))", cats["optimizerState"]))
+                    "poptorch.TensorLocationSettings().useOnChipStorage(False))", change, streamed is not None))
+    if training and cats.get("gradientAccumulators"):
+        out.append((f"gradient accumulators off chip save {nbytes(cats['gradientAccumulators'])}: "
+                    "opts.TensorLocations.setAccumulatorLocation("
+                    "poptorch.TensorLocationSettings().useOnChipStorage(False))", ml.offload_accumulators, True))
     if training and stash:
         out.append((f"recomputation saves up to about {nbytes(stash // 2)} of the {nbytes(stash)} "
                     "activation stash: poptorch.recomputationCheckpoint(x) on each layer's output "
-                    "(optimum-graphcore: recompute_checkpoint_every_layer)", stash // 2))
+                    "(optimum-graphcore: recompute_checkpoint_every_layer)", ml.recompute, True))
     if stash or temps:
-        half = ((stash or 0) + (temps or 0)) // 2
+        change = ml.halve_micro_batch(report)
+        what = ("of stash and temporaries" if ml.temporaries_scale(report) else
+                "of activation stash (the temporaries hold the largest tensor's optimizer state, which "
+                "does not shrink with the micro-batch)")
         out.append((f"halving the micro-batch size (doubling gradient accumulation or device "
-                    f"iterations to keep the batch) saves about {nbytes(half)} of stash and temporaries",
-                    half))
-    big = sum(cats.get(k, 0) for k in ("weights", "optimizerState", "gradientAccumulators",
-                                       "activationStash", "temporaries"))
-    if big:
-        out.append((f"if the model runs in float32: model.half() with float16 inputs halves weights, "
-                    f"optimizer state, accumulators, stash and temporaries: about {nbytes(big // 2)}",
-                    big // 2))
-    out.sort(key=lambda lev: -(lev[1] or 0))
-    shown = list(out)
-    if not shown:
-        shown.append(("offload the optimizer state, recompute activations, lower the micro-batch "
-                      "size or use float16 (the report has no memory categories to size each)", None))
-    return shown
+                    f"iterations to keep the batch) saves about {nbytes(ml.apply(per_ipu, [change]))} {what}",
+                    change, True))
+    prec = ml.precision(report)
+    if per_ipu and prec != "float16":
+        change = ml.to_float16(report)
+        kept = ("; the optimizer state and gradient accumulators stay float32 (PopTorch's accum types)"
+                if training and ml.accumulators_typed(report) else
+                "; the optimizer state stays float32" if training else "")
+        cond = ("the model runs in float32: " if prec == "float32" else
+                "if the model runs in float32 (the report does not say): ")
+        out.append((f"{cond}model.half() with float16 inputs halves the weights, activation stash"
+                    + (" and temporaries" if ml.temporaries_scale(report) else "")
+                    + f"{kept}: {'about' if prec == 'float32' else 'up to'} {nbytes(ml.apply(per_ipu, [change]))}",
+                    change, prec == "float32"))
+    out.sort(key=lambda lev: -(ml.apply(per_ipu, [lev[1]]) if lev[1] else 0))
+    if not out:
+        out.append(("offload the optimizer state, recompute activations, lower the micro-batch "
+                    "size or use float16 (the report has no memory categories to size each)", None, False))
+    return out
 
 
 def _ipu_findings(report: Report, o: Collector, row: dict[str, Any], rows: list[dict[str, Any]],
@@ -323,15 +368,18 @@ def _move_hint(report: Report, src: int, dst: int) -> str:
 
 
 def _recommend(report: Report, row: dict[str, Any], rows: list[dict[str, Any]], no_fit: bool = False) -> str:
-    levers = _levers(report, row, rows, no_fit)
+    levers, verdict = _levers(report, row, rows, no_fit)
     if len(levers) == 1:
-        return levers[0][0].upper() + levers[0][1:] + "."
-    return "Levers that fit: " + "; ".join(f"({i}) {lev}" for i, lev in enumerate(levers, 1)) + "."
+        return levers[0][0].upper() + levers[0][1:] + (f": {verdict}" if verdict else "") + "."
+    head = f"Levers ({verdict})" if verdict else "Levers"
+    return head + ": " + "; ".join(f"({i}) {lev}" for i, lev in enumerate(levers, 1)) + "."
 
 
-def _levers(report: Report, row: dict[str, Any], rows: list[dict[str, Any]], no_fit: bool = False) -> list[str]:
-    """The levers that fit this IPU's evidence. Where the memory categories size them (the
-    emulator's), ranked by the bytes they save and as many as close the gap to
+def _levers(report: Report, row: dict[str, Any], rows: list[dict[str, Any]], no_fit: bool = False
+            ) -> tuple[list[str], str]:
+    """The levers that fit this IPU's evidence and can help, and whether they close its gap (a
+    phrase, empty when the report cannot size them all). Where the memory categories size them
+    (the emulator's), ranked by the bytes they save and as many as close the gap to
     ``IPU_FULL_FRAC`` (at most MAX_MEMORY_LEVERS); otherwise in a fixed order of fit."""
     cfg = report.cfg
     k = row["ipu"]
@@ -340,27 +388,33 @@ def _levers(report: Report, row: dict[str, Any], rows: list[dict[str, Any]], no_
     stash, temps = cats.get("activationStash"), cats.get("temporaries")
     nal_bytes = row["not_always_live_bytes"]
     # Known split of the not-always-live bytes: the available memory proportion governs the
-    # temporaries of matmuls/convolutions, not the activation stash.
-    temps_dominate = temps is None or (nal_bytes > 0 and temps >= NOT_ALWAYS_LIVE_DOMINANT_FRAC * nal_bytes)
+    # temporaries of matmuls/convolutions, not the activation stash (nor an offloaded optimizer
+    # state's largest tensor, on chip while its update runs).
+    op_temps = temps if ml.temporaries_scale(report) else 0
+    temps_dominate = temps is None or (nal_bytes > 0 and op_temps >= NOT_ALWAYS_LIVE_DOMINANT_FRAC * nal_bytes)
     stash_dominates = stash is not None and nal_bytes > 0 and stash >= NOT_ALWAYS_LIVE_DOMINANT_FRAC * nal_bytes
-    savings: dict[str, int | None] = {}
+    changes: dict[str, ml.Change | None] = {}
     training = cfg.mode == "training"
     pipelined = cfg.execution_strategy == "PipelinedExecution" and cfg.num_stages > 1
     stages = [s for s in cfg.stages if s.ipu == k]
     out = []
     opt_bytes = cats.get("optimizerState")
+    acc_bytes = cats.get("gradientAccumulators")
     total_cat = sum(cats.values())
+    offload = ("offload it with opts.TensorLocations.setOptimizerLocation("
+               "poptorch.TensorLocationSettings().useOnChipStorage(False))")
     if opt_bytes and total_cat and training and cfg.optimizer_state_on_chip and \
             opt_bytes >= VARIABLE_DOMINANT_FRAC / 2 * total_cat:
-        out.append(f"the optimizer state is {pct(opt_bytes / total_cat, 0)} of IPU{k}'s bytes and on chip: "
-                   "offload it with opts.TensorLocations.setOptimizerLocation("
-                   "poptorch.TensorLocationSettings().useOnChipStorage(False))")
-        savings[out[-1]] = opt_bytes
+        out.append(f"the optimizer state is {pct(opt_bytes / total_cat, 0)} of IPU{k}'s bytes and on chip: {offload}")
+        changes[out[-1]] = ml.offload_optimizer(report)
     elif training and cfg.optimizer_state_on_chip and var is not None and var >= VARIABLE_DOMINANT_FRAC:
-        out.append(f"variables are {pct(var, 0)} of IPU{k}'s bytes and the optimizer state is on chip: "
-                   "offload it with opts.TensorLocations.setOptimizerLocation("
+        out.append(f"variables are {pct(var, 0)} of IPU{k}'s bytes and the optimizer state is on chip: {offload}")
+        changes[out[-1]] = ml.offload_optimizer(report) if opt_bytes else None
+    if acc_bytes and total_cat and training and acc_bytes >= VARIABLE_DOMINANT_FRAC / 2 * total_cat:
+        out.append(f"the gradient accumulators are {pct(acc_bytes / total_cat, 0)} of IPU{k}'s bytes: keep "
+                   "them off chip with opts.TensorLocations.setAccumulatorLocation("
                    "poptorch.TensorLocationSettings().useOnChipStorage(False))")
-        savings[out[-1]] = cats.get("optimizerState")
+        changes[out[-1]] = ml.offload_accumulators
     cap = report.target.bytes_per_ipu if report.target is not None else None
     if row["used_pct"] is not None and cap and not no_fit:
         excess = max(0, row["used_bytes"] - int(IPU_FULL_FRAC * cap))
@@ -376,7 +430,7 @@ def _levers(report: Report, row: dict[str, Any], rows: list[dict[str, Any]], no_
                 roomy = [r for r in roomy if r["ipu"] in near] or roomy
             dst = min(roomy, key=lambda r: r["used_pct"])
             out.append(f"move blocks off IPU{k} to IPU{dst['ipu']} ({pct(dst['used_pct'] / 100, 0)} used)")
-            savings[out[-1]] = excess or None
+            changes[out[-1]] = ml.moved(excess) if excess else None
     if nal is not None and nal >= NOT_ALWAYS_LIVE_DOMINANT_FRAC and temps_dominate:
         set_amp = cfg.available_memory_proportion.get(k)
         cur = set_amp if set_amp is not None else DEFAULT_AVAILABLE_MEMORY_PROPORTION
@@ -385,7 +439,8 @@ def _levers(report: Report, row: dict[str, Any], rows: list[dict[str, Any]], no_
             now = f"now {cur:g}" if set_amp is not None else f"PopTorch's default {cur:g}"
             out.append(f"not-always-live memory is {pct(nal, 0)}: lower the available memory proportion "
                        f"({now}) with opts.setAvailableMemoryProportion({{\"IPU{k}\": {new:g}}})")
-            savings[out[-1]] = temps // 2 if temps else None
+            changes[out[-1]] = (lambda _ipu, c: {**c, "temporaries": c["temporaries"] - c["temporaries"] // 2}
+                                ) if temps else None
     if any("embed" in b.lower() for s in stages for b in s.blocks):
         out.append(f"serialize the embedding on IPU{k} (optimum-graphcore: "
                    "embedding_serialization_factor; PopTorch: poptorch.serializedMatMul for the "
@@ -397,28 +452,58 @@ def _levers(report: Report, row: dict[str, Any], rows: list[dict[str, Any]], no_
                        f"the stage{'s' if len(stages) != 1 else ''} on IPU{k}")
         else:
             out.append("enable recomputation: opts._Popart.set(\"autoRecomputation\", 1)")
-        savings[out[-1]] = stash // 2 if stash else None
+        changes[out[-1]] = ml.recompute if stash else None
     if training and pipelined and stages and min(s.index for s in stages) < cfg.num_stages - 1:
         i = min(s.index for s in stages)
         out.append(f"fewer micro-batches in flight: stage {i} stashes activations of about "
                    f"{2 * (cfg.num_stages - i) - 1} micro-batches; halve the micro-batch size and "
                    "double gradientAccumulation to keep the global batch")
-        savings[out[-1]] = ((stash or 0) + (temps or 0)) // 2 or None
+        changes[out[-1]] = ml.halve_micro_batch(report) if (stash or op_temps) else None
     if not out:
-        out.append("lower the available memory proportion (opts.setAvailableMemoryProportion) or "
-                   f"move blocks off IPU{k} (poptorch.BeginBlock ipu_id)")
-    if not any(savings.get(lev) for lev in out):
-        return out[:MAX_MEMORY_LEVERS]
+        out.append(_fallback(report, row, nal, no_fit))
+    mine = [(k, dict(cats))] if cats else []
+    saving = {lev: (ml.apply(mine, [c]) if c is not None and mine else 0) for lev, c in changes.items()}
+    if not any(saving.get(lev) for lev in out):
+        return out[:MAX_MEMORY_LEVERS], ""
     need = max(0, row["used_bytes"] - int(IPU_FULL_FRAC * cap)) if cap else 0
-    ranked = sorted(out, key=lambda lev: -(savings.get(lev) or 0))  # stable: fit order on ties
-    sized = all(savings.get(lev) for lev in out)  # unsized levers are never cut for sized ones
-    shown, saved = [], 0
+    ranked = sorted(out, key=lambda lev: -(saving.get(lev) or 0))  # stable: fit order on ties
+    sized = all(saving.get(lev) for lev in out)  # unsized levers are never cut for sized ones
+    shown = []
     for lev in ranked[:MAX_MEMORY_LEVERS]:
-        shown.append(lev + (f" (saves about {nbytes(savings[lev])})" if savings.get(lev) else ""))
-        saved += savings.get(lev) or 0
-        if sized and need and saved >= need:
+        shown.append(lev)
+        if sized and need and ml.apply(mine, [changes[x] for x in shown]) >= need:
             break
-    return shown
+    text = [lev + (f" (saves about {nbytes(saving[lev])})" if saving.get(lev) else "") for lev in shown]
+    if not (sized and need and mine):
+        return text, ""
+    together = ml.apply(mine, [changes[x] for x in shown])
+    goal = f"IPU{k} under {pct(IPU_FULL_FRAC, 0)} of its memory"
+    if together >= need:
+        verdict = ("it alone gets " if len(shown) == 1 else
+                   "(1) alone gets " if ml.apply(mine, [changes[shown[0]]]) >= need else
+                   f"(1) to ({len(shown)}) together get ") + goal
+        return text, ("" if len(shown) == 1 else verdict)
+    if len(shown) == 1:
+        return text, f"not enough: IPU{k} must shed {nbytes(need)} to be under {pct(IPU_FULL_FRAC, 0)} of its memory"
+    return text, (f"none enough alone, nor all together: they save {nbytes(together)} of the "
+                  f"{nbytes(need)} that would get {goal}")
+
+
+def _fallback(report: Report, row: dict[str, Any], nal: float | None, no_fit: bool) -> str:
+    """When no lever matches the evidence: the generic ones where they can help; when the IPU's
+    bytes are mostly always live (known), neither a lower proportion nor moving blocks within a
+    model that does not fit does, and the finding says what holds the bytes instead."""
+    k = row["ipu"]
+    if nal is None or nal >= NOT_ALWAYS_LIVE_DOMINANT_FRAC or not row["categories"]:
+        return ("lower the available memory proportion (opts.setAvailableMemoryProportion) or "
+                f"move blocks off IPU{k} (poptorch.BeginBlock ipu_id)")
+    _nal, _var, top, share = _shares(row)
+    held = f"{pct(1 - nal, 0)} of IPU{k}'s bytes are always live (largest category {top}, {pct(share, 0)})"
+    if no_fit:
+        return (f"{held}, which neither a lower available memory proportion nor recomputation frees, and "
+                "the model does not fit its IPUs at all: apply the levers of MEM005")
+    return (f"{held}, which neither a lower available memory proportion nor recomputation frees: move "
+            f"blocks off IPU{k} (poptorch.BeginBlock ipu_id)")
 
 
 # ------------------------------------------------------------------------------------------- table

@@ -1,0 +1,160 @@
+"""What each memory lever saves, from the memory categories (the emulator's), without overlap.
+
+A lever is a change to the categories of every IPU (:data:`Cats`): offloading the optimizer state
+empties ``optimizerState`` (but its largest tensor's state comes back as a temporary while its
+update runs), halving the micro-batch halves what scales with it, ``model.half()`` halves what is
+float32 and becomes float16. Applying levers one after the other gives what they save *together*:
+halving the precision after offloading saves nothing more on the optimizer state, and two levers
+that both halve the stash save three quarters of it, not all of it.
+
+What the report records decides what a lever touches:
+
+- the model's precision: bytes per parameter (``options["model"]``: ``parameter_bytes`` /
+  ``parameters``), else the float dtypes of its host inputs (:func:`precision`);
+- the optimizer's accumulator types (``options["optimizer"]``: ``accum_type``,
+  ``first_order_momentum_accum_type``, ...): PopTorch keeps gradient accumulators and optimizer
+  state in those types (float32 by default) whatever the model's dtype, so ``model.half()`` does
+  not shrink them;
+- whether the temporaries scale with the micro-batch: the emulator's are an operation's operands
+  and result (activation-sized) — unless the optimizer state is off chip, when the largest
+  tensor's state is on chip while its update runs and is the larger temporary for a big layer
+  (weight-sized: neither the micro-batch nor the model's dtype shrinks it). Then only the
+  stash is counted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from popviz.model import Report
+
+Cats = dict[str, int]
+"""Bytes per memory category of one IPU (plus ``moved``: bytes moved to another IPU, negative)."""
+Change = Callable[[int, Cats], Cats]
+"""A lever: (IPU, its categories) -> its categories with the lever applied."""
+
+FLOAT16 = ("float16", "bfloat16", "half")
+
+
+def precision(report: Report) -> str | None:
+    """``float16`` or ``float32``: what the report records the model's parameters to be (their
+    bytes per element), else ``float16`` when every float host input is 16-bit (the model already
+    runs in float16); None when unknown (a float32 input says nothing of the weights)."""
+    model = report.cfg.options.get("model")
+    if isinstance(model, dict):
+        n, b = model.get("parameters"), model.get("parameter_bytes")
+        if isinstance(n, int) and isinstance(b, int) and n > 0 and b > 0:
+            return "float16" if b <= 2 * n else "float32"
+    dtypes = [t.dtype for t in (report.host_io.inputs if report.host_io else ())
+              if t.dtype.startswith(("float", "bfloat", "half", "double"))]
+    if dtypes and all(d in FLOAT16 for d in dtypes):
+        return "float16"
+    return None
+
+
+def accumulators_typed(report: Report) -> bool:
+    """Whether the recorded optimizer names its accumulator type (PopTorch's ``accum_type``,
+    float32 unless set): the gradient accumulators then keep that type under ``model.half()``."""
+    opt = report.cfg.options.get("optimizer")
+    return isinstance(opt, dict) and opt.get("accum_type") is not None
+
+
+def temporaries_scale(report: Report) -> bool:
+    """Whether the temporaries are activation-sized (see the module's docstring)."""
+    cfg = report.cfg
+    return not (cfg.mode == "training" and cfg.optimizer_state_on_chip is False)
+
+
+def streamed_state(report: Report) -> dict[int, int] | None:
+    """Per IPU, the optimizer state of its largest layer (an upper bound on its largest tensor's):
+    on chip while that tensor's update runs once the state is offloaded. None without layers."""
+    if report.layers is None:
+        return None
+    out: dict[int, int] = {}
+    for x in report.layers:
+        if x.ipu is not None:
+            out[x.ipu] = max(out.get(x.ipu, 0), x.optimizer_bytes)
+    return out
+
+
+STREAMED = "streamedOptimizerState"
+"""Pseudo-category an offloaded optimizer state leaves on chip: its largest tensor's state, live
+while that update runs, after the backward, so not together with the operations' temporaries."""
+
+
+def total(cats: Cats) -> int:
+    rest = sum(v for k, v in cats.items() if k not in ("temporaries", STREAMED))
+    return rest + max(cats.get("temporaries", 0), cats.get(STREAMED, 0))
+
+
+def apply(rows: Sequence[tuple[int, Cats]], changes: Sequence[Change]) -> int:
+    """Bytes the ``changes`` save together over ``rows`` (IPU, categories), one after the other."""
+    saved = 0
+    for ipu, cats in rows:
+        new = dict(cats)
+        for change in changes:
+            new = change(ipu, new)
+        saved += total(cats) - total(new)
+    return saved
+
+
+def _half(cats: Cats, *names: str) -> Cats:
+    return {k: (v - v // 2 if k in names else v) for k, v in cats.items()}
+
+
+def offload_optimizer(report: Report) -> Change:
+    streamed = streamed_state(report) or {}
+
+    def change(ipu: int, cats: Cats) -> Cats:
+        return {**cats, "optimizerState": 0, STREAMED: streamed.get(ipu, 0)}
+    return change
+
+
+def offload_accumulators(_ipu: int, cats: Cats) -> Cats:
+    return {**cats, "gradientAccumulators": 0}
+
+
+def recompute(_ipu: int, cats: Cats) -> Cats:
+    return _half(cats, "activationStash")
+
+
+def halve_micro_batch(report: Report) -> Change:
+    names = ("activationStash", "temporaries") if temporaries_scale(report) else ("activationStash",)
+    return lambda _ipu, cats: _half(cats, *names)
+
+
+def to_float16(report: Report) -> Change:
+    """``model.half()`` with float16 inputs: the weights (unless already float16), the stash, the
+    activation-sized temporaries, and the accumulators when they follow the parameters' type."""
+    names = ["activationStash"]
+    if precision(report) != "float16":
+        names.append("weights")
+    if temporaries_scale(report):
+        names.append("temporaries")
+    if not accumulators_typed(report):
+        names.append("gradientAccumulators")
+    return lambda _ipu, cats: _half(cats, *names)
+
+
+def moved(excess: int) -> Change:
+    return lambda _ipu, cats: {**cats, "moved": cats.get("moved", 0) - excess}
+
+
+def closing(rows: Sequence[tuple[int, Cats]], changes: Sequence[Change | None], need: int
+            ) -> tuple[int | None, int]:
+    """(the fewest leading levers that save ``need`` together, or None; what all of them save
+    together). Levers that cannot be sized (None) count for nothing."""
+    sized = [c for c in changes if c is not None]
+    for k in range(1, len(changes) + 1):
+        if changes[k - 1] is None:
+            continue
+        if apply(rows, [c for c in changes[:k] if c is not None]) >= need:
+            return k, apply(rows, sized)
+    return None, apply(rows, sized)
+
+
+def rows_of(ipu_rows: Sequence[dict[str, Any]]) -> list[tuple[int, Cats]]:
+    """(IPU, categories) of the memory analysis' rows that have categories."""
+    return [(r["ipu"], dict(r["categories"])) for r in ipu_rows if r["categories"]]

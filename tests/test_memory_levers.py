@@ -1,0 +1,144 @@
+"""The memory levers sized without overlap (popviz.analysis.memory_levers), on reports built with
+the categories the emulator wrote for the reviewer's scripts: 12 × Linear(8192, 8192), AdamW,
+G = 4, two IPUs (``oom``: float32, optimizer state on chip; ``oom_fix``: model.half(), float16
+inputs, optimizer state off chip). The emulator's own figures after each fix are the oracle:
+applying offloading and model.half() to ``oom`` gave 5,972,492,288 B (``oom_fix``); halving the
+micro-batch of ``oom_fix`` (``oom_fix_mb8``) saved 1,966,080 B in all, 655,360 B on IPU0."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pandas as pd
+
+from popviz import testing
+from popviz.analysis import memory
+from popviz.analysis import memory_levers as ml
+from popviz.model import MemoryTable
+
+OOM = [  # per IPU: weights, optimizerState, gradientAccumulators, activationStash, temporaries, code
+    dict(weights=1_610_809_344, optimizerState=3_221_618_688, gradientAccumulators=1_610_809_344,
+         activationStash=1_572_864, temporaries=5_242_880, codeAndExchange=32_145_408),
+    dict(weights=1_610_809_344, optimizerState=3_221_618_688, gradientAccumulators=1_610_809_344,
+         activationStash=4_194_304, temporaries=2_097_152, codeAndExchange=32_342_016),
+]
+OOM_FIX = [
+    dict(weights=805_404_672, optimizerState=0, gradientAccumulators=1_610_809_344,
+         activationStash=786_432, temporaries=536_870_912, codeAndExchange=31_621_120),
+    dict(weights=805_404_672, optimizerState=0, gradientAccumulators=1_610_809_344,
+         activationStash=2_097_152, temporaries=536_870_912, codeAndExchange=31_817_728),
+]
+ADAMW = {"type": "AdamW", "accum_type": "float32", "first_order_momentum_accum_type": "float32",
+         "second_order_momentum_accum_type": "float32"}
+
+
+def _report(cats, *, dtype, on_chip, layers=None):
+    r = testing.pipeline_report([1000, 1000], memory_level="ipu", estimated=True, execution=False,
+                                gradient_accumulation=4, blocks=[[], ["second"]],
+                                optimizer_state_on_chip=on_chip,
+                                inputs={"x": ((16, 8192), dtype), "y": ((16, 8192), dtype)})
+    rows = []
+    for ipu, c in enumerate(cats):
+        used = sum(c.values())
+        rows.append({"ipu": ipu, "total_bytes_including_gaps": used, "total_bytes_excluding_gaps": used,
+                     "always_live_bytes": used - c["activationStash"] - c["temporaries"],
+                     "not_always_live_bytes": c["activationStash"] + c["temporaries"],
+                     "overflow_bytes": max(0, used - r.target.bytes_per_ipu),
+                     **{f"cat_{k}_bytes": v for k, v in c.items()}})
+    per_param = 4 if dtype == "float32" else 2
+    options = {"model": {"parameters": 805_404_672, "parameter_bytes": 805_404_672 * per_param},
+               "optimizer": ADAMW}
+    r = r.replace(memory=MemoryTable(pd.DataFrame(rows), level="ipu"),
+                  config=dataclasses.replace(r.cfg, options=options))
+    return r.replace(layers=layers) if layers is not None else r
+
+
+def _linear_layers():
+    """The 12 Linear(8192, 8192) layers as the emulator recorded them (per layer: weights and
+    float32 accumulators 268,468,224 B each, AdamW state 536,936,448 B), six per IPU."""
+    return testing.layer_table([135_382] * 12, names=[f"layers.{i}" for i in range(12)],
+                               layers_per_ipu=[6, 6], weight_bytes=2 * 268_468_224,
+                               optimizer_bytes=536_936_448, activation_bytes=524_288,
+                               temporary_bytes=5_242_880)
+
+
+def test_precision_comes_from_the_parameters_else_float16_inputs():
+    assert ml.precision(_report(OOM, dtype="float32", on_chip=True)) == "float32"
+    assert ml.precision(_report(OOM_FIX, dtype="float16", on_chip=False)) == "float16"
+    bare = testing.pipeline_report([1000], inputs={"x": ((4, 8), "float16")})
+    assert ml.precision(bare) == "float16"
+    assert ml.precision(testing.pipeline_report([1000])) is None  # a float32 input says nothing of the weights
+
+
+def test_offloading_and_half_together_match_what_the_emulator_then_estimates():
+    r = _report(OOM, dtype="float32", on_chip=True, layers=_linear_layers())
+    rows = ml.rows_of(memory.analyse(r).metrics["ipus"])
+    before = sum(ml.total(c) for _i, c in rows)
+    assert before == 12_964_069_376
+    both = ml.apply(rows, [ml.offload_optimizer(r), ml.to_float16(r)])
+    # the emulator estimated 5,972,492,288 B for oom_fix.py (its code bytes and the bias's
+    # share of the largest tensor's state differ by 1.2 MB)
+    assert before - both == 5_973_671_936
+    assert ml.apply(rows, [ml.to_float16(r), ml.offload_optimizer(r)]) == both  # in either order
+    assert both < ml.apply(rows, [ml.offload_optimizer(r)]) + ml.apply(rows, [ml.to_float16(r)]) + 1
+
+
+def test_mem005_sizes_half_from_what_is_float32_and_does_not_claim_the_gap_closes():
+    r = _report(OOM, dtype="float32", on_chip=True, layers=_linear_layers())
+    f = memory.analyse(r).findings[0]
+    assert f.code == "MEM005"
+    rec = f.recommendation
+    assert ("(3) the model runs in float32: model.half() with float16 inputs halves the weights, activation "
+            "stash and temporaries; the optimizer state and gradient accumulators stay float32 (PopTorch's "
+            "accum types): about 1,617,362,944 B (1.5 GiB)") in rec
+    assert ("(1) optimizer state off chip saves about 5,376,704,512 B (5.0 GiB) (each IPU's largest tensor's "
+            "state stays on chip while its update runs: up to 536,936,448 B (512.1 MiB))") in rec
+    assert "together close the gap" not in rec
+    assert rec.endswith(" All of them together save about 10,214,178,816 B (9.5 GiB) (not the sum: they "
+                        "overlap), 92% of the 11,082,924,032 B (10.3 GiB) over: not enough.")
+
+
+def test_mem005_offers_no_half_lever_to_a_float16_model_and_no_weight_sized_temporaries():
+    rec = memory.analyse(_report(OOM_FIX, dtype="float16", on_chip=False)).findings[0].recommendation
+    assert "model.half()" not in rec and "float32" not in rec
+    # the temporaries are the offloaded state's largest tensor: only the stash halves
+    assert ("halving the micro-batch size (doubling gradient accumulation or device iterations to keep the "
+            "batch) saves about 1,441,792 B (1.4 MiB) of activation stash (the temporaries hold the largest "
+            "tensor's optimizer state, which does not shrink with the micro-batch)") in rec
+
+
+def test_mem005_quotes_the_planners_verdict_on_more_ipus():
+    from popviz.analysis.layer_plan import make_plan
+
+    r = _report(OOM, dtype="float32", on_chip=True, layers=_linear_layers())
+    rec = memory.analyse(r).findings[0].recommendation
+    assert rec.startswith(
+        "Free about 11,082,924,032 B (10.3 GiB) in total; more IPUs alone cannot make it fit: `popviz plan` "
+        "finds no split that fits on up to 12 IPUs (the report's 12 layers are the unit it moves); layers.0 "
+        "alone holds 1,073,872,896 B (1.0 GiB) of weights and optimizer state, over an IPU's 90% budget of "
+        "846,515,404 B (807.3 MiB). Levers")
+    assert "at least 14 IPUs" not in rec
+    more = next(lv for lv in make_plan(r).shortfall.levers if lv.name == "more_ipus")
+    assert more.value is None  # popviz plan: "no number of IPUs is enough"
+    # without layers: the count from the total bytes, said to be a lower bound
+    rec = memory.analyse(_report(OOM, dtype="float32", on_chip=True)).findings[0].recommendation
+    assert rec.startswith("Free about 11,082,924,032 B (10.3 GiB) in total, or spread the model over at least "
+                          "14 IPUs (more pipeline stages; a lower bound from the total bytes: each IPU's "
+                          "share must fit too).")
+
+
+def test_mem001_says_when_its_levers_do_not_close_the_gap_and_offers_only_those_that_help():
+    out = memory.analyse(_report(OOM_FIX, dtype="float16", on_chip=False))
+    ipu0, ipu1 = [f.recommendation for f in out.findings if f.code == "MEM001"]
+    assert "Levers that fit" not in ipu0 + ipu1
+    assert ipu0.startswith("Levers (none enough alone, nor all together: they save 1,611,202,560 B (1.5 GiB) "
+                           "of the 2,233,034,343 B (2.1 GiB) that would get IPU0 under 80% of its memory): "
+                           "(1) the gradient accumulators are 54% of IPU0's bytes")
+    # the micro-batch lever counts the stash only (the emulator: 655,360 B less on IPU0 at half the batch)
+    assert ipu0.endswith("keep the global batch (saves about 393,216 B (384.0 KiB)).")
+    # 82% always live: no available memory proportion, no move
+    assert "AvailableMemoryProportion" not in ipu1 and "move blocks" not in ipu1
+    assert ipu1 == ("The gradient accumulators are 54% of IPU1's bytes: keep them off chip with "
+                    "opts.TensorLocations.setAccumulatorLocation(poptorch.TensorLocationSettings()"
+                    ".useOnChipStorage(False)) (saves about 1,610,809,344 B (1.5 GiB)): not enough: IPU1 "
+                    "must shed 2,234,541,671 B (2.1 GiB) to be under 80% of its memory.")
