@@ -552,3 +552,23 @@ def test_halving_the_micro_batch_saves_at_most_what_the_activations_take():
     text = flat(proc.stdout)
     assert "0 350.3 MiB 39% 260.6 MiB" in text
     assert "- halve the micro-batch: saves 90.9 MiB (95,358,978 bytes): not enough" in text
+
+
+def test_a_failed_compile_says_so_instead_of_asking_for_the_emulator(tmp_path):
+    # mistake_di.py: deviceIterations(2) for 4 pipeline stages; the capture recorded the error and
+    # nothing else (no memory, no execution, no layers)
+    error = ("Error: 'poptorch_cpp_error': poptorch.Options().deviceIterations must be greater than or equal "
+             "to the number of pipeline stages (4) when using PopTorch.PipelinedExecution.")
+    r = testing.pipeline_report([1000] * 4, mode="inference", memory_level=None, execution=False)
+    r = r.replace(provenance=dataclasses.replace(r.provenance, notes=(f"compilation failed: {error}",)))
+    write_bundle(r, tmp_path / "r")
+    proc = run_cli("plan", str(tmp_path / "r"))
+    assert_one_line_error(proc, "inference: compile failed before any estimate: poptorch.Options()"
+                          ".deviceIterations must be greater than or equal to the number of pipeli…; "
+                          "fix it, capture again")
+    assert "popviz capture --emulate" not in proc.stderr and len(proc.stderr.strip()) <= 160 + len("popviz: error: ")
+    # a short error is quoted whole
+    r = r.replace(provenance=dataclasses.replace(r.provenance, notes=("compilation failed: Error: 'x': bad G",)))
+    write_bundle(r, tmp_path / "s")
+    assert_one_line_error(run_cli("plan", str(tmp_path / "s")),
+                          "inference: compile failed before any estimate: bad G; fix it, capture again")

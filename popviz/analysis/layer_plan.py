@@ -34,6 +34,29 @@ AMP_STEP_FRAC = 0.05
 CALIBRATED_NOTE = "calibrated: measured per-stage figures spread by the emulator's per-layer proportions"
 NO_LAYERS = ("has no per-layer costs; record them by running the model under the emulator: "
              "popviz capture --emulate -o DIR -- python train.py (then popviz plan DIR)")
+COMPILE_FAILED_NOTE = "compilation failed: "
+"""How a capture records a failed compile among the report's notes (``capture.recorder``)."""
+ERROR_LINE_CHARS = 160
+"""The most characters of the one-line error for a report whose compile failed."""
+
+
+def no_layers(report: Report) -> str:
+    """Why ``report`` has no per-layer costs, in one line naming it: its compile failed before
+    anything was estimated (the recorded error quoted, shortened to fit the line), or it was not
+    run under the emulator."""
+    from popviz import escape
+
+    failed = next((n[len(COMPILE_FAILED_NOTE):] for n in report.provenance.notes
+                   if n.startswith(COMPILE_FAILED_NOTE)), None)
+    if failed is None or report.memory is not None or report.execution is not None:
+        return f"{report.label} {NO_LAYERS}"
+    head = f"{report.label}: compile failed before any estimate: "
+    tail = "; fix it, capture again"
+    error = escape.term(failed.split("': ", 1)[-1].strip())  # "Error: 'kind': message" -> message
+    room = ERROR_LINE_CHARS - len(head) - len(tail)
+    if len(error) > room:
+        error = error[:max(0, room - 1)].rstrip() + "…"
+    return head + error + tail
 
 
 @dataclass
@@ -322,7 +345,7 @@ def make_plan(report: Report, *, ipus: int | None = None, max_ipus: int | None =
     ``shortfall`` says why and a note quotes the report's own figures beside the model's (unless
     ``explain`` is False: the findings' hints need neither)."""
     if report.layers is None:
-        raise UsageError(f"{report.label} {NO_LAYERS}")
+        raise UsageError(no_layers(report))
     if report.target is None:
         raise UsageError(f"{report.label} records no target (IPU memory unknown): "
                          "a report from popviz capture or the emulator has it")
