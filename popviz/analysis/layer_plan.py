@@ -566,37 +566,3 @@ def plan_outcome(report: Report) -> tuple[dict[str, Any] | None, str | None]:
             "current_fits": plan.current.fits, "layers_per_ipu": plan.proposed.layers_per_ipu,
             "estimated": plan.estimated, "text": text}, None
 
-
-def fewest_ipus(report: Report) -> tuple[int | None, str] | None:
-    """``popviz plan``'s verdict on how many IPUs the model needs (MEM005 quotes it): ``(k, "")``
-    when a split over k IPUs fits, ``(None, why)`` when no number of IPUs up to
-    :data:`planner.MAX_IPUS_SEARCHED` is enough (at layer granularity), None without layers or
-    when the planner cannot run on the report."""
-    from popviz.analysis._common import nbytes
-    from popviz.errors import PopvizError
-
-    if report.layers is None or report.target is None:
-        return None
-    try:
-        costs = planner.layer_costs(report.layers)
-        settings, _notes = settings_for(report, costs)
-        top = min(len(costs), planner.MAX_IPUS_SEARCHED)
-        by = planner.plan(costs, top, settings).by_ipus
-    except (PopvizError, ValueError):
-        return None
-    k = next((k for k in sorted(by) if by[k] is not None), None)
-    if k is not None:
-        return k, ""
-    optimizer = settings.training and not settings.offload_optimizer
-    big = max(costs, key=lambda c: c.weight_bytes + (c.optimizer_bytes if optimizer else 0))
-    held = big.weight_bytes + (big.optimizer_bytes if optimizer else 0)
-    why = (f"`popviz plan` finds no split that fits on up to {top} IPUs (the report's {len(costs)} layers "
-           f"are the unit it moves)")
-    if held > settings.budget_bytes:
-        src = next((x for x in report.layers if x.name == big.name), None)
-        parts = ["weights", *(["gradient accumulators"] if getattr(src, "accumulator_bytes", 0) else []),
-                 *(["optimizer state"] if optimizer and big.optimizer_bytes else [])]
-        what = ", ".join(parts[:-1]) + " and " + parts[-1] if len(parts) > 1 else parts[0]
-        why += (f"; {big.name} alone holds {nbytes(held)} of {what}, over an IPU's "
-                f"{settings.headroom_frac:.0%} budget of {nbytes(settings.budget_bytes)}")
-    return None, why

@@ -189,10 +189,8 @@ def _no_fit(report: Report, o: Collector, rows: list[dict[str, Any]]) -> bool:
 def _more_ipus(report: Report, total: int) -> str:
     """How many IPUs the model needs: ``popviz plan``'s verdict when the report has layers (a split
     must fit every IPU, at layer granularity), else a lower bound from the total bytes."""
-    from popviz.analysis.layer_plan import fewest_ipus
-
     assert report.target is not None
-    verdict = fewest_ipus(report)
+    verdict = ml.fewest_ipus(report)
     if verdict is None:
         need = -(-total // report.target.bytes_per_ipu)
         return (f", or spread the model over at least {need} IPUs (more pipeline stages; a lower bound "
