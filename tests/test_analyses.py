@@ -834,3 +834,18 @@ def test_float_images_are_told_uint8_in_both_kinds_of_host_wait():
     rec = only(host_io.analyse(testing.pipeline_report([1000] * 2, **kw)), "HIO001").recommendation
     assert rec.endswith("move fewer bytes — send images as uint8, normalised on the IPU, or do preprocessing "
                         "on the IPU.")
+
+
+def test_pipe002_reads_cleanly_after_reconciling():
+    """Was: "Set opts.deviceIterations(27) or more; opts.deviceIterations(27) reaches 90% ramp
+    efficiency (one value for PIPE002: PIPE002: ramp efficiency 90% needs 27; PIPE002: at least the
+    pipeline depth S needs ≥ 4)": PIPE002's two values were reconciled with each other."""
+    from popviz.analysis import analyse
+    from popviz.model import ReportSet
+
+    report = testing.pipeline_report([20_000_000] * 4, mode="inference", device_iterations=2)
+    engine = analyse(ReportSet([report])).engines[0]
+    f = next(f for f in engine.findings if f.code == "PIPE002")
+    assert f.title == "Device iterations below the pipeline depth: PopTorch rejects this"
+    assert f.recommendation == ("Set opts.deviceIterations(4) or more; opts.deviceIterations(27) reaches 90% ramp "
+                                "efficiency.")

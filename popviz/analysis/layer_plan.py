@@ -96,7 +96,7 @@ class SplitView:
     micro_batches_per_second: float
     """clock / bottleneck × ramp efficiency (1 when unknown); weight updates and copies aside."""
     fills_pipeline: bool = True
-    """False when G (D) is below S: PopART refuses to compile such a pipeline."""
+    """False when G (D) is below S: PopTorch refuses to compile such a pipeline."""
 
     @property
     def layers_per_ipu(self) -> list[int]:

@@ -190,8 +190,8 @@ def _ramp(report: Report, o: Collector) -> None:
     depth = (f"S = 2N - 1 = {s} pipeline stages for N = {n} forward stages" if training
              else f"S = N = {s} pipeline stages")
     if g < s:
-        o.find("PIPE002", "error", f"{what.capitalize()} below the pipeline depth: PopART rejects this",
-               f"{letter} = {g} < {depth}; PopART refuses to compile a pipeline that cannot be filled "
+        o.find("PIPE002", "error", f"{what.capitalize()} below the pipeline depth: PopTorch rejects this",
+               f"{letter} = {g} < {depth}; PopTorch refuses to compile a pipeline that cannot be filled "
                f"({what} must be at least {s})",
                f"Set {setter.format(s)} or more; {setter.format(target)} reaches "
                f"{pct(RAMP_EFFICIENCY_TARGET_FRAC, 0)} ramp efficiency.")

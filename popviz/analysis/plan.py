@@ -103,7 +103,8 @@ def _proposals(engine: EngineResult) -> dict[str, list[tuple[str, int, str]]]:
         code = "PIPE002" if "PIPE002" in codes else "PIPE003"
         out.setdefault(ramp_option, []).append(
             (code, int(target), f"ramp efficiency {100 * pipe['ramp_target_frac']:.0f}%"))
-    if "PIPE002" in codes and pipe.get("pipeline_stages"):
+    if "PIPE002" in codes and pipe.get("pipeline_stages") and target is None:
+        # (the ramp target, when known, is above the depth already: one value per finding)
         out.setdefault(ramp_option, []).append(
             ("PIPE002", int(pipe["pipeline_stages"]), "at least the pipeline depth S"))
     d = hio.get("recommended_device_iterations")
@@ -113,11 +114,13 @@ def _proposals(engine: EngineResult) -> dict[str, list[tuple[str, int, str]]]:
     return out
 
 
-def _rewrite(f: Finding, option: str, value: int, current: int | None = None) -> Finding:
-    """The finding with every value it proposes for ``option`` replaced by ``value``."""
+def _rewrite(f: Finding, option: str, value: int, current: int | None = None, keep: int | None = None) -> Finding:
+    """The finding with every value it proposes for ``option`` replaced by ``value`` (but
+    ``keep``: PIPE002's minimum, the pipeline depth, stays as it is)."""
     setter = SETTERS[option]
     pattern = re.escape(setter).replace(re.escape("{}"), r"(\d+)")
-    rec = re.sub(pattern, setter.format(value), f.recommendation)
+    rec = re.sub(pattern, lambda m: m.group(0) if keep is not None and int(m.group(1)) == keep
+                 else setter.format(value), f.recommendation)
     if option == "device_iterations" and current:
         rec = re.sub(r"batches \d+× larger", f"batches {value / current:.0f}× larger", rec)
     letter = "G" if option == "gradient_accumulation" else "D"
@@ -138,11 +141,14 @@ def reconcile(engine: EngineResult) -> Plan:
         plan.decisions.append(Decision(option, value, current, reasons))
         codes = {c for c, _v, _r in props}
         if len({v for _c, v, _r in props}) > 1:
+            depth = engine.metrics.get("pipeline", {}).get("pipeline_stages")
             note = (f" (one value for {' and '.join(sorted(codes))}: "
                     + "; ".join(reasons) + ")")
             for out in engine.outputs.values():
                 out.findings[:] = [
-                    _with_note(_rewrite(f, option, value, current), note) if f.code in codes else f
+                    _with_note(_rewrite(f, option, value, current,
+                                        keep=depth if f.code == "PIPE002" else None), note)
+                    if f.code in codes else f
                     for f in out.findings]
     pipe = engine.metrics.get("pipeline", {})
     hio = engine.metrics.get("host_io", {})
