@@ -572,3 +572,44 @@ def test_a_failed_compile_says_so_instead_of_asking_for_the_emulator(tmp_path):
     write_bundle(r, tmp_path / "s")
     assert_one_line_error(run_cli("plan", str(tmp_path / "s")),
                           "inference: compile failed before any estimate: bad G; fix it, capture again")
+
+
+SKIPS_IPU1 = """
+import torch, poptorch
+
+class M(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Linear(256, 256); self.b = torch.nn.Linear(256, 256); self.c = torch.nn.Linear(256, 10)
+        self.loss = torch.nn.CrossEntropyLoss()
+    def forward(self, x, y):
+        with poptorch.Block(ipu_id=0):
+            x = self.a(x)
+        with poptorch.Block(ipu_id=2):
+            x = self.b(x)
+        with poptorch.Block(ipu_id=3):
+            x = self.c(x)
+            return x, self.loss(x, y)
+
+opts = poptorch.Options().deviceIterations(4)
+opts.Training.gradientAccumulation(8)
+m = M()
+tm = poptorch.trainingModel(m, opts, poptorch.optim.SGD(m.parameters(), lr=0.1))
+tm(torch.randn(32 * 8, 256), torch.randint(0, 10, (32 * 8,)))
+"""
+
+
+def test_plan_names_the_stages_when_the_report_skips_an_ipu(tmp_path):
+    """Blocks on IPUs 0, 2 and 3: the table's rows were labelled IPU 0, 1, 2, and the note's
+    'IPU3 2.8% full' was set beside no model figure."""
+    import sys
+
+    pytest.importorskip("torch")
+    (tmp_path / "skip.py").write_text(SKIPS_IPU1)
+    capture = run_cli("capture", "--emulate", "--calls", "1", "-o", str(tmp_path / "cap"), "--",
+                      sys.executable, "skip.py", cwd=tmp_path, timeout=300)
+    assert capture.returncode == 0, capture.stderr
+    out = run_cli("plan", str(tmp_path / "cap"), env={"COLUMNS": "100"}).stdout
+    assert "\nstage  layers  cycles/µb" in out
+    assert "\nstages: now on IPU0, IPU2, IPU3; a plan puts stage k on IPU k\n" in out
+    assert re.search(r"IPU3 \d+\.\d% full \(model \d+\.\d%\)", flat(out))

@@ -138,6 +138,8 @@ class LayerPlan:
     table: tuple[Layer, ...] = ()
     """Every layer of the report's table (``layer_names`` leaves out tied layers folded into
     their partner)."""
+    current_ipus: list[int] = field(default_factory=list)
+    """The IPUs the report's stages run on, in pipeline order (the plan numbers its own 0..n-1)."""
 
     @property
     def throughput_change_frac(self) -> float | None:
@@ -299,6 +301,11 @@ def _view(split: Split, report: Report, layers: Sequence[Layer], costs: Sequence
                      fills_pipeline=g is None or g >= s or n == 1)
 
 
+def report_stage_ipus(report: Report) -> list[int]:
+    """The IPUs of the report's pipeline stages in order, each once."""
+    return list(dict.fromkeys(s.ipu for s in report.cfg.stages if s.ipu is not None))
+
+
 def _as_reported(report: Report, now: SplitView) -> str | None:
     """The report's own figures for the current split beside the model's (they differ by what
     the model leaves out), so that plan and analyse never show two numbers for one thing
@@ -307,12 +314,15 @@ def _as_reported(report: Report, now: SplitView) -> str | None:
     from popviz.errors import PopvizError
 
     parts = []
+    # the plan numbers its stages' IPUs 0..n-1; the report's may skip one (blocks on 0, 2, 3)
+    ids = report_stage_ipus(report)
+    index = {ipu: k for k, ipu in enumerate(ids)} if len(ids) == len(now.stages) else {}
     with contextlib.suppress(PopvizError, KeyError, ValueError):
         ipc = report.ipu_cycles()
         if len(ipc):
             top = ipc.loc[ipc["cycles_per_micro_batch"].idxmax()]
             ipu = int(top["ipu"])
-            model = {st.ipu: st.cycles for st in now.stages}.get(ipu)
+            model = {st.ipu: st.cycles for st in now.stages}.get(index.get(ipu, ipu))
             parts.append(f"IPU{ipu} {num(round(float(top['cycles_per_micro_batch'])))} cycles/µb"
                          + (f" (model {num(model)})" if model is not None else ""))
     with contextlib.suppress(PopvizError, KeyError, ValueError):
@@ -320,7 +330,7 @@ def _as_reported(report: Report, now: SplitView) -> str | None:
         if len(mem) and mem["used_pct"].notna().any():
             top = mem.loc[mem["used_pct"].idxmax()]
             ipu = int(top["ipu"])
-            model_pct = {st.ipu: st.memory_pct for st in now.stages}.get(ipu)
+            model_pct = {st.ipu: st.memory_pct for st in now.stages}.get(index.get(ipu, ipu))
             parts.append(f"IPU{ipu} {float(top['used_pct']):.1f}% full"
                          + (f" (model {model_pct:.1f}%)" if model_pct is not None else ""))
     with contextlib.suppress(PopvizError, KeyError, ValueError, TypeError):
@@ -372,7 +382,8 @@ def make_plan(report: Report, *, ipus: int | None = None, max_ipus: int | None =
     out = LayerPlan(engine=report.label, estimated=report.provenance.estimated or table.source != "debug_context",
                     layer_source=table.source, settings=settings, micro_batches=g, ipus=n,
                     exact_ipus=exact, layer_names=[x.name for x in kept],
-                    layer_roles=[x.role for x in kept], notes=notes, table=tuple(table))
+                    layer_roles=[x.role for x in kept], notes=notes, table=tuple(table),
+                    current_ipus=report_stage_ipus(report))
     if counts is not None:
         out.current = _view(planner.evaluate(costs, counts, settings), report, kept, costs, settings, g)
         as_reported = _as_reported(report, out.current) if explain else None

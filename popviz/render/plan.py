@@ -61,12 +61,19 @@ def split_table(plan: LayerPlan) -> list[str]:
     cur, new = plan.current, plan.proposed
     n = max(len(cur.stages) if cur else 0, len(new.stages) if new else 0)
     if cur is not None and new is not None:
+        # the report's stages may skip an IPU (blocks on 0, 2, 3): the rows are then its stages
+        ids = plan.current_ipus
+        renumbered = len(ids) == len(cur.stages) and ids != list(range(len(ids)))
         rows = [["", "now:", "", "", "plan:", "", ""],
-                ["IPU", "layers", "cycles/µb", "memory", "layers", "cycles/µb", "memory"]]
+                ["stage" if renumbered else "IPU", "layers", "cycles/µb", "memory", "layers", "cycles/µb",
+                 "memory"]]
         for i in range(n):
             slowest = i < len(cur.stages) and cur.stages[i].cycles == cur.bottleneck_cycles
             rows.append([f"{'◀ ' if slowest else ''}{i}", *_side(cur, i), *_side(new, i)])
-        return _grid(rows, {0, 1, 2, 3, 4, 5, 6})
+        lines = _grid(rows, {0, 1, 2, 3, 4, 5, 6})
+        if renumbered:
+            lines.append("stages: now on " + ", ".join(f"IPU{k}" for k in ids) + "; a plan puts stage k on IPU k")
+        return lines
     view = new or cur
     assert view is not None
     rows = [["IPU", "layers", "cycles/µb", "memory", "from", "to"]]
