@@ -613,3 +613,16 @@ def test_plan_names_the_stages_when_the_report_skips_an_ipu(tmp_path):
     assert "\nstage  layers  cycles/µb" in out
     assert "\nstages: now on IPU0, IPU2, IPU3; a plan puts stage k on IPU k\n" in out
     assert re.search(r"IPU3 \d+\.\d% full \(model \d+\.\d%\)", flat(out))
+
+
+def test_a_split_over_three_ipus_says_to_round_them_up():
+    """PopTorch refuses 3 IPUs unless autoRoundNumIPUs(True): the plan's code includes it."""
+    from conftest import SAMPLES
+
+    proc = run_cli("plan", str(SAMPLES / "bert_planned"), "--ipus", "3")
+    assert proc.returncode == 0, proc.stderr
+    assert "\n  opts.autoRoundNumIPUs(True)  # 3 IPUs: PopTorch reserves 4\n" in proc.stdout
+    doc = json.loads(run_cli("plan", str(SAMPLES / "bert_planned"), "--ipus", "3", "--json").stdout)
+    assert doc["code"]["auto_round_num_ipus"] == "opts.autoRoundNumIPUs(True)  # 3 IPUs: PopTorch reserves 4"
+    four = json.loads(run_cli("plan", str(SAMPLES / "bert_planned"), "--json").stdout)
+    assert four["code"]["auto_round_num_ipus"] is None

@@ -478,7 +478,12 @@ def code_dict(plan: LayerPlan) -> dict[str, Any]:
     cfg += f", matmul_proportion={amp})" if amp else ")"
     popart_amp = ("opts.setAvailableMemoryProportion({"
                   + ", ".join(f'"IPU{i}": {p}' for i, p in enumerate(amp)) + "})") if amp else None
+    n = len(plan.proposed.stages)
+    # PopTorch reserves IPUs in powers of two: 3 IPUs per replica need it to round up to 4
+    auto_round = (f"opts.autoRoundNumIPUs(True)  # {n} IPUs: PopTorch reserves {1 << (n - 1).bit_length()}"
+                  if n & (n - 1) else None)
     return {"begin_block": lines, "ipu_config": cfg, "available_memory_proportion": popart_amp,
+            "auto_round_num_ipus": auto_round,
             "split_argument": "layers_per_ipu=" + ",".join(map(str, plan.proposed.layers_per_ipu))}
 
 

@@ -204,6 +204,8 @@ def sections(plan: LayerPlan, rerun: str | None = None, plan_path: str | None = 
     block = [*code["begin_block"]]
     if code["available_memory_proportion"]:
         block.append(code["available_memory_proportion"])
+    if code["auto_round_num_ipus"]:
+        block.append(code["auto_round_num_ipus"])
     out += [("code", block), ("text", ["optimum-graphcore:"]), ("code", [code["ipu_config"]])]
     if rerun:
         where = (f" (the command recorded in {rerun_from}: read it before running it)" if rerun_from else "")
