@@ -335,12 +335,16 @@ def _as_reported(report: Report, now: SplitView) -> str | None:
                          + (f" (model {model_pct:.1f}%)" if model_pct is not None else ""))
     with contextlib.suppress(PopvizError, KeyError, ValueError, TypeError):
         # the analysis weighs the ramps by the trace's time; the plan by its own pipeline model
+        from popviz.analysis.pipeline import ramp_hidden_by_host
         from popviz.model.frames import analysis_metrics
 
-        eff = analysis_metrics(report, "pipeline").get("ramp_efficiency_frac")
+        pm = analysis_metrics(report, "pipeline")
+        hidden = ramp_hidden_by_host(pm)  # analyse then shows the count bound, as here
+        eff = pm.get("ramp_efficiency_count_frac" if hidden else "ramp_efficiency_frac")
         if eff is not None and now.ramp_efficiency_frac is not None:
-            parts.append(f"ramp efficiency {100 * eff:.1f}% (model {100 * now.ramp_efficiency_frac:.1f}%: "
-                         "its schedule of G micro-batches, the same on both sides)")
+            parts.append(f"ramp efficiency {100 * eff:.1f}%{' (count bound)' if hidden else ''} "
+                         f"(model {100 * now.ramp_efficiency_frac:.1f}%: its schedule of G micro-batches, "
+                         "the same on both sides)")
     if not parts:
         return None
     return ("now, as the report (and popviz analyse) has it: " + "; ".join(parts)
