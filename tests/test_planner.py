@@ -96,6 +96,20 @@ def test_no_fit_explanation() -> None:
     assert not any(lv.closes_gap for lv in why.levers)
 
 
+def test_halving_the_micro_batch_leaves_an_offloaded_optimizers_temporaries() -> None:
+    """With the optimizer state off chip the temporaries hold its largest tensor's state streamed
+    in, weight-sized: halving the micro-batch saves half the stash only (was: half the
+    temporaries too, 257 MiB where MEM001 said 384 KiB)."""
+    layers = [LayerCost(f"l{i}", 10, 10, weight_bytes=40, optimizer_bytes=40,
+                        activation_bytes=5, temporary_bytes=8) for i in range(4)]
+    s = PlanSettings(capacity_bytes=100, headroom_frac=0.9, offload_optimizer=True)
+    why = explain_no_fit(layers, 2, s)
+    # [2, 2]: IPU 0 = 80 weights + 5 x 2 x 3 stash + 8 temporaries: half the stash, 15
+    assert why.levers_bytes["halve_micro_batch"] == 15
+    on_chip = explain_no_fit(layers, 2, PlanSettings(capacity_bytes=100, headroom_frac=0.9))
+    assert on_chip.levers_bytes["halve_micro_batch"] == 19  # (30 + 8) // 2
+
+
 def test_no_fit_levers_that_close_the_gap() -> None:
     layers = [LayerCost(f"l{i}", 10, 10, weight_bytes=20, optimizer_bytes=40, activation_bytes=5)
               for i in range(4)]

@@ -394,15 +394,18 @@ def least_memory_split(layers: Sequence[LayerCost], n_ipus: int, settings: PlanS
     return evaluate(layers, counts, settings)
 
 
-def _scaled(layers: Sequence[LayerCost], *, optimizer_div: int = 1, activation_div: int = 1
-            ) -> list[LayerCost]:
+def _scaled(layers: Sequence[LayerCost], *, optimizer_div: int = 1, activation_div: int = 1,
+            temporaries: bool = True) -> list[LayerCost]:
+    """``temporaries``: whether the temporaries scale with the activations (not when they hold an
+    offloaded optimizer state streamed in: weight-sized, see analysis.memory_levers)."""
+    temp_div = activation_div if temporaries else 1
     return [replace(x, optimizer_bytes=x.optimizer_bytes // optimizer_div,
                     activation_bytes=x.activation_bytes // activation_div,
                     # its tied projection's share halves with it (else activation - tail goes negative)
                     tail_activation_bytes=x.tail_activation_bytes // activation_div,
-                    temporary_bytes=x.temporary_bytes // activation_div,
+                    temporary_bytes=x.temporary_bytes // temp_div,
                     recompute_bytes=x.recompute_bytes // activation_div,
-                    other_temporary_bytes=x.other_temporary_bytes // activation_div) for x in layers]
+                    other_temporary_bytes=x.other_temporary_bytes // temp_div) for x in layers]
 
 
 def _fits(layers: Sequence[LayerCost], n: int, settings: PlanSettings) -> bool:
@@ -424,6 +427,9 @@ def explain_no_fit(
     act = sum(x.activation_bytes for x in seg)
     tail = sum(x.tail_activation_bytes for x in seg)
     optimizer_used = settings.training and not settings.offload_optimizer
+    # an offloaded optimizer state streamed in is the temporaries then: they do not shrink with
+    # the micro-batch (as analysis.memory_levers has it for MEM001/MEM005)
+    temps_scale = not (settings.training and settings.offload_optimizer)
     recomputing = any(x.recompute_group is not None for x in layers)
     levers = [
         Lever("offload_optimizer", opt if optimizer_used else 0,
@@ -435,8 +441,9 @@ def explain_no_fit(
               and _fits(layers, n, replace(settings, recompute=True))),
         # half of what the stage's activations take, counted as its memory counts them: a tied
         # projection's (tail) activations are stashed once, not at the stage's depth
-        Lever("halve_micro_batch", ((act - tail) * worst.stash_depth + tail + stage_temporary_bytes(seg, settings)) // 2,
-              _fits(_scaled(layers, activation_div=2), n, settings)),
+        Lever("halve_micro_batch",
+              ((act - tail) * worst.stash_depth + tail + (stage_temporary_bytes(seg, settings) if temps_scale else 0))
+              // 2, _fits(_scaled(layers, activation_div=2, temporaries=temps_scale), n, settings)),
     ]
     peak = worst.memory_bytes
     top = min(len(layers), MAX_IPUS_SEARCHED)
