@@ -588,3 +588,22 @@ def test_the_budgets_example_in_the_docs_holds_on_an_emulated_report(tmp_path):
     assert proc.returncode == 0, proc.stdout
     assert proc.stdout.splitlines()[:2] == ["popviz: OK: 10 budget(s) hold", "estimated by the emulator's cost model, "
                                             "not measured: inference, training"]
+
+
+def test_check_findings_wrap_beside_their_code_and_unknown_metrics_one_per_line(tmp_path):
+    """At 80 columns a finding's title wrapped under its severity ("copies (fails)" at the start
+    of a line), and an engine's name and its unknown metric could land on two lines."""
+    from conftest import SAMPLES
+
+    out = run_cli("check", str(SAMPLES / "mnist_pipeline"), "--fail-on", "warning", env={"COLUMNS": "80"}).stdout
+    assert ("WARNING HIO001 inference: IPU0 waits for the host: 25.4% of its cycles in stream\n"
+            "               copies (fails)\n") in out
+    target = tmp_path / "baseline.json"
+    assert run_cli("baseline", "save", str(SAMPLES / "mnist_pipeline"), "-o", str(target)).returncode == 0
+    doc = json.loads(target.read_text())
+    doc["engines"][0]["metrics"]["pipeline.future_metric_pct"] = 12.5
+    target.write_text(json.dumps(doc))
+    out = run_cli("compare", str(target), str(SAMPLES / "mnist_pipeline"), env={"COLUMNS": "80"}).stdout
+    engine = doc["engines"][0]["name"]
+    assert ("not compared, unknown to this popviz (from a newer one, or misspelt):\n"
+            f"  {engine} pipeline.future_metric_pct\n") in out

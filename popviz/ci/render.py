@@ -96,8 +96,12 @@ def console(c: Comparison, *, all_rows: bool = False, file: IO[str] | None = Non
     for label, engines in (("only in base", c.only_base), ("only in new", c.only_new)):
         if engines:
             con.print(f"{label}: {escape(', '.join(engines))}")
-    if c.unknown_metrics:
-        con.print(f"{UNKNOWN_NOTE}: {escape(_unknown(c))}")
+    if c.unknown_metrics:  # one engine-metric pair per line: never broken inside a pair
+        con.print(f"{UNKNOWN_NOTE}:")
+        for u in c.unknown_metrics[:LIST_LINES]:
+            con.print(f"  {escape(u['engine'])} {escape(u['metric'])}", soft_wrap=True)
+        if len(c.unknown_metrics) > LIST_LINES:
+            con.print(f"  and {len(c.unknown_metrics) - LIST_LINES} more (--json lists them)")
     rows = c.rows if all_rows else [r for r in c.rows if r.verdict != "="]
     for engine in dict.fromkeys(r.engine for r in rows):  # one table per engine: names are not cut
         mine = [r for r in rows if r.engine == engine]
@@ -131,10 +135,15 @@ def console(c: Comparison, *, all_rows: bool = False, file: IO[str] | None = Non
             t.add_row(escape(b["engine"]), escape(b["metric"]), budget_value(b), escape(b["budget"]),
                       "ok" if b["ok"] else "✗ broken", style=None if b["ok"] else "red")
         con.print(t)
-    for f in c.findings:
-        state = "ignored" if f["ignored"] else "fails"
-        con.print(f"{escape(f['severity'].upper())} {escape(f['code'])} {escape(f['engine'])}: {escape(f['title'])} "
-                  f"({state})")
+    if c.findings:  # the severity and code in a column of their own: the title wraps beside them
+        grid = Table.grid(padding=(0, 1))
+        grid.add_column(no_wrap=True)
+        grid.add_column()
+        for f in c.findings:
+            state = "ignored" if f["ignored"] else "fails"
+            grid.add_row(f"{escape(f['severity'].upper())} {escape(f['code'])}",
+                         f"{escape(f['engine'])}: {escape(f['title'])} ({state})")
+        con.print(grid)
 
 
 def markdown(c: Comparison, *, all_rows: bool = False) -> str:
