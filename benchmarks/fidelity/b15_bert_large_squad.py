@@ -11,30 +11,10 @@ import sys
 import poptorch
 import torch
 from _common import batch, train_one_call
-from models import BertEmbeddings, EncoderLayer, extended_mask, place_layers
-from torch import nn
+from models import BertSquad, place_layers
 
 SEQ, G, R = 384, 64, 4
 SPLIT = [int(n) for n in sys.argv[1].split(",")] if len(sys.argv) > 1 else [3, 7, 7, 7]
-
-
-class BertSquad(nn.Module):
-    def __init__(self, vocab=30522, hidden=1024, layers=24, heads=16, ffn=4096):
-        super().__init__()
-        self.embeddings = BertEmbeddings(vocab, hidden)
-        self.layers = nn.ModuleList(EncoderLayer(hidden, heads, ffn) for _ in range(layers))
-        self.qa_outputs = nn.Linear(hidden, 2)
-
-    def forward(self, ids, types, mask, start, end):
-        x = self.embeddings(ids, types)
-        m = extended_mask(mask, x.dtype)
-        for layer in self.layers:
-            x = layer(x, m)
-        start_logits, end_logits = self.qa_outputs(x).float().split(1, dim=-1)
-        loss = poptorch.identity_loss((nn.functional.cross_entropy(start_logits.squeeze(-1), start)
-                                       + nn.functional.cross_entropy(end_logits.squeeze(-1), end)) / 2,
-                                      reduction="none")
-        return start_logits, end_logits, loss
 
 
 opts = poptorch.Options().replicationFactor(R)

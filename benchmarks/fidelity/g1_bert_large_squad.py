@@ -16,32 +16,11 @@ Run with POPVIZ_EMULATOR_ARCH=Bow. A held-out check: nothing was fitted to it.
 import poptorch
 import torch
 from _common import batch, train_one_call
-from models import BertEmbeddings, EncoderLayer, extended_mask, place_layers
-from torch import nn
+from models import BertSquad, place_layers
 
 MB, SEQ, G, D, R = 4, 384, 32, 2, 2
 SPLIT = [2, 3, 3, 3, 3, 3, 3, 4]
 MATMUL_PROPORTION = [0.08, 0.25, 0.32, 0.32, 0.36, 0.38, 0.4, 0.32]
-
-
-class BertSquad(nn.Module):
-    def __init__(self, vocab=30522, hidden=1024, layers=24, heads=16, ffn=4096):
-        super().__init__()
-        self.embeddings = BertEmbeddings(vocab, hidden, eps=1e-3)
-        self.layers = nn.ModuleList(EncoderLayer(hidden, heads, ffn, eps=1e-3, dropout=0.1, attention_dropout=0.15)
-                                    for _ in range(layers))
-        self.qa_outputs = nn.Linear(hidden, 2)
-
-    def forward(self, ids, types, mask, start, end):
-        x = self.embeddings(ids, types)
-        m = extended_mask(mask, x.dtype)
-        for layer in self.layers:
-            x = layer(x, m)
-        start_logits, end_logits = self.qa_outputs(x).float().split(1, dim=-1)
-        loss = poptorch.identity_loss((nn.functional.cross_entropy(start_logits.squeeze(-1), start)
-                                       + nn.functional.cross_entropy(end_logits.squeeze(-1), end)) / 2,
-                                      reduction="none")
-        return start_logits, end_logits, loss
 
 
 opts = poptorch.Options().replicationFactor(R).deviceIterations(D)
@@ -50,7 +29,7 @@ opts.Precision.setPartialsType(torch.half)
 opts.setAvailableMemoryProportion({f"IPU{i}": p for i, p in enumerate(MATMUL_PROPORTION)})
 opts.TensorLocations.setOptimizerLocation(
     poptorch.TensorLocationSettings().useOnChipStorage(True).useReplicatedTensorSharding(True))
-model = BertSquad()
+model = BertSquad(eps=1e-3, dropout=0.1, attention_dropout=0.15)
 place_layers(model.layers, SPLIT, checkpoint=True)
 model.half()
 n = MB * G * R * D

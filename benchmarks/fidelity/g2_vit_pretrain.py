@@ -17,34 +17,10 @@ nothing was fitted to it.
 import poptorch
 import torch
 from _common import batch, train_one_call
-from models import EncoderLayer, place_layers
-from torch import nn
+from models import ViTClassifier, place_layers
 
 MB, G, D, R = 8, 2048, 1, 4
 DROPOUT = 0.1
-
-
-class ViTPretraining(nn.Module):
-    def __init__(self, hidden=768, layers=12, heads=12, ffn=3072, labels=1000):
-        super().__init__()
-        self.patch = nn.Conv2d(3, hidden, 16, 16)
-        self.cls = nn.Parameter(torch.zeros(1, 1, hidden))
-        self.pos = nn.Parameter(torch.zeros(1, 197, hidden))
-        self.drop = nn.Dropout(DROPOUT)
-        self.layers = nn.ModuleList(EncoderLayer(hidden, heads, ffn, eps=1e-6, pre_norm=True, dropout=DROPOUT,
-                                                 attention_dropout=DROPOUT) for _ in range(layers))
-        self.norm = nn.LayerNorm(hidden, eps=1e-6)
-        self.pre_logits = nn.Sequential(nn.Linear(hidden, hidden), nn.Tanh())
-        self.classifier = nn.Linear(hidden, labels)
-
-    def forward(self, pixels, labels):
-        x = self.patch(pixels.half()).flatten(2).transpose(1, 2)
-        x = self.drop(torch.cat([self.cls.expand(x.shape[0], -1, -1), x], dim=1) + self.pos)
-        for layer in self.layers:
-            x = layer(x)
-        with poptorch.Block("head", ipu_id=3):
-            logits = self.classifier(self.pre_logits(self.norm(x[:, 0])))
-            return nn.functional.cross_entropy(logits.float(), labels, reduction="sum"), logits
 
 
 opts = poptorch.Options().deviceIterations(D).replicationFactor(R)
@@ -54,7 +30,8 @@ opts.setAvailableMemoryProportion({f"IPU{i}": 0.3 for i in range(4)})
 opts._Popart.set("defaultPrefetchBufferingDepth", 2)  # configs.yml prefetch_depth: 2
 opts.TensorLocations.setOptimizerLocation(
     poptorch.TensorLocationSettings().useOnChipStorage(True).useReplicatedTensorSharding(True))
-model = ViTPretraining()
+model = ViTClassifier(dropout=DROPOUT, attention_dropout=DROPOUT, representation=True, cast_input=True,
+                      reduction="sum")
 place_layers(model.layers, [3, 3, 3, 3], checkpoint=False)
 for layer in model.layers:  # recompute_checkpoint_every_layer: every layer's output, the last one's too
     layer.register_forward_hook(lambda m, inp, out: poptorch.recomputationCheckpoint(out))

@@ -74,6 +74,72 @@ def extended_mask(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 # ------------------------------------------------------------------------------ vision
 
 
+class BertSquad(nn.Module):
+    """Hugging Face's BertForQuestionAnswering, as the SQuAD figures ran it: embeddings, the
+    encoder layers, a 2-way span head; the loss as ``poptorch.identity_loss`` of the two
+    cross-entropies (Graphcore's and optimum-graphcore's models)."""
+
+    def __init__(self, vocab: int = 30522, hidden: int = 1024, layers: int = 24, heads: int = 16, ffn: int = 4096,
+                 eps: float = 1e-12, dropout: float = 0.0, attention_dropout: float = 0.0) -> None:
+        super().__init__()
+        self.embeddings = BertEmbeddings(vocab, hidden, eps=eps)
+        self.layers = nn.ModuleList(EncoderLayer(hidden, heads, ffn, eps=eps, dropout=dropout,
+                                                 attention_dropout=attention_dropout) for _ in range(layers))
+        self.qa_outputs = nn.Linear(hidden, 2)
+
+    def forward(self, ids, types, mask, start, end):
+        import poptorch
+
+        x = self.embeddings(ids, types)
+        m = extended_mask(mask, x.dtype)
+        for layer in self.layers:
+            x = layer(x, m)
+        start_logits, end_logits = self.qa_outputs(x).float().split(1, dim=-1)
+        loss = poptorch.identity_loss((nn.functional.cross_entropy(start_logits.squeeze(-1), start)
+                                       + nn.functional.cross_entropy(end_logits.squeeze(-1), end)) / 2,
+                                      reduction="none")
+        return start_logits, end_logits, loss
+
+
+class ViTClassifier(nn.Module):
+    """Graphcore's PipelinedViTForImageClassification (graphcore/examples vision/vit/pytorch):
+    Hugging Face's ViT-B/16 embeddings and pre-LN encoder with hidden dropout, the final norm and
+    classifier in a block on ``head_ipu``; for pre-training a 768-wide pre-logits layer
+    (``representation``), uint8 images cast on the IPU (``cast_input``) and a summed loss."""
+
+    def __init__(self, hidden: int = 768, layers: int = 12, heads: int = 12, ffn: int = 3072, labels: int = 1000,
+                 dropout: float = 0.1, attention_dropout: float = 0.0, representation: bool = False,
+                 cast_input: bool = False, reduction: str = "mean", head_ipu: int = 3) -> None:
+        super().__init__()
+        self.cast_input, self.reduction, self.head_ipu = cast_input, reduction, head_ipu
+        self.patch = nn.Conv2d(3, hidden, 16, 16)
+        self.cls = nn.Parameter(torch.zeros(1, 1, hidden))
+        self.pos = nn.Parameter(torch.zeros(1, 197, hidden))
+        self.drop = nn.Dropout(dropout)
+        self.layers = nn.ModuleList(EncoderLayer(hidden, heads, ffn, eps=1e-6, pre_norm=True, dropout=dropout,
+                                                 attention_dropout=attention_dropout) for _ in range(layers))
+        self.norm = nn.LayerNorm(hidden, eps=1e-6)
+        if representation:
+            self.pre_logits = nn.Sequential(nn.Linear(hidden, hidden), nn.Tanh())
+        self.classifier = nn.Linear(hidden, labels)
+
+    def forward(self, pixels, labels):
+        import poptorch
+
+        x = self.patch(pixels.half() if self.cast_input else pixels).flatten(2).transpose(1, 2)
+        x = self.drop(torch.cat([self.cls.expand(x.shape[0], -1, -1), x], dim=1) + self.pos)
+        for layer in self.layers:
+            x = layer(x)
+        with poptorch.Block("head", ipu_id=self.head_ipu):
+            features = self.norm(x[:, 0])
+            if hasattr(self, "pre_logits"):
+                features = self.pre_logits(features)
+            logits = self.classifier(features)
+            if self.reduction == "sum":
+                return nn.functional.cross_entropy(logits.float(), labels, reduction="sum"), logits
+            return nn.functional.cross_entropy(logits, labels), logits
+
+
 class Bottleneck(nn.Module):
     """torchvision's ResNet-50 v1.5 bottleneck (stride on the 3x3 convolution)."""
 
