@@ -351,10 +351,10 @@ def test_the_median_is_over_the_runs_with_the_newest_configuration(tmp_path):
     assert [r.id for r in median.runs["training"]] == [4, 5]
     assert side.metrics["pipeline.cycles_per_micro_batch"] == 1495.0
     assert side.config == {"device_iterations": 8}
-    assert median.label() == (f"the median of the last 2 run(s) with this configuration in {db} (#4 (d) to #5 (e)); "
+    assert median.label() == (f"the median of the last 2 run(s) with the newest run's configuration in {db} (#4 (d) to #5 (e)); "
                               "the configuration changed at #4 (d)")
     history.add(db, [engine(1000.0, device_iterations=4)], label="f")  # back to the first: one run
-    assert history.median_side(db).label() == (f"run #6 (f) with this configuration in {db}; the configuration "
+    assert history.median_side(db).label() == (f"run #6 (f) with the newest run's configuration in {db}; the configuration "
                                                "changed at #6 (f)")
     assert [r.id for r in history.median_side(db, last=3).runs["training"]] == [6]
     # each engine its own runs
@@ -383,7 +383,7 @@ def test_against_history_after_main_changed_its_split(tmp_path):
     assert same.returncode == 0, same.stdout
     assert same.stdout.splitlines()[:2] == [
         "popviz: OK: no regression (21 metric(s) compared)",
-        "base: the median of the last 2 run(s) with this configuration in h.db (#4 (c4) to #5 (c5)); the "
+        "base: the median of the last 2 run(s) with the newest run's configuration in h.db (#4 (c4) to #5 (c5)); the "
         "configuration changed at #4 (c4)"]
     back = run_cli("compare", "--against-history", "h.db", str(sides["bert_even_split"]), "--json", cwd=tmp_path)
     assert back.returncode == 1

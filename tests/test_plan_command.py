@@ -384,7 +384,7 @@ def test_several_engines_need_engine(tmp_path):
 def test_a_pipeline_deeper_than_g_is_not_proposed():
     from popviz.analysis.layer_plan import make_plan
 
-    # G = 2: N = 2 means S = 3 pipeline stages, N = 3 S = 5; PopART rejects G < S, so 1 IPU wins
+    # G = 2: N = 2 means S = 3 pipeline stages, N = 3 S = 5; PopTorch rejects G < S, so 1 IPU wins
     plan = make_plan(testing.layered_report(small_layers(), tiles_per_ipu=1, gradient_accumulation=2),
                      max_ipus=3)
     assert [v.fills_pipeline for v in plan.by_ipus.values()] == [True, False, False]
@@ -392,8 +392,14 @@ def test_a_pipeline_deeper_than_g_is_not_proposed():
     # on exactly 2 IPUs it is still the answer, with a note saying G must grow
     exact = make_plan(testing.layered_report(small_layers(), tiles_per_ipu=1, gradient_accumulation=2))
     assert exact.proposed.layers_per_ipu == [3, 1]
-    assert "G = 2 is below the proposed pipeline's S = 3 stages: PopART rejects that; raise G to 3 " \
-           "or more" in exact.notes
+    assert "G = 2 is below the proposed pipeline's S = 3 stages: PopTorch rejects that; raise G to 3 " \
+           "or more (the code below does)" in exact.notes
+    # and the code does: the check command under the emulator would otherwise fail to compile
+    from popviz.analysis.layer_plan import code_dict
+
+    assert code_dict(exact)["pipeline_depth"] == ("opts.Training.gradientAccumulation(3)  # at least the 3 "
+                                                  "pipeline stages")
+    assert code_dict(plan)["pipeline_depth"] is None
 
 
 def test_memory_findings_name_a_split_that_fits():

@@ -416,14 +416,14 @@ def make_plan(report: Report, *, ipus: int | None = None, max_ipus: int | None =
     fitting = [v for v in out.by_ipus.values() if v is not None]
     if fitting:
         # The fastest in micro-batches per second (ramp included); fewer IPUs on a tie; a
-        # pipeline deeper than G (D) only when no other fits (PopART rejects it: G must grow).
+        # pipeline deeper than G (D) only when no other fits (PopTorch rejects it: G must grow).
         out.proposed = max(fitting, key=lambda v: (v.fills_pipeline, round(v.micro_batches_per_second, 6),
                                                    -len(v.stages)))
         if not out.proposed.fills_pipeline:
             letter = "G" if settings.training else "D"
             out.notes.append(f"{letter} = {g} is below the proposed pipeline's S = "
-                             f"{out.proposed.pipeline_stages} stages: PopART rejects that; raise {letter} "
-                             f"to {out.proposed.pipeline_stages} or more")
+                             f"{out.proposed.pipeline_stages} stages: PopTorch rejects that; raise {letter} "
+                             f"to {out.proposed.pipeline_stages} or more (the code below does)")
         out.available_memory_proportion = _amp(out, report, costs)
     elif explain:
         out.shortfall = planner.explain_no_fit(costs, n, settings)
@@ -486,8 +486,13 @@ def code_dict(plan: LayerPlan) -> dict[str, Any]:
     # PopTorch reserves IPUs in powers of two: 3 IPUs per replica need it to round up to 4
     auto_round = (f"opts.autoRoundNumIPUs(True)  # {n} IPUs: PopTorch reserves {1 << (n - 1).bit_length()}"
                   if n & (n - 1) else None)
+    depth = None
+    if not plan.proposed.fills_pipeline:  # PopTorch needs G (D) >= the pipeline's stages
+        setter = "opts.Training.gradientAccumulation" if plan.settings.training else "opts.deviceIterations"
+        depth = (f"{setter}({plan.proposed.pipeline_stages})  # at least the {plan.proposed.pipeline_stages} "
+                 "pipeline stages")
     return {"begin_block": lines, "ipu_config": cfg, "available_memory_proportion": popart_amp,
-            "auto_round_num_ipus": auto_round,
+            "auto_round_num_ipus": auto_round, "pipeline_depth": depth,
             "split_argument": "layers_per_ipu=" + ",".join(map(str, plan.proposed.layers_per_ipu))}
 
 

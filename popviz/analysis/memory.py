@@ -269,8 +269,9 @@ def _model_levers(report: Report, rows: list[dict[str, Any]]) -> list[Lever]:
                 "; the optimizer state stays float32" if training else "")
         cond = ("the model runs in float32: " if prec == "float32" else
                 "if the model runs in float32 (the report does not say): ")
-        out.append((f"{cond}model.half() with float16 inputs halves the weights, activation stash"
-                    + (" and temporaries" if ml.temporaries_scale(report) else "")
+        out.append((f"{cond}model.half() with float16 inputs halves the weights"
+                    + (", activation stash and temporaries" if ml.temporaries_scale(report) else
+                       " and activation stash")
                     + f"{kept}: {'about' if prec == 'float32' else 'up to'} {nbytes(ml.apply(per_ipu, [change]))}",
                     change, prec == "float32"))
     out.sort(key=lambda lev: -(ml.apply(per_ipu, [lev[1]]) if lev[1] else 0))

@@ -446,7 +446,7 @@ class MedianBase:
                     + ", ".join(f"{e} {spans[e]}" + (f" (configuration changed at {self.changed_at[e].title})"
                                                       if e in self.changed_at else "") for e in self.runs))
         used = next(iter(self.runs.values()))
-        same = " with this configuration" if self.changed_at else ""
+        same = " with the newest run's configuration" if self.changed_at else ""
         text = (f"run {used[0].title}{same} in {where}" if len(used) == 1 else
                 f"the median of the last {len(used)} run(s){same} in {where} ({used[0].title} to {used[-1].title})")
         if len({r.id for r in self.changed_at.values()}) == 1:

@@ -206,10 +206,15 @@ def sections(plan: LayerPlan, rerun: str | None = None, plan_path: str | None = 
         block.append(code["available_memory_proportion"])
     if code["auto_round_num_ipus"]:
         block.append(code["auto_round_num_ipus"])
+    if code["pipeline_depth"]:
+        block.append(code["pipeline_depth"])
     out += [("code", block), ("text", ["optimum-graphcore:"]), ("code", [code["ipu_config"]])]
     if rerun:
         where = (f" (the command recorded in {rerun_from}: read it before running it)" if rerun_from else "")
-        out += [("text", [f"check it under the emulator before editing the model{where}:"]), ("code", [rerun])]
+        first = ("before editing the model" if plan.proposed is None or plan.proposed.fills_pipeline else
+                 f"once the script sets {'G' if plan.settings.training else 'D'} to "
+                 f"{plan.proposed.pipeline_stages} or more (PopTorch refuses fewer)")
+        out += [("text", [f"check it under the emulator {first}{where}:"]), ("code", [rerun])]
     if plan_path:
         out.append(("text", [f"plan written to {plan_path}"]))
     return out
