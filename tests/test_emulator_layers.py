@@ -163,7 +163,10 @@ def test_offloaded_optimizer_state_is_zero_but_its_largest_tensor_is_held_for_th
     # Adam: 8 bytes per element; IPU 0's largest tensor is the (tied) embedding, IPU 1's a Linear's
     assert frame.loc["embed", "temporary_bytes"] == V * H * 8
     assert frame.loc["body.2", "temporary_bytes"] >= 2 * H * H * 8
-    assert "(offloaded: 0; the IPU's largest tensor's state" in ex.popvizReport().layers.notes[2]
+    # every layer holds its own largest tensor's state while it updates, so a plan moving body.1
+    # to another IPU still counts it there (was: only the layer holding each IPU's largest tensor)
+    assert all(frame.loc[f"body.{i}", "temporary_bytes"] >= 2 * H * H * 8 for i in range(4))
+    assert "(offloaded: 0; each layer's largest tensor's state" in ex.popvizReport().layers.notes[2]
     check_sums(ex)
 
 

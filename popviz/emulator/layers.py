@@ -393,7 +393,7 @@ def layer_table(m: Measurement, setup: EngineSetup, stages: Sequence[StageEstima
     weights = dict.fromkeys(names, 0)
     elements = dict.fromkeys(names, 0)
     tbytes = dict.fromkeys(names, 0)
-    largest: dict[int, tuple[int, str]] = {}  # IPU -> its largest trainable tensor and the layer holding it
+    largest: dict[str, int] = {}  # layer -> its largest trainable tensor's elements
     for p in m.params:
         index = m.param_ops.get(p.name)
         name = at(index, p.segment) if index is not None else first_in_seg.get(p.segment, names[0])
@@ -401,9 +401,7 @@ def layer_table(m: Measurement, setup: EngineSetup, stages: Sequence[StageEstima
         if p.trainable:
             elements[name] += p.numel
             tbytes[name] += p.bytes
-            ipu = m.segments[p.segment].ipu
-            if p.numel > largest.get(ipu, (0, ""))[0]:
-                largest[ipu] = (p.numel, name)
+            largest[name] = max(largest.get(name, 0), p.numel)
     slot_bytes = sum(b for _, b in setup.optimizer_slots)
     optimizer = dict.fromkeys(names, 0)
     if setup.training and setup.optimizer_on_chip:
@@ -414,8 +412,12 @@ def layer_table(m: Measurement, setup: EngineSetup, stages: Sequence[StageEstima
         for mine in by_ipu.values():
             values = [elements[n] * slot_bytes / r for n in mine]
             optimizer.update(zip(mine, _apportion(values, int(round(sum(values)))), strict=True))
-    elif setup.training:  # offloaded: the largest tensor's state, on chip while its update runs
-        for numel, name in largest.values():
+    elif setup.training:
+        # offloaded: a tensor's state is on chip while its update runs, so each layer's largest
+        # tensor's state is one of its temporaries; an IPU's peak is the largest of its layers'
+        # (as in the report), and a plan moving layers keeps it on every IPU (was: only on the
+        # layer holding each IPU's largest tensor, so a re-split IPU without it looked 512 MiB emptier)
+        for name, numel in largest.items():
             temp[name] = max(temp[name], int(numel * slot_bytes))
     accumulators = dict.fromkeys(names, 0)
     if setup.training and setup.gradient_accumulation > 1 and setup.accumulator_on_chip:
@@ -458,8 +460,8 @@ def layer_table(m: Measurement, setup: EngineSetup, stages: Sequence[StageEstima
              "Backward cycles per operation kind (the cost model's), with the recomputed forward added; "
              "activation bytes are what each layer stashes per micro-batch; optimizer state "
              f"{slot_bytes} bytes per trainable element"
-             + (" (offloaded: 0; the IPU's largest tensor's state, held while its update runs, counts in "
-                "its layer's temporary bytes)" if not setup.optimizer_on_chip else "")
+             + (" (offloaded: 0; each layer's largest tensor's state, held while its update runs, counts in "
+                "its temporary bytes)" if not setup.optimizer_on_chip else "")
              + ("; inference: no optimizer state or stash" if not setup.training else "") + "."]
     if spanning:
         notes.append(f"{', '.join(spanning[:3])}{' ...' if len(spanning) > 3 else ''} run in more than one "
