@@ -7,6 +7,7 @@ micro-batch costs 2c backward, each weight update c/2, so a training stage's wor
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from pathlib import Path
@@ -568,7 +569,8 @@ def test_every_finding_code_and_threshold_is_documented():
     source = "".join((ROOT / "popviz" / "analysis" / f"{n}.py").read_text()
                      for n in ("pipeline", "memory", "host_io"))
     emitted = set(re.findall(r'"((?:PIPE|MEM|HIO)\d{3})"', source))
-    assert emitted == {"PIPE001", "PIPE002", "PIPE003", "PIPE004", "MEM001", "MEM002", "MEM003", "MEM004", "MEM005",
+    assert emitted == {"PIPE001", "PIPE002", "PIPE003", "PIPE004", "PIPE005", "MEM001", "MEM002", "MEM003", "MEM004",
+                       "MEM005",
                        "HIO001", "HIO002", "HIO003"}
     for code in emitted:
         assert f"`{code}`" in doc, code
@@ -849,3 +851,21 @@ def test_pipe002_reads_cleanly_after_reconciling():
     assert f.title == "Device iterations below the pipeline depth: PopTorch rejects this"
     assert f.recommendation == ("Set opts.deviceIterations(4) or more; opts.deviceIterations(27) reaches 90% ramp "
                                 "efficiency.")
+
+
+def test_three_ipus_without_auto_round_is_an_error():
+    """PopTorch refuses a process on 3 IPUs unless autoRoundNumIPUs(True); the capture records the
+    option (options.other), a profile from hardware cannot have the count."""
+    from popviz.model import ModelConfig
+
+    report = testing.pipeline_report([200_000] * 3, gradient_accumulation=16)
+    cfg = report.config
+    off = dataclasses.replace(cfg, options={**cfg.options, "other": {"auto_round_num_ipus": False}})
+    out = pipeline.analyse(report.replace(config=off))
+    f = only(out, "PIPE005")
+    assert f.severity == "error" and f.title == "3 IPUs: PopTorch reserves IPUs in powers of two and refuses this"
+    assert f.recommendation.startswith("Set opts.autoRoundNumIPUs(True) (4 IPUs reserved, 1 idle)")
+    on = dataclasses.replace(cfg, options={**cfg.options, "other": {"auto_round_num_ipus": True}})
+    assert "PIPE005" not in codes(pipeline.analyse(report.replace(config=on)))
+    assert "PIPE005" not in codes(pipeline.analyse(report))  # not recorded: a profile from hardware
+    assert isinstance(cfg, ModelConfig)

@@ -136,6 +136,7 @@ def analyse(report: Report) -> AnalysisOutput:
                "and no pipeline to fill")
         return o.out
     pipelined = strategy == "PipelinedExecution"
+    _power_of_two(report, o)
     _stage_cycles(report, o, pipelined)
     if pipelined:
         _ramp(report, o)
@@ -146,6 +147,33 @@ def analyse(report: Report) -> AnalysisOutput:
     m["num_stages"] = cfg.num_stages
     o.out.findings.sort(key=lambda f: f.code)  # balance (PIPE001) before ramp (PIPE003)
     return o.out
+
+
+# ------------------------------------------------------------------------------- IPU count
+
+def _power_of_two(report: Report, o: Collector) -> None:
+    """PIPE005: PopTorch reserves IPUs in powers of two and refuses a model whose process would
+    use 3 (popart_compiler CompilerImpl.cpp) unless ``autoRoundNumIPUs(True)``, an offline target
+    or the IPU Model. Checked only where the capture recorded the option (a profile from hardware
+    cannot have such a count)."""
+    cfg = report.cfg
+    other = cfg.options.get("other") if isinstance(cfg.options.get("other"), dict) else {}
+    if other.get("auto_round_num_ipus") is not False or other.get("connection_type") == 2 or other.get("use_model"):
+        return
+    per_replica = max(cfg.stage_ipus) + 1
+    processes = max(1, int(other.get("Distributed.num_distributed_processes") or 1))
+    local = max(1, (cfg.replication_factor or 1) // processes)
+    n = per_replica * local
+    if n & (n - 1) == 0:
+        return
+    rounded = 1 << (n - 1).bit_length()
+    o.find("PIPE005", "error", f"{n} IPUs: PopTorch reserves IPUs in powers of two and refuses this",
+           f"the stages use IPU0 to IPU{per_replica - 1} ({per_replica} IPUs per replica × {local} replica(s) "
+           f"in the process = {n}); PopTorch must reserve {rounded} and, with autoRoundNumIPUs off, stops at "
+           "compile (\"The model specifies the use of {n} IPUs, however PopTorch must reserve a minimum of "
+           f"{rounded}…\")".replace("{n}", str(n)),
+           f"Set opts.autoRoundNumIPUs(True) ({rounded} IPUs reserved, {rounded - n} idle), or place the blocks "
+           "on a power-of-two number of IPUs (`popviz plan --ipus N` splits the layers).")
 
 
 # ------------------------------------------------------------------------------------------- ramp
