@@ -142,3 +142,15 @@ def test_mem001_says_when_its_levers_do_not_close_the_gap_and_offers_only_those_
                     "opts.TensorLocations.setAccumulatorLocation(poptorch.TensorLocationSettings()"
                     ".useOnChipStorage(False)) (saves about 1,610,809,344 B (1.5 GiB)): not enough: IPU1 "
                     "must shed 2,234,541,671 B (2.1 GiB) to be under 80% of its memory.")
+
+
+def test_mem005_offers_no_recomputation_to_layers_that_already_recompute():
+    """PopTorch recomputes a multi-IPU pipeline's stages by default (the layers' recompute_group):
+    checkpoints cannot shrink the stash further, and popviz plan offers no recompute lever."""
+    layers = _linear_layers()
+    recomputing = layers.__class__([dataclasses.replace(x, recompute_group=0 if x.ipu == 0 else None)
+                                    for x in layers], notes=layers.notes)
+    rec = memory.analyse(_report(OOM, dtype="float32", on_chip=True, layers=recomputing)).findings[0].recommendation
+    assert "recomputation saves" not in rec
+    assert "recomputation saves" in memory.analyse(
+        _report(OOM, dtype="float32", on_chip=True, layers=_linear_layers())).findings[0].recommendation

@@ -249,7 +249,10 @@ def _model_levers(report: Report, rows: list[dict[str, Any]]) -> list[Lever]:
         out.append((f"gradient accumulators off chip save {nbytes(cats['gradientAccumulators'])}: "
                     "opts.TensorLocations.setAccumulatorLocation("
                     "poptorch.TensorLocationSettings().useOnChipStorage(False))", ml.offload_accumulators, True))
-    if training and stash:
+    # already recomputing by the report's layers (checkpoints or PopTorch's pipeline default):
+    # nothing more to gain this way, as popviz plan has it
+    recomputing = report.layers is not None and any(x.recompute_group is not None for x in report.layers)
+    if training and stash and not recomputing:
         out.append((f"recomputation saves up to about {nbytes(stash // 2)} of the {nbytes(stash)} "
                     "activation stash: poptorch.recomputationCheckpoint(x) on each layer's output "
                     "(optimum-graphcore: recompute_checkpoint_every_layer)", ml.recompute, True))
