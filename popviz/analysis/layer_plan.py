@@ -20,6 +20,7 @@ from popviz.analysis import pipeline_time, planner
 from popviz.analysis.planner import DEFAULT_HEADROOM_FRAC, PlanSettings, Shortfall, Split
 from popviz.analysis.throughput import small_products_share
 from popviz.errors import UsageError
+from popviz.model.numbers import reserved_ipus
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -484,8 +485,8 @@ def code_dict(plan: LayerPlan) -> dict[str, Any]:
                   + ", ".join(f'"IPU{i}": {p}' for i, p in enumerate(amp)) + "})") if amp else None
     n = len(plan.proposed.stages)
     # PopTorch reserves IPUs in powers of two: 3 IPUs per replica need it to round up to 4
-    auto_round = (f"opts.autoRoundNumIPUs(True)  # {n} IPUs: PopTorch reserves {1 << (n - 1).bit_length()}"
-                  if n & (n - 1) else None)
+    auto_round = (f"opts.autoRoundNumIPUs(True)  # {n} IPUs: PopTorch reserves {reserved_ipus(n)}"
+                  if reserved_ipus(n) != n else None)
     depth = None
     if not plan.proposed.fills_pipeline:  # PopTorch needs G (D) >= the pipeline's stages
         setter = "opts.Training.gradientAccumulation" if plan.settings.training else "opts.deviceIterations"

@@ -24,7 +24,7 @@ from popviz.analysis.thresholds import (
 from popviz.analysis.throughput import pessimistic_caution
 from popviz.model import ModelConfig, Report
 from popviz.model.aggregate import cycle_totals
-from popviz.model.numbers import tied_for_most
+from popviz.model.numbers import reserved_ipus, tied_for_most
 
 NAME = "pipeline"
 SLOWEST_STAGE_CAUTION = ("small products are overcharged, so check which stage is slowest on hardware before "
@@ -164,14 +164,14 @@ def _power_of_two(report: Report, o: Collector) -> None:
     processes = max(1, int(other.get("Distributed.num_distributed_processes") or 1))
     local = max(1, (cfg.replication_factor or 1) // processes)
     n = per_replica * local
-    if n & (n - 1) == 0:
+    rounded = reserved_ipus(n)
+    if rounded == n:
         return
-    rounded = 1 << (n - 1).bit_length()
     o.find("PIPE005", "error", f"{n} IPUs: PopTorch reserves IPUs in powers of two and refuses this",
            f"the stages use IPU0 to IPU{per_replica - 1} ({per_replica} IPUs per replica × {local} replica(s) "
            f"in the process = {n}); PopTorch must reserve {rounded} and, with autoRoundNumIPUs off, stops at "
-           "compile (\"The model specifies the use of {n} IPUs, however PopTorch must reserve a minimum of "
-           f"{rounded}…\")".replace("{n}", str(n)),
+           f"compile (\"The model specifies the use of {n} IPUs, however PopTorch must reserve a minimum of "
+           f"{rounded}…\")",
            f"Set opts.autoRoundNumIPUs(True) ({rounded} IPUs reserved, {rounded - n} idle), or place the blocks "
            "on a power-of-two number of IPUs (`popviz plan --ipus N` splits the layers).")
 

@@ -35,6 +35,7 @@ from popviz.model import (
     Stage,
     Target,
 )
+from popviz.model.numbers import reserved_ipus
 
 # ------------------------------------------------------------------------------ the estimate
 
@@ -306,7 +307,7 @@ def num_ipus(stages: Sequence[StageEstimate], setup: EngineSetup) -> int:
     """IPUs one replica uses (rounded up to a power of two with autoRoundNumIPUs)."""
     n = max(s.ipu for s in stages) + 1
     if setup.auto_round_num_ipus:
-        n = 1 << (n - 1).bit_length()
+        n = reserved_ipus(n)
     return n
 
 

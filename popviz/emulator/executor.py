@@ -51,7 +51,7 @@ from popviz.emulator.measure import measuring
 from popviz.emulator.options import Options
 from popviz.emulator.precision import upcasting
 from popviz.model import HostTensor
-from popviz.model.numbers import wall_seconds
+from popviz.model.numbers import reserved_ipus, wall_seconds
 from popviz.paths import as_component
 
 MAX_IPUS_PER_INSTANCE = 64
@@ -232,7 +232,7 @@ class PoplarExecutor(Batching, DeviceState):
         with autoRoundNumIPUs(True), which the split's note tells the user to set."""
         structure = self.__dict__.get("_structure")
         ipus = max(structure.split.values()) + 1 if structure is not None and structure.split else 1
-        return ipus & (ipus - 1) != 0
+        return reserved_ipus(ipus) != ipus
 
     def _check_power_of_two(self, ipus: int) -> None:
         """PopTorch reserves IPUs in powers of two on hardware (popart_compiler CompilerImpl.cpp,
@@ -240,10 +240,10 @@ class PoplarExecutor(Batching, DeviceState):
         (then ``costmodel.num_ipus`` has already rounded) or it compiles for an offline target or
         the IPU Model, which take any number."""
         o = self._options
-        if (ipus & (ipus - 1) == 0 or o.auto_round_num_ipus or self._split_rounds()
+        rounded = reserved_ipus(ipus)
+        if (rounded == ipus or o.auto_round_num_ipus or self._split_rounds()
                 or o.connection_type == ConnectionType.Never or (o.exists("use_model") and o.use_model)):
             return
-        rounded = 1 << (ipus - 1).bit_length()
         raise Error(f"The model specifies the use of {ipus} IPUs, however PopTorch must reserve a minimum of "
                     f"{rounded} in order to allow the model to run, because PopTorch must reserve a power of 2 "
                     "or maximum of 64 IPUs per process. Please reconfigure your model to use a different number "

@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 from popviz.block_names import user_path
 from popviz.emulator.structure import DEPTH_ENV, ROOT_NAME, LayerSetupError, Structure
 from popviz.model import Layer, LayerTable
+from popviz.model.numbers import reserved_ipus
 
 if TYPE_CHECKING:
     import torch
@@ -235,8 +236,8 @@ def prepare(model: torch.nn.Module) -> Structure:
     detail = f"{plan.ipus} IPUs" if what == plan.describe() else f"{plan.describe()} over {plan.ipus} IPUs"
     note = (f"Blocks re-placed by --split {what} ({detail}); the script's own BeginBlock/Block placements "
             "were ignored.")
-    if plan.ipus & (plan.ipus - 1):
-        rounded = 1 << (plan.ipus - 1).bit_length()
+    rounded = reserved_ipus(plan.ipus)
+    if rounded != plan.ipus:
         note += (f" PopTorch reserves IPUs in powers of two: the script needs opts.autoRoundNumIPUs(True) for "
                  f"{plan.ipus} IPUs, which this estimate assumes ({rounded} reserved, {rounded - plan.ipus} idle).")
     return dataclasses.replace(structure, split=mapping, split_note=note)

@@ -37,3 +37,9 @@ def wall_seconds(secs: float) -> str:
     if secs < 0.1:
         return f"{secs * 1e3:.0f} ms"
     return f"{secs:.2f} s" if secs < 10 else f"{secs:.0f} s"
+
+
+def reserved_ipus(n: int) -> int:
+    """The IPUs PopTorch reserves for a process using ``n``: the next power of two
+    (popart_compiler ``roundUpNumIPUs``); ``n`` itself when it is one."""
+    return 1 << (n - 1).bit_length() if n > 1 else max(n, 1)
