@@ -383,7 +383,7 @@ def weight_update_cycles(stages: Sequence[StageEstimate], setup: EngineSetup, ip
             cycles += 2 * elements * slot_bytes / spec.per_cycle(hw.STREAMING_MEMORY_BYTES_PER_SECOND)
         r = setup.system_replicas
         if r > 1:
-            ring = spec.per_cycle(spec.ipu_link_bytes_per_second) * ring_directions(r)
+            ring = allreduce_bytes_per_cycle(spec)
             cycles += 2 * (r - 1) / r * grad_bytes / ring + hw.INTER_IPU_COPY_CYCLES
             if setup.optimizer_sharded:
                 # each replica updates 1/R of the weights (its shard of the state), then all-gathers
@@ -394,11 +394,10 @@ def weight_update_cycles(stages: Sequence[StageEstimate], setup: EngineSetup, ip
     return out
 
 
-def ring_directions(replicas: int) -> int:
-    """How many times one IPU-Link's bandwidth a ring collective among ``replicas`` gets: GCL's
-    bi-directional ring pair for 3 or more (``hw.ALLREDUCE_RING_DIRECTIONS``); 2 replicas already
-    use both directions of their one link."""
-    return hw.ALLREDUCE_RING_DIRECTIONS if replicas > 2 else 1
+def allreduce_bytes_per_cycle(spec: hw.IpuSpec) -> float:
+    """Bytes per cycle one IPU sends round a replicas' ring collective: ``ALLREDUCE_EFFICIENCY``
+    of one IPU-Link (measured on two public figures; see ``hardware.py``)."""
+    return spec.per_cycle(spec.ipu_link_bytes_per_second) * hw.ALLREDUCE_EFFICIENCY
 
 
 def _transfer(nbytes: int, setup: EngineSetup, ipus_per_replica: int, prepare: bool = False):
