@@ -132,7 +132,7 @@ def test_mem001_says_when_its_levers_do_not_close_the_gap_and_offers_only_those_
     ipu0, ipu1 = [f.recommendation for f in out.findings if f.code == "MEM001"]
     assert "Levers that fit" not in ipu0 + ipu1
     assert ipu0.startswith("Levers (none enough alone, nor all together: they save 1,611,202,560 B (1.5 GiB) "
-                           "of the 2,233,034,343 B (2.1 GiB) that would get IPU0 under 80% of its memory): "
+                           "of the 2,138,977,076 B (2.0 GiB) that would get IPU0 under 90% of its memory): "
                            "(1) the gradient accumulators are 54% of IPU0's bytes")
     # the micro-batch lever counts the stash only (the emulator: 655,360 B less on IPU0 at half the batch)
     assert ipu0.endswith("keep the global batch (saves about 393,216 B (384.0 KiB)).")
@@ -141,7 +141,7 @@ def test_mem001_says_when_its_levers_do_not_close_the_gap_and_offers_only_those_
     assert ipu1 == ("The gradient accumulators are 54% of IPU1's bytes: keep them off chip with "
                     "opts.TensorLocations.setAccumulatorLocation(poptorch.TensorLocationSettings()"
                     ".useOnChipStorage(False)) (saves about 1,610,809,344 B (1.5 GiB)): not enough: IPU1 "
-                    "must shed 2,234,541,671 B (2.1 GiB) to be under 80% of its memory.")
+                    "must shed 2,140,484,404 B (2.0 GiB) to be under 90% of its memory.")
 
 
 def test_mem005_offers_no_recomputation_to_layers_that_already_recompute():
@@ -154,3 +154,20 @@ def test_mem005_offers_no_recomputation_to_layers_that_already_recompute():
     assert "recomputation saves" not in rec
     assert "recomputation saves" in memory.analyse(
         _report(OOM, dtype="float32", on_chip=True, layers=_linear_layers())).findings[0].recommendation
+
+
+def test_mem001_offers_model_half_as_mem005_does_with_the_same_bytes():
+    """A float32 model: each IPU's MEM001 offers model.half(), and the two IPUs' savings add up to
+    what MEM005 promises for the whole model (one lever, one figure)."""
+    out = memory.analyse(_report(OOM_FIX, dtype="float32", on_chip=False))
+    whole = next(f for f in out.findings if f.code == "MEM005").recommendation
+    assert ("(2) the model runs in float32: model.half() with float16 inputs halves the weights and activation "
+            "stash; the optimizer state and gradient accumulators stay float32 (PopTorch's accum types): about "
+            "806,846,464 B (769.5 MiB)") in whole
+    ipu0, ipu1 = [f.recommendation for f in out.findings if f.code == "MEM001"]
+    assert "(2) the model runs in float32: model.half()" in ipu0 and "(2) the model runs in float32" in ipu1
+    assert "(saves about 403,095,552 B (384.4 MiB))" in ipu0 and "(saves about 403,750,912 B (385.0 MiB))" in ipu1
+    assert 403_095_552 + 403_750_912 == 806_846_464
+    # a float16 model is not offered it
+    half = memory.analyse(_report(OOM_FIX, dtype="float16", on_chip=False))
+    assert not any("model.half()" in f.recommendation for f in half.findings if f.code == "MEM001")

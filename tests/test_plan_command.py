@@ -632,3 +632,17 @@ def test_a_split_over_three_ipus_says_to_round_them_up():
     assert doc["code"]["auto_round_num_ipus"] == "opts.autoRoundNumIPUs(True)  # 3 IPUs: PopTorch reserves 4"
     four = json.loads(run_cli("plan", str(SAMPLES / "bert_planned"), "--json").stdout)
     assert four["code"]["auto_round_num_ipus"] is None
+
+
+def test_default_budget_is_the_fill_analyse_warns_above():
+    """A split `popviz plan` proposes at its default budget must not draw MEM003 once captured:
+    the CLI's default, the planner's and the memory analysis's threshold are one fraction."""
+    import argparse
+
+    from popviz.analysis.planner import DEFAULT_HEADROOM_FRAC
+    from popviz.analysis.thresholds import IPU_FULL_FRAC
+    from popviz.commands.plan import add_arguments
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    assert parser.parse_args(["r"]).headroom == DEFAULT_HEADROOM_FRAC == IPU_FULL_FRAC == 0.9

@@ -219,6 +219,20 @@ def _closing(report: Report, rows: list[dict[str, Any]], levers: list[Lever], ov
             f"{pct(together / over, 0)} of the {nbytes(over)} over: not enough.")
 
 
+def _half_text(report: Report) -> str:
+    """The ``model.half()`` lever's words (MEM005's and each IPU's): what it halves and what stays
+    float32, conditional when the report does not record the model's precision."""
+    training = report.cfg.mode == "training"
+    kept = ("; the optimizer state and gradient accumulators stay float32 (PopTorch's accum types)"
+            if training and ml.accumulators_typed(report) else
+            "; the optimizer state stays float32" if training else "")
+    cond = ("the model runs in float32: " if ml.precision(report) == "float32" else
+            "if the model runs in float32 (the report does not say): ")
+    return (f"{cond}model.half() with float16 inputs halves the weights"
+            + (", activation stash and temporaries" if ml.temporaries_scale(report) else " and activation stash")
+            + kept)
+
+
 Lever = tuple[str, "ml.Change | None", bool]
 """(text, what it changes in the categories, whether its saving is certain rather than an upper bound)."""
 
@@ -267,16 +281,8 @@ def _model_levers(report: Report, rows: list[dict[str, Any]]) -> list[Lever]:
     prec = ml.precision(report)
     if per_ipu and prec != "float16":
         change = ml.to_float16(report)
-        kept = ("; the optimizer state and gradient accumulators stay float32 (PopTorch's accum types)"
-                if training and ml.accumulators_typed(report) else
-                "; the optimizer state stays float32" if training else "")
-        cond = ("the model runs in float32: " if prec == "float32" else
-                "if the model runs in float32 (the report does not say): ")
-        out.append((f"{cond}model.half() with float16 inputs halves the weights"
-                    + (", activation stash and temporaries" if ml.temporaries_scale(report) else
-                       " and activation stash")
-                    + f"{kept}: {'about' if prec == 'float32' else 'up to'} {nbytes(ml.apply(per_ipu, [change]))}",
-                    change, prec == "float32"))
+        out.append((f"{_half_text(report)}: {'about' if prec == 'float32' else 'up to'} "
+                    f"{nbytes(ml.apply(per_ipu, [change]))}", change, prec == "float32"))
     out.sort(key=lambda lev: -(ml.apply(per_ipu, [lev[1]]) if lev[1] else 0))
     if not out:
         out.append(("offload the optimizer state, recompute activations, lower the micro-batch "
@@ -461,6 +467,9 @@ def _levers(report: Report, row: dict[str, Any], rows: list[dict[str, Any]], no_
                    f"{2 * (cfg.num_stages - i) - 1} micro-batches; halve the micro-batch size and "
                    "double gradientAccumulation to keep the global batch")
         changes[out[-1]] = ml.halve_micro_batch(report) if (stash or op_temps) else None
+    if cats and ml.precision(report) == "float32":  # as MEM005 offers it (sized only when certain)
+        out.append(_half_text(report))
+        changes[out[-1]] = ml.to_float16(report)
     if not out:
         out.append(_fallback(report, row, nal, no_fit))
     mine = [(k, dict(cats))] if cats else []

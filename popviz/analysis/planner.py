@@ -21,8 +21,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-DEFAULT_HEADROOM_FRAC = 0.9
-"""Default fraction of each IPU's memory a plan may fill."""
+from popviz.analysis.thresholds import IPU_FULL_FRAC
+
+DEFAULT_HEADROOM_FRAC = IPU_FULL_FRAC
+"""Default fraction of each IPU's memory a plan may fill: the fill above which the memory analysis
+warns (MEM003), so that a split the plan proposes is not then flagged by ``popviz analyse``."""
 
 PIN_FIRST = "first"
 PIN_LAST = "last"

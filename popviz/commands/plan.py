@@ -53,7 +53,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="try every number of IPUs from 1 to N and propose the fastest (throughput "
                         "of each shown)")
     p.add_argument("--headroom", metavar="FRAC", type=_headroom, default=0.9,
-                   help="fraction of each IPU's memory a split may fill (default 0.9)")
+                   help="fraction of each IPU's memory a split may fill (default 0.9, the fill above "
+                        "which popviz analyse warns: MEM003)")
     p.add_argument("--calibrate", metavar="EMULATED",
                    help="REPORT is a real profile without per-layer costs: spread its measured "
                         "per-stage cycles and memory over the layers of EMULATED (an emulated report "
