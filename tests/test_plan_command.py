@@ -619,6 +619,9 @@ def test_plan_names_the_stages_when_the_report_skips_an_ipu(tmp_path):
     assert "\nstage  layers  cycles/µb" in out
     assert "\nstages: now on IPU0, IPU2, IPU3; a plan puts stage k on IPU k\n" in out
     assert re.search(r"IPU3 \d+\.\d% full \(model \d+\.\d%\)", flat(out))
+    # PopTorch reserves IPUs 0-3 for it: two IPUs free two, not one ("now 3; it frees 1" before)
+    two = flat(run_cli("plan", str(tmp_path / "cap"), "--ipus", "2").stdout)
+    assert "the best split on 2 IPUs (now 3 of the 4 PopTorch reserves); it frees 2 IPUs per replica" in two
 
 
 def test_a_split_over_three_ipus_says_to_round_them_up():

@@ -8,6 +8,7 @@ from typing import Any
 from popviz import escape
 from popviz.analysis._common import num
 from popviz.analysis.layer_plan import LayerPlan, SplitView, code_dict
+from popviz.model.numbers import reserved_ipus
 from popviz.units import fmt_bytes
 
 JSON_FORMAT = "popviz-plan-result"
@@ -172,12 +173,16 @@ def sections(plan: LayerPlan, rerun: str | None = None, plan_path: str | None = 
         lines.append(ramp)
         change = plan.throughput_change_frac or 0.0
         n_new, n_cur = len({st.ipu for st in new.stages}), len({st.ipu for st in cur.stages})
-        other_ipus = n_new != n_cur
+        # what PopTorch reserves per replica: IPUs 0 to the highest used, to a power of two
+        r_new, r_cur = (reserved_ipus(max(st.ipu for st in v.stages) + 1) for v in (new, cur))
+        other_ipus = n_new != n_cur or r_new != r_cur
         if other_ipus or plan.improves:  # another IPU count (asked for): say what it takes or frees
-            d = abs(n_cur - n_new)
-            ipus = (f": the best split on {n_new} IPUs (now {n_cur}); it "
-                    f"{'frees' if n_new < n_cur else 'takes'} {d}{'' if n_new < n_cur else ' more'} "
-                    f"IPU{'s' if d != 1 else ''} per replica") if other_ipus else ""
+            d = abs(r_cur - r_new)
+            now = f"now {n_cur}" if n_cur == r_cur else f"now {n_cur} of the {r_cur} PopTorch reserves"
+            held = (f"{'frees' if r_new < r_cur else 'takes'} {d}{'' if r_new < r_cur else ' more'} "
+                    f"IPU{'s' if d != 1 else ''} per replica" if d else
+                    f"reserves the same {r_new} IPUs per replica")
+            ipus = f": the best split on {n_new} IPUs ({now}); it {held}" if other_ipus else ""
             lines.append(f"predicted throughput {change:+.1%} "
                          f"({cur.micro_batches_per_second:,.1f} → {new.micro_batches_per_second:,.1f} "
                          f"micro-batches/s){ipus}")
