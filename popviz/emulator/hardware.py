@@ -122,8 +122,9 @@ of 9,000-18,000 gives B9 +3 to −15%, B3 +17 to +5%, B5 +38 to +15%, P1 −6 to
 −29 to −40%, with the same mean error (18-19%) across it; 15,000 would bring B5 within 25% at the
 cost of B10 and P1, and B10 would lose its "likely pessimistic" note, so 9,000 stays. The same
 CNN on SDK 3.0 (E1, held out) is +52%: eight runs of it on SDKs 2.4-3.0 agree at ~32,500 items/s
-and SDK 3.1's B9 is 1.43 times that, the Bow's clock over the Mk2's, so B9 probably ran on a Bow and
-this CNN wants ~45% more cycles than the model gives (docs/emulator.md, "Eight runs of one CNN"),
+and SDK 3.1's B9 is 1.46 times that, close to the Bow's clock over the Mk2's (1.39), so B9
+probably ran on a Bow and this CNN wants ~45% more cycles than the model gives (docs/emulator.md,
+"Eight runs of one CNN"),
 while B10's trace wants fewer for its smaller convolutions: no value of this constant gives both.
 Measured error per case: docs/emulator.md's fidelity table."""
 
