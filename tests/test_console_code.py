@@ -79,3 +79,28 @@ def test_an_opening_bracket_goes_to_the_next_line_with_its_code():
     lines = ["".join(p for p, _ in line) for line in wrap_code_prose(prose, 60)]
     assert lines == ["Lower the available memory proportion",
                      "(opts.setAvailableMemoryProportion) or move blocks off IPU1."]
+
+
+def test_a_number_is_never_separated_from_its_unit_at_a_line_break():
+    from popviz.render.text import prewrap, words
+
+    assert words("in 976.1 µs, 357,417,792 B (340.9 MiB) free; 3 stages") == [
+        "in", "976.1 µs,", "357,417,792 B", "(340.9 MiB)", "free;", "3", "stages"]
+    # 'B' breaks before the parenthesis, never between the figure and its unit
+    assert prewrap("IPU1 62.0% (21.1 points less, 357,417,792 B (340.9 MiB) free)", 44) == (
+        "IPU1 62.0% (21.1 points less, 357,417,792 B\n(340.9 MiB) free)")
+    assert prewrap("  one call in 976.1 µs per micro-batch", 20) == "  one call in\n  976.1 µs per\n  micro-batch"
+    # the recommendation's wrapper keeps them together too
+    lines = ["".join(piece for piece, _ in line) for line in
+             wrap_code_prose("saves about 160,108,032 B (152.7 MiB) of it", 30)]
+    assert lines == ["saves about 160,108,032 B", "(152.7 MiB) of it"]
+
+
+def test_console_at_80_columns_keeps_figures_with_their_units():
+    from conftest import run_cli
+
+    out = run_cli("analyse", str(SAMPLES / "oom_model"), env={"COLUMNS": "80"}).stdout
+    out += run_cli("analyse", str(SAMPLES / "lightning_pipeline"), env={"COLUMNS": "80"}).stdout
+    # no line (nor panel row) starts with a unit whose figure ended the line before
+    assert not re.search(r"\d\n[│ ]*(?:B|KiB|MiB|GiB|ms|µs)\b", out)
+    assert "(16.1 KiB)" in out and "saves about 160,108,032 B" in out

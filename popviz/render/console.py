@@ -43,10 +43,17 @@ def _engine(console, engine: EngineResult, ignored: frozenset[str] = frozenset()
     from rich.padding import Padding
     from rich.panel import Panel
     from rich.table import Table
+    from rich.text import Text as RichText
 
-    Text = escape.text  # every value shown here may hold names from files
     r = engine.report
     prose = min(console.width, PROSE_WIDTH)
+    label = max(len("execution"), len("batching"))
+
+    def Text(value: str, style: str | None = None):
+        # every value shown here may hold names from files; wrapped here so that a number keeps
+        # its unit (rich would break at any space): panel borders and padding 4, the label, 2
+        return RichText(text.prewrap(escape.term(value), console.width - 4 - label - 2), style=style or "")
+
     head = Table.grid(padding=(0, 2))
     head.add_column(style="bold", no_wrap=True)
     head.add_column(overflow="fold")
@@ -74,16 +81,19 @@ def _engine(console, engine: EngineResult, ignored: frozenset[str] = frozenset()
         if out.caption:
             from rich.text import Text as RichText
 
-            console.print(Padding(RichText(escape.term_lines(out.caption), style="dim"), (0, 0, 0, 1),
-                                  expand=False), width=prose)
+            console.print(Padding(RichText(text.prewrap(escape.term_lines(out.caption), prose - 1), style="dim"),
+                                  (0, 0, 0, 1), expand=False), width=prose)
         if has_table or out.caption:
             console.print()
     for f in engine.findings:
         console.print(_finding(f, prose, ignored=f.code in ignored), width=prose)
     if engine.not_checked:
+        from rich.text import Text as RichText
+
         console.print("[dim]not checked:[/]")
         for n in engine.not_checked:
-            console.print(Padding(Text(f"{n.analysis}: {n.check} — {n.reason}", style="dim"),
+            console.print(Padding(RichText(text.prewrap(escape.term(f"{n.analysis}: {n.check} — {n.reason}"),
+                                                        prose - 2), style="dim"),
                                   (0, 0, 0, 2), expand=False), width=prose)
     if result_has_analyses(engine) and not engine.findings:
         console.print("[green]no findings[/]")
@@ -110,7 +120,7 @@ def _finding(f, width: int, ignored: bool = False):  # -> rich.table.Table
     body.append(escape.term(f.title), style="bold")
     if ignored:
         body.append(f" ({text.IGNORED_MARK})", style="dim")
-    body.append(f"\n{escape.term(f.evidence)}")
+    body.append("\n" + text.prewrap(escape.term(f.evidence), width - SEVERITY_COLUMN - 1))
     rec = Text(no_wrap=True, overflow="ignore")
     lines = text.wrap_code_prose(f.recommendation, width - SEVERITY_COLUMN - 2)
     for k, line in enumerate(lines):
@@ -131,6 +141,7 @@ def render(result: Result, file: IO[str] | None = None, width: int | None = None
     console = Console(file=escape.CommandSafeFile(file) if file is not None else None, width=width,
                       highlight=False)
     from rich.padding import Padding
+    from rich.text import Text as RichText
 
     Text = escape.text
     for w in result.warnings:
@@ -138,7 +149,8 @@ def render(result: Result, file: IO[str] | None = None, width: int | None = None
     prose = min(console.width, PROSE_WIDTH)
     console.print("[bold]summary[/]")
     for line in text.summary_lines(result):
-        console.print(Padding(Text(line), (0, 0, 0, 1), expand=False), width=prose)
+        console.print(Padding(RichText(text.prewrap(escape.term(line), prose - 1)), (0, 0, 0, 1), expand=False),
+                      width=prose)
     console.print()
     runs = text.run_groups(result)
     for run, engines in runs:

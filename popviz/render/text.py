@@ -263,6 +263,48 @@ def _code_breaks(code: str, chars: str = "(,.") -> list[str]:
     return pieces
 
 
+UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "kB", "KB", "MB", "GB", "TB", "ns", "us", "µs", "ms", "s",
+         "GHz", "MHz", "GB/s", "MB/s", "TB/s", "cycles", "cycle")
+"""Units a number is never separated from at a line break ("976.1" on one line, "µs" on the next
+read as two figures)."""
+_UNIT_NAMES = "|".join(re.escape(u) for u in sorted(UNITS, key=len, reverse=True))
+_UNIT = re.compile(rf"(?:{_UNIT_NAMES})(?![A-Za-z0-9])")
+
+
+def words(line: str) -> list[str]:
+    """``line`` split at its spaces, except between a number and its unit ("976.1 µs",
+    "357,417,792 B (340.9 MiB)" breaks only before "(")."""
+    out: list[str] = []
+    for token in line.split(" "):
+        if out and out[-1][-1:].isdigit() and _UNIT.match(token):
+            out[-1] += " " + token
+        else:
+            out.append(token)
+    return out
+
+
+def prewrap(value: str, width: int) -> str:
+    """``value`` wrapped at ``width`` with :func:`words` (a number stays with its unit), each line's
+    leading spaces kept as the indent of its continuation lines; existing line breaks kept. For
+    text a renderer would otherwise wrap at any space (rich)."""
+    width = max(width, 20)
+    out = []
+    for line in value.split("\n"):
+        body = line.lstrip(" ")
+        indent = line[:len(line) - len(body)]
+        cur = indent
+        for w in words(body):
+            if not w:
+                continue
+            if cur.strip() and len(cur) + 1 + len(w) > width:
+                out.append(cur)
+                cur = indent + w
+            else:
+                cur = (cur + " " + w) if cur.strip() else cur + w
+        out.append(cur)
+    return "\n".join(out)
+
+
 def wrap_code_prose(prose: str, width: int) -> list[list[tuple[str, bool]]]:
     """Lines of (text, is_code) pieces no wider than ``width`` where possible: prose wraps at
     spaces; code (``code_spans``) starts a new line when it does not fit, and breaks only where
@@ -314,7 +356,7 @@ def wrap_code_prose(prose: str, width: int) -> list[list[tuple[str, bool]]]:
                     newline("    " if k else "")
                 put(part, True)
             continue
-        for k, token in enumerate(piece.split(" ")):
+        for k, token in enumerate(words(piece)):
             if not token:
                 continue
             # words are separated by a space; the first attaches to what came before (".", ";")
