@@ -107,7 +107,7 @@ def _sections(plan: LayerPlan, rerun: str | None, plan_path: str | None,
 def text_lines(plan: LayerPlan, rerun: str | None = None, plan_path: str | None = None,
                width: int | None = None, *, rerun_from: str | None = None) -> list[str]:
     """The console view, line by line; prose wrapped at ``width`` (tables and code never)."""
-    import textwrap
+    from popviz.render.text import words
 
     out = []
     for kind, lines in _sections(plan, rerun, plan_path, rerun_from):
@@ -117,8 +117,14 @@ def text_lines(plan: LayerPlan, rerun: str | None = None, plan_path: str | None 
             elif kind == "text" and width and len(line) > width:
                 first = line[:len(line) - len(line.lstrip())]
                 lead = "  " if line.startswith(("- ", "note: ")) else first or " "
-                out += textwrap.wrap(line.lstrip(), width, initial_indent=first, subsequent_indent=lead,
-                                     break_on_hyphens=False, break_long_words=False)
+                cur = first
+                for w in words(line.lstrip()):  # a number stays with its unit
+                    if w and cur.strip() and len(cur) + 1 + len(w) > width:
+                        out.append(cur)
+                        cur = lead + w
+                    elif w:
+                        cur = f"{cur} {w}" if cur.strip() else cur + w
+                out.append(cur)
             else:
                 out.append(line)
     return [escape.defuse_commands(line) for line in out]  # a wrapped name may start a line
