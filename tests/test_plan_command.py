@@ -212,6 +212,12 @@ def test_rerun_command_from_the_capture_record(small, tmp_path):
     lost = run_cli("plan", str(small), cwd=tmp_path)
     assert ("-- python bert.py --x 'a b'  # from the directory holding bert.py (recorded: /nonexistent/checkout)"
             in lost.stdout) and "cd " not in lost.stdout
+    # captured with --calls 1: the check runs one call too (not the whole script's loop on the CPU)
+    record.update(cwd=str(tmp_path), environment={"POPVIZ_EMULATOR_CALLS": "1"})
+    (small / "popviz-run.json").write_text(json.dumps(record))
+    once = run_cli("plan", str(small), cwd=tmp_path)
+    assert "  popviz capture --emulate --calls 1 --split layers_per_ipu=3,1 -o small-split -- python bert.py" \
+        in once.stdout
 
 
 def test_no_engine_with_layers_is_one_line_without_a_double_negative():

@@ -157,7 +157,10 @@ def rerun_command(report: Report, split_arg: str, plan_path: str | None = None) 
     if plan_path is not None:  # a file: as the command's working directory finds it
         split_arg = str(Path(plan_path).resolve()) if elsewhere else shown(plan_path)
     out_text = str(out.resolve()) if elsewhere else shown(out)
-    line = (f"popviz capture --emulate --split {shlex.quote(split_arg)} -o {shlex.quote(out_text)} -- "
+    env = doc.get("environment")
+    calls = env.get("POPVIZ_EMULATOR_CALLS") if isinstance(env, dict) else None
+    calls_arg = f" --calls {int(calls)}" if isinstance(calls, str) and calls.strip().isdigit() else ""
+    line = (f"popviz capture --emulate{calls_arg} --split {shlex.quote(split_arg)} -o {shlex.quote(out_text)} -- "
             + shlex.join(cmd))
     if elsewhere:
         return f"cd {shlex.quote(cwd)} && {line}"
