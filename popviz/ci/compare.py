@@ -23,6 +23,9 @@ REGRESSED, IMPROVED, WITHIN, SAME, NEW, GONE, MOVED = "regressed", "improved", "
 TRADED = "traded"
 PLACED_METRIC = re.compile(r"^(pipeline\.stage\d+|memory\.ipu\d+)\.")
 """Figures of one stage or one IPU: not like for like when the split changed."""
+FILL_METRICS = ("memory.max_used_pct", "memory.fullest_tile_pct")
+"""The fullest IPU's and the fullest tile's fill: traded, not regressed, by a new split that is
+faster and keeps them under the memory analysis's thresholds (:func:`_trade`)."""
 SHARE_METRICS = ("pipeline.ramp_efficiency_pct", "pipeline.utilisation_pct")
 """Shares of a call's time: a faster call can have lower ones (it saved more busy time than idle
 time), so they do not fail by default when the call itself got faster (verdict ``traded``)."""
@@ -210,7 +213,7 @@ def compare(base: list[EngineMetrics], new: list[EngineMetrics], rules: list[Rul
             if resplit and v in (REGRESSED, IMPROVED) and PLACED_METRIC.match(name):
                 v = MOVED
             out.rows.append(Row(eb.label, name, d.unit, vb, vn, spec, v))
-        _trade(out.rows, eb.label, rules)
+        _trade(out.rows, eb.label, rules, resplit=resplit)
     check_unit_rules(rules, {r.metric for r in out.rows})
     return out
 
@@ -233,15 +236,25 @@ def config_changes(engine: str, base: dict[str, Any], new: dict[str, Any]) -> tu
     return out, resplit
 
 
-def _trade(rows: list[Row], engine: str, rules: list[Rule]) -> None:
+def _trade(rows: list[Row], engine: str, rules: list[Rule], resplit: bool = False) -> None:
     """An engine's regressed time shares become ``traded`` when its call got faster beyond the
     threshold (and no speed figure regressed), unless a configuration or ``--fail`` rule names
-    the share: then it gates as asked."""
+    the share: then it gates as asked. So do the fullest IPU's and the fullest tile's fill when
+    the split changed and they stay under ``IPU_FULL_FRAC`` / ``TILE_FULL_FRAC`` (where ``popviz
+    analyse`` warns and ``popviz plan``'s budget ends): a faster split moves layers, and their
+    memory, onto emptier IPUs on purpose."""
+    from popviz.analysis.thresholds import IPU_FULL_FRAC, TILE_FULL_FRAC
+
     mine = {r.metric: r for r in rows if r.engine == engine}
     speed = [mine[m].verdict for m in SPEED_METRICS if m in mine]
     if IMPROVED not in speed or REGRESSED in speed:
         return
-    for name in SHARE_METRICS:
+    names = [*SHARE_METRICS]
+    for name, limit in zip(FILL_METRICS, (IPU_FULL_FRAC, TILE_FULL_FRAC), strict=True):
+        fill = mine.get(name)
+        if resplit and fill is not None and fill.new is not None and fill.new <= 100 * limit:
+            names.append(name)
+    for name in names:
         row = mine.get(name)
         if row is not None and row.verdict == REGRESSED and not any(fnmatch.fnmatchcase(name, r.pattern)
                                                                     for r in rules):
