@@ -623,6 +623,7 @@ def test_a_faster_split_that_fills_the_fullest_ipu_more_but_under_90_percent_is_
     assert not doc["failed"], doc["headline"]
     assert verdicts["memory.max_used_pct"] == verdicts["memory.fullest_tile_pct"] == "traded"
     assert verdicts["pipeline.call_cycles_per_micro_batch"] == IMPROVED
+    assert "2 memory fill(s) under 90% traded for a faster split" in doc["headline"]
     # over 90%: a regression, as analyse warns there
     full = write(tmp_path, "full", [1000, 1500, 1500, 1000], blocks=new_blocks, memory_frac=[0.33, 0.3, 0.95, 0.3])
     doc = json.loads(run_cli("compare", str(base), str(full), "--json").stdout)

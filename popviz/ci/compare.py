@@ -125,9 +125,11 @@ class Comparison:
         if parts:
             return "popviz: FAIL: " + "; ".join(parts)
         improved = sum(r.verdict == IMPROVED for r in self.rows)
-        traded = sum(r.verdict == TRADED for r in self.rows)
+        shares = sum(r.verdict == TRADED and r.metric not in FILL_METRICS for r in self.rows)
+        fills = sum(r.verdict == TRADED and r.metric in FILL_METRICS for r in self.rows)
         extra = (f", {improved} improved" if improved else "") + (
-            f", {traded} time share(s) traded for a faster call" if traded else "")
+            f", {shares} time share(s) traded for a faster call" if shares else "") + (
+            f", {fills} memory fill(s) under 90% traded for a faster split" if fills else "")
         if not self.rows and self.budgets:
             return f"popviz: OK: {len(self.budgets)} budget(s) hold"
         held = f", {len(self.budgets)} budget(s) hold" if self.budgets else ""
