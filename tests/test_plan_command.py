@@ -655,3 +655,21 @@ def test_default_budget_is_the_fill_analyse_warns_above():
     parser = argparse.ArgumentParser()
     add_arguments(parser)
     assert parser.parse_args(["r"]).headroom == DEFAULT_HEADROOM_FRAC == IPU_FULL_FRAC == 0.9
+
+
+def test_max_ipus_beyond_the_layers_tries_as_many_as_they_fill(small):
+    """--max-ipus N tries 1..N (docs/plan.md): with fewer layers than N it tries 1..layers and
+    says so (it was an error)."""
+    proc = run_cli("plan", str(small), "--max-ipus", "12", env={"COLUMNS": "200"})
+    assert proc.returncode == 0, proc.stderr
+    assert "note: --max-ipus 12: 6 layers fill at most 6 IPUs (one layer per IPU), so 1 to 6 are tried" \
+        in proc.stdout
+    # the per-IPU column divides by the IPUs PopTorch reserves (3 of them reserve 4)
+    assert ("per IPU: over the IPUs PopTorch reserves (3 reserve 4, 5 reserve 8, 6 reserve 8: IPU counts round "
+            "up to a power of two)") in proc.stdout
+    doc = json.loads(run_cli("plan", str(small), "--max-ipus", "12", "--json").stdout)
+    three = next(r for r in proc.stdout.splitlines() if re.match(r"^3 ", r)).split()
+    mbps = next(v for k, v in doc["by_ipus"].items() if k == "3")["micro_batches_per_second"]
+    assert three[3] == f"{mbps:,.1f}" and three[4] == f"{mbps / 4:,.2f}"
+    # --ipus N beyond the layers stays an error: that exact split cannot exist
+    assert run_cli("plan", str(small), "--ipus", "12").returncode == 2

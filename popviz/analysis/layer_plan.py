@@ -397,6 +397,10 @@ def make_plan(report: Report, *, ipus: int | None = None, max_ipus: int | None =
     elif any(x.ipu is not None for x in table):
         out.notes.append("the current placement is not one contiguous run of layers per IPU: it is "
                          "not compared")
+    if n > len(costs) and not exact:  # --max-ipus N tries 1..N: those the layers allow
+        out.notes.append(f"--max-ipus {n}: {len(costs)} layers fill at most {len(costs)} IPUs (one layer "
+                         f"per IPU), so 1 to {len(costs)} are tried")
+        n = out.ipus = len(costs)
     if n > len(costs):
         raise UsageError(f"{n} IPUs for {len(costs)} layers: at most {len(costs)} (one layer per IPU)")
     if exact:

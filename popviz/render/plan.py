@@ -165,9 +165,12 @@ def sections(plan: LayerPlan, rerun: str | None = None, plan_path: str | None = 
                          ("G < S" if plan.settings.training else "D < S") if not v.fills_pipeline
                          else f"{100 * v.ramp_efficiency_frac:.1f}%" if v.ramp_efficiency_frac else "–",
                          f"{v.micro_batches_per_second:,.1f}",
-                         f"{v.micro_batches_per_second / k:,.2f}", vs])
+                         f"{v.micro_batches_per_second / reserved_ipus(k):,.2f}", vs])
         out.append(("table", _grid(rows, {1, 2, 3, 4, 5})))
-        lines = [""]
+        odd = [k for k in plan.by_ipus if reserved_ipus(k) != k]
+        lines = [f"per IPU: over the IPUs PopTorch reserves ({', '.join(f'{k} reserve {reserved_ipus(k)}' for k in odd)}: "
+                 "IPU counts round up to a power of two)"] if odd else []
+        lines.append("")
         out.append(("text", lines))
     else:
         lines.append("")
