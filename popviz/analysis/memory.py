@@ -477,27 +477,33 @@ def _levers(report: Report, row: dict[str, Any], rows: list[dict[str, Any]], no_
     if not any(saving.get(lev) for lev in out):
         return out[:MAX_MEMORY_LEVERS], ""
     need = max(0, row["used_bytes"] - int(IPU_FULL_FRAC * cap)) if cap else 0
-    ranked = sorted(out, key=lambda lev: -(saving.get(lev) or 0))  # stable: fit order on ties
-    sized = all(saving.get(lev) for lev in out)  # unsized levers are never cut for sized ones
-    shown = []
-    for lev in ranked[:MAX_MEMORY_LEVERS]:
+    # the levers the report sizes, largest saving first, as many as close the gap; then every one
+    # it cannot size (never dropped for one it can: it may be the one that helps)
+    sized = sorted((lev for lev in out if saving.get(lev)), key=lambda lev: -saving[lev])  # stable
+    unsized = [lev for lev in out if not saving.get(lev)]
+    shown: list[str] = []
+    for lev in sized[:MAX_MEMORY_LEVERS]:
         shown.append(lev)
-        if sized and need and ml.apply(mine, [changes[x] for x in shown]) >= need:
+        if need and ml.apply(mine, [changes[x] for x in shown]) >= need:
             break
-    text = [lev + (f" (saves about {nbytes(saving[lev])})" if saving.get(lev) else "") for lev in shown]
-    if not (sized and need and mine):
+    n = len(shown)
+    text = [lev + f" (saves about {nbytes(saving[lev])})" for lev in shown] + unsized
+    if not (need and mine):
         return text, ""
     together = ml.apply(mine, [changes[x] for x in shown])
     goal = f"IPU{k} under {pct(IPU_FULL_FRAC, 0)} of its memory"
+    rest = (f"; ({n + 1}) cannot be sized" if len(unsized) == 1 else
+            f"; ({n + 1}) to ({len(text)}) cannot be sized" if unsized else "")
     if together >= need:
-        verdict = ("it alone gets " if len(shown) == 1 else
-                   "(1) alone gets " if ml.apply(mine, [changes[shown[0]]]) >= need else
-                   f"(1) to ({len(shown)}) together get ") + goal
-        return text, ("" if len(shown) == 1 else verdict)
-    if len(shown) == 1:
+        if len(text) == 1:
+            return text, ""
+        return text, ("(1) alone gets " if ml.apply(mine, [changes[shown[0]]]) >= need else
+                      f"(1) to ({n}) together get ") + goal
+    if n == 1 and not unsized:
         return text, f"not enough: IPU{k} must shed {nbytes(need)} to be under {pct(IPU_FULL_FRAC, 0)} of its memory"
-    return text, (f"none enough alone, nor all together: they save {nbytes(together)} of the "
-                  f"{nbytes(need)} that would get {goal}")
+    which = "none enough alone, nor all together" if n > 1 else "(1) is not enough"
+    return text, (f"{which}: {'they save' if n > 1 else 'it saves'} {nbytes(together)} of the "
+                  f"{nbytes(need)} that would get {goal}{rest}")
 
 
 def _fallback(report: Report, row: dict[str, Any], nal: float | None, no_fit: bool) -> str:
