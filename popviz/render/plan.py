@@ -107,7 +107,7 @@ def _sections(plan: LayerPlan, rerun: str | None, plan_path: str | None,
 def text_lines(plan: LayerPlan, rerun: str | None = None, plan_path: str | None = None,
                width: int | None = None, *, rerun_from: str | None = None) -> list[str]:
     """The console view, line by line; prose wrapped at ``width`` (tables and code never)."""
-    from popviz.render.text import words
+    from popviz.render.text import wrap_words
 
     out = []
     for kind, lines in _sections(plan, rerun, plan_path, rerun_from):
@@ -117,14 +117,7 @@ def text_lines(plan: LayerPlan, rerun: str | None = None, plan_path: str | None 
             elif kind == "text" and width and len(line) > width:
                 first = line[:len(line) - len(line.lstrip())]
                 lead = "  " if line.startswith(("- ", "note: ")) else first or " "
-                cur = first
-                for w in words(line.lstrip()):  # a number stays with its unit
-                    if w and cur.strip() and len(cur) + 1 + len(w) > width:
-                        out.append(cur)
-                        cur = lead + w
-                    elif w:
-                        cur = f"{cur} {w}" if cur.strip() else cur + w
-                out.append(cur)
+                out += wrap_words(line.lstrip(), width, first, lead)  # a number stays with its unit
             else:
                 out.append(line)
     return [escape.defuse_commands(line) for line in out]  # a wrapped name may start a line

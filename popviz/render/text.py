@@ -283,25 +283,33 @@ def words(line: str) -> list[str]:
     return out
 
 
+def wrap_words(body: str, width: int, first: str = "", lead: str = "") -> list[str]:
+    """``body`` (one line) wrapped at ``width`` with :func:`words` (a number stays with its unit):
+    the first line starts with ``first``, the others with ``lead``."""
+    out = []
+    cur = first
+    for w in words(body):
+        if not w:
+            continue
+        if cur.strip() and len(cur) + 1 + len(w) > width:
+            out.append(cur)
+            cur = lead + w
+        else:
+            cur = (cur + " " + w) if cur.strip() else cur + w
+    out.append(cur)
+    return out
+
+
 def prewrap(value: str, width: int) -> str:
-    """``value`` wrapped at ``width`` with :func:`words` (a number stays with its unit), each line's
-    leading spaces kept as the indent of its continuation lines; existing line breaks kept. For
-    text a renderer would otherwise wrap at any space (rich)."""
+    """``value`` wrapped at ``width`` with :func:`wrap_words`, each line's leading spaces kept as
+    the indent of its continuation lines; existing line breaks kept. For text a renderer would
+    otherwise wrap at any space (rich)."""
     width = max(width, 20)
     out = []
     for line in value.split("\n"):
         body = line.lstrip(" ")
         indent = line[:len(line) - len(body)]
-        cur = indent
-        for w in words(body):
-            if not w:
-                continue
-            if cur.strip() and len(cur) + 1 + len(w) > width:
-                out.append(cur)
-                cur = indent + w
-            else:
-                cur = (cur + " " + w) if cur.strip() else cur + w
-        out.append(cur)
+        out += wrap_words(body, width, indent, indent)
     return "\n".join(out)
 
 
