@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from popviz.analysis import memory_levers as ml
+from popviz.analysis import planner
 from popviz.analysis._common import mib, nbytes, pct
 from popviz.analysis.findings import AnalysisOutput, Collector
 from popviz.analysis.thresholds import (
@@ -265,7 +266,7 @@ def _model_levers(report: Report, rows: list[dict[str, Any]]) -> list[Lever]:
                     "poptorch.TensorLocationSettings().useOnChipStorage(False))", ml.offload_accumulators, True))
     # already recomputing by the report's layers (checkpoints or PopTorch's pipeline default):
     # nothing more to gain this way, as popviz plan has it
-    recomputing = report.layers is not None and any(x.recompute_group is not None for x in report.layers)
+    recomputing = report.layers is not None and planner.recomputes(report.layers)
     if training and stash and not recomputing:
         out.append((f"recomputation saves up to about {nbytes(stash // 2)} of the {nbytes(stash)} "
                     "activation stash: poptorch.recomputationCheckpoint(x) on each layer's output "

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from popviz.analysis.thresholds import IPU_FULL_FRAC
 
@@ -415,6 +416,12 @@ def _fits(layers: Sequence[LayerCost], n: int, settings: PlanSettings) -> bool:
     return plan(layers, n, settings, exact_n=True).best is not None
 
 
+def recomputes(layers: Sequence[Any]) -> bool:
+    """Whether the layers already recompute (a checkpoint group, or PopTorch's default for a
+    multi-IPU pipeline): recomputation is then no lever (plan's and MEM005's)."""
+    return any(x.recompute_group is not None for x in layers)
+
+
 def explain_no_fit(
     layers: Sequence[LayerCost], n_ipus: int, settings: PlanSettings
 ) -> Shortfall:
@@ -433,7 +440,7 @@ def explain_no_fit(
     # an offloaded optimizer state streamed in is the temporaries then: they do not shrink with
     # the micro-batch (as analysis.memory_levers has it for MEM001/MEM005)
     temps_scale = not (settings.training and settings.offload_optimizer)
-    recomputing = any(x.recompute_group is not None for x in layers)
+    recomputing = recomputes(layers)
     levers = [
         Lever("offload_optimizer", opt if optimizer_used else 0,
               optimizer_used and _fits(layers, n, replace(settings, offload_optimizer=True))),

@@ -124,12 +124,14 @@ class Comparison:
             parts.append("findings: " + ", ".join(f"{f['engine']} {f['code']}" for f in self.failing_findings))
         if parts:
             return "popviz: FAIL: " + "; ".join(parts)
+        from popviz.analysis.thresholds import IPU_FULL_FRAC
+
         improved = sum(r.verdict == IMPROVED for r in self.rows)
         shares = sum(r.verdict == TRADED and r.metric not in FILL_METRICS for r in self.rows)
         fills = sum(r.verdict == TRADED and r.metric in FILL_METRICS for r in self.rows)
         extra = (f", {improved} improved" if improved else "") + (
             f", {shares} time share(s) traded for a faster call" if shares else "") + (
-            f", {fills} memory fill(s) under 90% traded for a faster split" if fills else "")
+            f", {fills} memory fill(s) under {IPU_FULL_FRAC:.0%} traded for a faster split" if fills else "")
         if not self.rows and self.budgets:
             return f"popviz: OK: {len(self.budgets)} budget(s) hold"
         held = f", {len(self.budgets)} budget(s) hold" if self.budgets else ""
