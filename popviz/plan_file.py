@@ -208,7 +208,7 @@ __all__ = ["FORMAT", "FORMAT_VERSION", "PlanFile", "from_split", "is_counts", "p
 def from_split(layers: Sequence[Any], cost_names: Sequence[str], layers_per_stage: Sequence[int],
                engine: str | None = None) -> PlanFile:
     """The plan file of a planner split: ``layers`` are the report's layers (``name``, ``role``),
-    ``cost_names`` the names of the planner's layer costs in order (``planner.layer_costs``: tied
+    ``cost_names`` the names of the planner's layer costs in order (``layer_costs.layer_costs``: tied
     layers folded into their partner), ``layers_per_stage`` the split's counts of those costs
     (``Split.layers_per_ipu``; stage ``i`` on IPU ``i``). Placements and counts are of the movable
     (role ``layer``) layers, as ``--split`` takes them."""

@@ -427,7 +427,8 @@ def layered_report(layers: LayerTable, *, code_bytes: int = 0, mode: str | None 
     overall backward/forward ratio); IPU ``i`` holds what :mod:`popviz.analysis.planner` says
     its layers need at their stash depth, plus ``code_bytes``. Other arguments go to
     :func:`pipeline_report` (``memory_level`` defaults to ``"ipu"``)."""
-    from popviz.analysis.planner import PlanSettings, evaluate, layer_costs
+    from popviz.analysis.layer_costs import layer_costs
+    from popviz.analysis.planner import PlanSettings, evaluate
 
     if any(x.ipu is None for x in layers):
         raise ValueError("every layer needs an IPU (build the table with layers_per_ipu)")

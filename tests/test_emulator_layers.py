@@ -125,6 +125,11 @@ def test_layers_of_a_pipelined_model_with_a_tied_head():
     # are not the last) the forward again
     assert by["body.0"].bwd_cycles == 208_801
     assert "Recomputation: Pipeline" in ex.popvizReport().provenance.notes[5]
+    # of that backward, the forward again (what a re-split that stops recomputing it takes out);
+    # the last forward stage (the tied head, back on IPU0) recomputes nothing
+    assert table.recomputation == "Pipeline" and by["body.0"].recompute_cycles == 70_401
+    assert {x.name: x.recompute_cycles for x in table if x.stage == 2} == {"norm": 0, "proj": 0}
+    assert not any(x.checkpoint for x in table)
     # recomputed stages stash no activation of their own layers (no checkpoint); the last stage does
     assert by["body.0"].activation_bytes == 0 and by["norm"].activation_bytes > 0
     assert by["body.0"].temporary_bytes > 0

@@ -206,3 +206,19 @@ def test_real_pipeline_stash_backward_layers_and_notes():
     stage0 = [x for x in layers if x.stage == 0]
     assert sum(x.bwd_cycles for x in stage0) == est.stages[0].backward_cycles
     assert sum(x.activation_bytes for x in stage0) == est.stages[0].saved_bytes
+
+
+def test_layers_record_their_recomputed_forward_and_checkpoints_for_the_plan():
+    """l0-l2 make a checkpoint; stage 1 (l2, l3) is the last: l2 is recomputed up to its
+    checkpoint, l3 after it is not. Each recomputed layer's recompute_cycles is its forward (all of
+    its operations run again), and the stages' sums are the estimate's recompute cycles."""
+    est, report = _pipeline(checkpoint=True)
+    table = report.layers
+    by = {x.name: x for x in table.layers}
+    assert table.recomputation == "Pipeline"
+    assert [by[f"layers.{i}"].checkpoint for i in range(4)] == [True, True, True, False]
+    assert [by[f"layers.{i}"].recompute_cycles == by[f"layers.{i}"].fwd_cycles for i in range(3)] == [True] * 3
+    assert by["layers.3"].recompute_cycles == 0
+    for stage in (0, 1):
+        assert sum(x.recompute_cycles for x in table.layers if x.stage == stage) == pytest.approx(
+            est.stages[stage].recompute_cycles, abs=2)

@@ -432,7 +432,7 @@ def test_memory_findings_name_a_split_that_fits():
 
 
 def test_the_hint_on_an_out_of_memory_split_does_not_call_its_modelled_rate_a_gain():
-    """The current split of oom_model cannot run: the plan's 22% is against what it would do."""
+    """The current split of oom_model cannot run: the plan's 44% is against what it would do."""
     from popviz import load
     from popviz.analysis import analyse
 
@@ -441,8 +441,29 @@ def test_the_hint_on_an_out_of_memory_split_does_not_call_its_modelled_rate_a_ga
     engine = analyse(load(SAMPLES / "oom_model")).engines[0]
     mem = next(f for f in engine.findings if f.code == "MEM001")
     assert mem.recommendation.endswith(
-        "`popviz plan` finds a split within 90% of each IPU's memory (the current one does not fit at all), 22% "
+        "`popviz plan` finds a split within 90% of each IPU's memory (the current one does not fit at all), 44% "
         "faster than the current split would be: layers_per_ipu=[3, 5].")
+
+
+def test_without_a_profile_the_ramp_is_weighed_by_the_estimates_layers_as_plan_does():
+    """oom_model never ran (no execution profile), but its estimate has per-layer cycles: IPU0 is
+    the slowest stage in every pipeline cycle it works in, so the ramp costs almost nothing. The
+    count bound (80%, 'raise G to 18') would contradict the plan's 99.9%."""
+    from popviz import load
+    from popviz.analysis import analyse
+    from popviz.analysis.layer_plan import make_plan
+
+    from conftest import SAMPLES
+
+    report = load(SAMPLES / "oom_model")["training"]
+    engine = analyse(load(SAMPLES / "oom_model")).engines[0]
+    p = engine.metrics["pipeline"]
+    assert (p["ramp_efficiency_basis"], round(p["ramp_efficiency_frac"], 4), p["ramp_efficiency_count_frac"],
+            p["micro_batches_for_target"]) == ("model", 0.9986, 0.8, 8)
+    assert "PIPE003" not in {f.code for f in engine.findings}
+    plan = make_plan(report)
+    assert round(plan.current.ramp_efficiency_frac, 4) == 0.9986
+    assert any("ramp efficiency 99.9% (model 99.9%" in n for n in plan.notes)
 
 
 def tied_head_table(layers_per_ipu):

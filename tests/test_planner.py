@@ -196,8 +196,8 @@ def test_pipeline_cycles_by_hand() -> None:
 
 
 def test_a_tied_projection_back_on_the_first_ipu_is_a_stage_of_its_own() -> None:
+    from popviz.analysis.layer_costs import layer_costs
     from popviz.analysis.pipeline_time import pipeline_cycles, refine, stage_work
-    from popviz.analysis.planner import layer_costs
     from popviz.testing import layer_table
 
     t = layer_table([100] + [1000] * 6 + [1500], names=["emb", *(f"l{i}" for i in range(6)), "mlm"],
@@ -223,8 +223,8 @@ def test_a_head_returning_to_ipu0_is_an_extra_stage_not_an_extra_ipu() -> None:
     4 IPUs (the heads run in a fifth stage on IPU 0), never proposes ipus_per_replica=5."""
     from dataclasses import replace
 
+    from popviz.analysis.layer_costs import extra_stages, layer_costs, returning_heads
     from popviz.analysis.layer_plan import current_counts, make_plan, planned_layers
-    from popviz.analysis.planner import extra_stages, layer_costs, returning_heads
     from popviz.model import LayerTable
     from popviz.testing import layer_table, layered_report
 
@@ -271,3 +271,67 @@ def test_recomputed_activations_of_one_interval_are_live_together() -> None:
     big = [LayerCost(f"l{i}", 10, activation_bytes=4_000, recompute_bytes=100, recompute_group=0) for i in range(3)]
     levers = {lv.name: lv for lv in explain_no_fit(big, 1, s).levers}
     assert (levers["recompute"].saved_bytes, levers["recompute"].closes_gap) == (0, False)
+
+
+def _pipeline_recomputed(checkpoint_on: int | None = None):
+    """Four layers, 100 forward cycles each; the report split them [2, 2] under PopART's Pipeline
+    recomputation: IPU0's recompute (backward 200 + the forward again 100), IPU1's, the last
+    stage without checkpoints, do not (backward 200)."""
+    from popviz.analysis.planner import LayerCost, PlanSettings
+
+    layers = [LayerCost(f"l{i}", fwd_cycles=100, bwd_cycles=300 if i < 2 else 200,
+                        recompute_cycles=100 if i < 2 else 0, checkpoint=i == checkpoint_on)
+              for i in range(4)]
+    return layers, PlanSettings(capacity_bytes=1 << 40, pipeline_recompute=True)
+
+
+def test_pipeline_recomputation_follows_the_split_into_and_out_of_the_last_stage() -> None:
+    from dataclasses import replace
+
+    from popviz.analysis.pipeline_time import stage_work
+    from popviz.analysis.planner import evaluate
+
+    layers, settings = _pipeline_recomputed()
+    cycles = {tuple(c): [st.cycles for st in evaluate(layers, c, settings).stages]
+              for c in ([2, 2], [1, 3], [3, 1], [4])}
+    # l1 enters the last stage and loses its recomputation; l2 leaves it and gains its forward;
+    # on one IPU nothing is recomputed
+    assert cycles == {(2, 2): [800, 600], (1, 3): [400, 900], (3, 1): [1200, 300], (4,): [1200]}
+    assert stage_work(layers, [1, 3], settings) == [(0, 100, 300), (1, 300, 600)]
+    # a checkpoint on l2: the last stage recomputes up to it (l1 keeps 100, l2 gains 100)
+    marked, _ = _pipeline_recomputed(checkpoint_on=2)
+    assert [st.cycles for st in evaluate(marked, [1, 3], settings).stages] == [400, 1100]
+    assert stage_work(marked, [1, 3], settings) == [(0, 100, 300), (1, 300, 800)]
+    # any other recomputation type: the report's cycles wherever the layers go
+    fixed = replace(settings, pipeline_recompute=False)
+    assert [st.cycles for st in evaluate(layers, [1, 3], fixed).stages] == [400, 1000]
+
+
+def test_the_exact_plan_uses_the_same_stage_cycles_as_evaluate_under_pipeline_recomputation() -> None:
+    from popviz.analysis.planner import evaluate, plan
+
+    layers, settings = _pipeline_recomputed()
+    result = plan(layers, 2, settings, exact_n=True)
+    # slowest stage: [2, 2] 800, [1, 3] 900, [3, 1] 1200
+    assert result.best is not None and result.best.layers_per_ipu == [2, 2] and result.best.bottleneck_cycles == 800
+    for counts in ([1, 3], [2, 2], [3, 1]):
+        assert evaluate(layers, counts, settings).bottleneck_cycles == {(1, 3): 900, (2, 2): 800, (3, 1): 1200}[
+            tuple(counts)]
+    assert [st.cycles for st in result.best.stages] == [800, 600]
+    assert plan(layers, 4, settings).by_ipus[1].bottleneck_cycles == 1200  # one IPU: nothing recomputed
+
+
+def test_layer_costs_carry_the_recomputed_cycles_and_checkpoints_and_the_plan_reads_the_type() -> None:
+    from popviz.analysis.layer_costs import layer_costs
+    from popviz.analysis.layer_plan import settings_for
+    from popviz.model import Layer, LayerTable
+    from popviz.testing import layered_report
+
+    table = LayerTable(layers=(
+        Layer("l0", stage=0, ipu=0, fwd_cycles=100, bwd_cycles=300, recompute_cycles=100, checkpoint=True),
+        Layer("l1", stage=1, ipu=1, fwd_cycles=100, bwd_cycles=200)), recomputation="Pipeline")
+    costs = layer_costs(table.layers)
+    assert [(c.recompute_cycles, c.checkpoint) for c in costs] == [(100, True), (0, False)]
+    report = layered_report(table)
+    assert settings_for(report, costs)[0].pipeline_recompute is True
+    assert settings_for(report.replace(layers=LayerTable(table.layers)), costs)[0].pipeline_recompute is False

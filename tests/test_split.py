@@ -258,7 +258,7 @@ docs/emulator.md."""
 
 
 def test_done_when_plan_then_split(tmp_path):
-    from popviz.analysis import planner
+    from popviz.analysis import layer_costs, planner
     from popviz.plan_file import from_split
 
     even = capture(tmp_path, "even", *BERT_ARGS)
@@ -271,9 +271,9 @@ def test_done_when_plan_then_split(tmp_path):
     assert [(s.ipu, s.blocks) for s in even.config.stages] == [
         (0, ("embeddings", "layers.0-1")), (1, ("layers.2-3",)), (2, ("layers.4-5",)), (3, ("layers.6-7",)),
         (0, ("mlm+loss",))]
-    costs = planner.layer_costs(layers.layers)
+    costs = layer_costs.layer_costs(layers.layers)
     assert [c.name for c in costs] == ["embeddings"] + [f"layers.{i}" for i in range(8)]
-    assert planner.extra_stages(layers.layers) == 1  # the tied projection runs on IPU 0 again
+    assert layer_costs.extra_stages(layers.layers) == 1  # the tied projection runs on IPU 0 again
     settings = planner.PlanSettings(capacity_bytes=even.target.bytes_per_tile * even.target.tiles_per_ipu,
                                     extra_stages=1)
     best = planner.plan(costs, 4, settings, exact_n=True).best
@@ -326,15 +326,15 @@ def test_cli_passes_depth_and_split_to_the_script(tmp_path):
 
 
 def test_extra_stage_deepens_every_stash():
-    from popviz.analysis import planner
+    from popviz.analysis import layer_costs, planner
     from popviz.model import Layer
 
     layers = [Layer("emb", role="embeddings", activation_bytes=1, pin="first"),
               *(Layer(f"l{i}", activation_bytes=10, fwd_cycles=5) for i in range(4)),
               Layer("head", role="head", activation_bytes=2, tied_to="emb")]
-    assert planner.extra_stages(layers) == 1
-    assert planner.extra_stages(layers[:-1]) == 0
-    costs = planner.layer_costs(layers)
+    assert layer_costs.extra_stages(layers) == 1
+    assert layer_costs.extra_stages(layers[:-1]) == 0
+    costs = layer_costs.layer_costs(layers)
     assert [(c.name, c.activation_bytes) for c in costs] == [("emb", 3)] + [(f"l{i}", 10) for i in range(4)]
     for extra, depths in ((0, [3, 1]), (1, [5, 3])):
         settings = planner.PlanSettings(capacity_bytes=10**6, extra_stages=extra)

@@ -3,6 +3,7 @@ aggregate, which runs are executor calls, is ``popviz.model.aggregate``.)"""
 
 from __future__ import annotations
 
+import json
 import math
 
 # ----------------------------------------------------------------------------------- formatting
@@ -45,3 +46,16 @@ def mib(n: float | None) -> float | None:
 def ceil_exact(numerator: float, denominator: float) -> int:
     """``ceil(numerator / denominator)`` without float noise turning 54.0000001 into 55."""
     return math.ceil(round(numerator / denominator, 9))
+
+
+def module_expr(path: str, root: str = "model") -> str:
+    """``encoder.layer.3`` -> ``model.encoder.layer[3]``."""
+    out = root
+    for part in path.split("."):
+        if part.isdigit():
+            out += f"[{part}]"
+        elif part.isidentifier():
+            out += f".{part}"
+        else:
+            return f"{root}.get_submodule({json.dumps(path)})"
+    return out

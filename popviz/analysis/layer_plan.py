@@ -11,12 +11,12 @@ layers in the proportions of an emulator estimate of the same model.
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from popviz.analysis import pipeline_time, planner
+from popviz.analysis import layer_costs, pipeline_time, planner
+from popviz.analysis._common import module_expr
 from popviz.analysis.planner import DEFAULT_HEADROOM_FRAC, PlanSettings, Shortfall, Split
 from popviz.analysis.throughput import small_products_share
 from popviz.errors import UsageError
@@ -218,7 +218,7 @@ def micro_batches(report: Report, training: bool) -> int | None:
 
 def planned_layers(table: Sequence[Layer], costs: Sequence[planner.LayerCost]) -> list[Layer]:
     """The table's layers the planner's costs stand for, in order (a layer tied to another is
-    folded into it by :func:`planner.layer_costs`)."""
+    folded into it by :func:`layer_costs.layer_costs`)."""
     by_name = {x.name: x for x in table}
     return [by_name[c.name] for c in costs]
 
@@ -240,7 +240,7 @@ def current_counts(layers: Sequence[Layer]) -> list[int] | None:
     return counts
 
 
-def _measured_bytes(report: Report) -> list[int] | None:
+def measured_bytes(report: Report) -> list[int] | None:
     if report.memory is None:
         return None
     per = report.memory.per_ipu()
@@ -258,9 +258,10 @@ def settings_for(report: Report, costs: list[planner.LayerCost],
         notes.append(f"mode not recorded: planned for {'training' if training else 'inference'}")
     base = PlanSettings(capacity_bytes=report.target.bytes_per_ipu, headroom_frac=headroom_frac,
                         training=training, offload_optimizer=cfg.optimizer_state_on_chip is False,
-                        extra_stages=planner.extra_stages(report.layers.layers) if training else 0)
+                        extra_stages=layer_costs.extra_stages(report.layers.layers) if training else 0,
+                        pipeline_recompute=training and report.layers.recomputation == "Pipeline")
     counts = current_counts(planned_layers(report.layers, costs))
-    measured = _measured_bytes(report)
+    measured = measured_bytes(report)
     code = 0
     if counts is not None and measured is not None and len(measured) >= len(counts):
         split = planner.evaluate(costs, counts, base)
@@ -302,6 +303,18 @@ def _view(split: Split, report: Report, layers: Sequence[Layer], costs: Sequence
                      fills_pipeline=g is None or g >= s or n == 1)
 
 
+def current_view(report: Report, costs: list[planner.LayerCost] | None = None,
+                 settings: PlanSettings | None = None) -> SplitView | None:
+    """The current split as the plan models it (None when it is not one run of layers per IPU)."""
+    assert report.layers is not None
+    costs = costs if costs is not None else layer_costs.layer_costs(report.layers)
+    settings = settings if settings is not None else settings_for(report, costs)[0]
+    kept = planned_layers(report.layers, costs)
+    counts = current_counts(kept)
+    return None if counts is None else _view(planner.evaluate(costs, counts, settings), report, kept, costs,
+                                             settings, micro_batches(report, settings.training))
+
+
 def report_stage_ipus(report: Report) -> list[int]:
     """The IPUs of the report's pipeline stages in order, each once."""
     return list(dict.fromkeys(s.ipu for s in report.cfg.stages if s.ipu is not None))
@@ -336,7 +349,7 @@ def _as_reported(report: Report, now: SplitView) -> str | None:
                          + (f" (model {model_pct:.1f}%)" if model_pct is not None else ""))
     with contextlib.suppress(PopvizError, KeyError, ValueError, TypeError):
         # the analysis weighs the ramps by the trace's time; the plan by its own pipeline model
-        from popviz.analysis.pipeline import ramp_hidden_by_host
+        from popviz.analysis.cycles import ramp_hidden_by_host
         from popviz.model.frames import analysis_metrics
 
         pm = analysis_metrics(report, "pipeline")
@@ -367,7 +380,7 @@ def make_plan(report: Report, *, ipus: int | None = None, max_ipus: int | None =
     if not 0 < headroom_frac <= 1:
         raise UsageError(f"--headroom {headroom_frac} must be in (0, 1], e.g. 0.9")
     table = report.layers
-    costs = planner.layer_costs(table)
+    costs = layer_costs.layer_costs(table)
     settings, notes = settings_for(report, costs, headroom_frac)
     notes = [*table.notes, *notes]
     share = small_products_share(report) if report.provenance.estimated else None
@@ -390,7 +403,7 @@ def make_plan(report: Report, *, ipus: int | None = None, max_ipus: int | None =
                     layer_roles=[x.role for x in kept], notes=notes, table=tuple(table),
                     current_ipus=report_stage_ipus(report))
     if counts is not None:
-        out.current = _view(planner.evaluate(costs, counts, settings), report, kept, costs, settings, g)
+        out.current = current_view(report, costs, settings)
         as_reported = _as_reported(report, out.current) if explain else None
         if as_reported:
             out.notes.append(as_reported)
@@ -457,19 +470,6 @@ def _amp(out: LayerPlan, report: Report, costs: list[planner.LayerCost]) -> list
 
 # --------------------------------------------------------------------------------------- code
 
-def module_expr(path: str, root: str = "model") -> str:
-    """``encoder.layer.3`` -> ``model.encoder.layer[3]``."""
-    out = root
-    for part in path.split("."):
-        if part.isdigit():
-            out += f"[{part}]"
-        elif part.isidentifier():
-            out += f".{part}"
-        else:
-            return f"{root}.get_submodule({json.dumps(path)})"
-    return out
-
-
 def code_dict(plan: LayerPlan) -> dict[str, Any]:
     """The proposed split as PopTorch and optimum-graphcore code."""
     assert plan.proposed is not None
@@ -499,52 +499,6 @@ def code_dict(plan: LayerPlan) -> dict[str, Any]:
     return {"begin_block": lines, "ipu_config": cfg, "available_memory_proportion": popart_amp,
             "auto_round_num_ipus": auto_round, "pipeline_depth": depth,
             "split_argument": "layers_per_ipu=" + ",".join(map(str, plan.proposed.layers_per_ipu))}
-
-
-# -------------------------------------------------------------------------------- calibration
-
-def calibrate(real: Report, estimate: Report) -> Report:
-    """``real`` with layers from ``estimate`` (an emulated report of the same model, same split)
-    whose cycles and bytes are scaled, stage by stage, to ``real``'s measured per-stage cycles
-    and per-IPU memory."""
-    from popviz.analysis.pipeline import analyse as pipeline
-    from popviz.model import LayerTable
-
-    if estimate.layers is None:
-        raise UsageError(f"{estimate.label} (the estimate to calibrate with) {NO_LAYERS}")
-    stage_of = [x.stage if x.stage is not None else x.ipu for x in estimate.layers]
-    if any(k is None for k in stage_of):
-        raise UsageError(f"{estimate.label}: its layers record no stage, so they cannot be matched "
-                         "to the measured stages")
-    real_stages = pipeline(real).metrics["stages"]
-    est_stages = pipeline(estimate).metrics["stages"]
-    if not real_stages or any(s.get("cycles") is None for s in real_stages):
-        raise UsageError(f"{real.label} has no measured cycles per stage and micro-batch (it needs an "
-                         "execution profile and the recorded pipeline configuration)")
-    n = max(stage_of) + 1
-    if len(real_stages) != n or len(est_stages) != n or any(s.get("cycles") is None for s in est_stages):
-        raise UsageError(f"{real.label} has {len(real_stages)} stages and the estimate "
-                         f"{estimate.label} {n}: calibrate with an emulated run of the same model "
-                         "and split")
-    real_mem, est_mem = _measured_bytes(real), _measured_bytes(estimate)
-    cyc = [r["cycles"] / e["cycles"] if e["cycles"] else 1.0
-           for r, e in zip(real_stages, est_stages, strict=True)]
-    ipu_of = [s["ipu"] for s in real_stages]
-    mem = [real_mem[i] / est_mem[i] if real_mem and est_mem and i < min(len(real_mem), len(est_mem))
-           and est_mem[i] else 1.0 for i in ipu_of]
-    out = [replace(x, fwd_cycles=round(x.fwd_cycles * cyc[k]), bwd_cycles=round(x.bwd_cycles * cyc[k]),
-                   weight_bytes=round(x.weight_bytes * mem[k]),
-                   optimizer_bytes=round(x.optimizer_bytes * mem[k]),
-                   activation_bytes=round(x.activation_bytes * mem[k]),
-                   temporary_bytes=round(x.temporary_bytes * mem[k]),
-                   recompute_bytes=round(x.recompute_bytes * mem[k]),
-                   **({"accumulator_bytes": round(x.accumulator_bytes * mem[k])}
-                      if hasattr(x, "accumulator_bytes") else {}))
-           for x, k in zip(estimate.layers, stage_of, strict=True)]
-    table = LayerTable(layers=tuple(out), source="calibrated", depth=estimate.layers.depth,
-                       micro_batch_size=estimate.layers.micro_batch_size,
-                       notes=(f"{CALIBRATED_NOTE} (estimate: {estimate.label})",))
-    return real.replace(layers=table)
 
 
 # ------------------------------------------------------------------------- hint for findings

@@ -165,7 +165,7 @@ def fewest_ipus(report: Report) -> tuple[int | None, str] | None:
     when a split over k IPUs fits, ``(None, why)`` when no number of IPUs up to
     :data:`planner.MAX_IPUS_SEARCHED` is enough (at layer granularity), None without layers or
     when the planner cannot run on the report."""
-    from popviz.analysis import planner
+    from popviz.analysis import layer_costs, planner
     from popviz.analysis._common import nbytes
     from popviz.analysis.layer_plan import settings_for
     from popviz.errors import PopvizError
@@ -173,7 +173,7 @@ def fewest_ipus(report: Report) -> tuple[int | None, str] | None:
     if report.layers is None or report.target is None:
         return None
     try:
-        costs = planner.layer_costs(report.layers)
+        costs = layer_costs.layer_costs(report.layers)
         settings, _notes = settings_for(report, costs)
         top = min(len(costs), planner.MAX_IPUS_SEARCHED)
         by = planner.plan(costs, top, settings).by_ipus

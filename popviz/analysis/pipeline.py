@@ -13,7 +13,13 @@ from __future__ import annotations
 from typing import Any
 
 from popviz.analysis._common import ceil_exact, num, pct
-from popviz.analysis.cycles import decompose, shares_line, sync_floor_cycles, weight_update_cycles
+from popviz.analysis.cycles import (
+    decompose,
+    ramp_hidden_by_host,
+    shares_line,
+    sync_floor_cycles,
+    weight_update_cycles,
+)
 from popviz.analysis.findings import AnalysisOutput, Collector
 from popviz.analysis.thresholds import (
     IMBALANCE_WARN_RATIO,
@@ -201,15 +207,16 @@ def _ramp(report: Report, o: Collector) -> None:
     count_eff = ramp_efficiency(g, s)
     shares = m["cycle_shares"]
     timed = shares is not None and shares["ramp_efficiency_frac"] is not None
-    eff = shares["ramp_efficiency_frac"] if timed else count_eff
-    if timed and eff < RAMP_EFFICIENCY_TARGET_FRAC:
+    modelled = None if timed or g < s else _modelled_ramp(report)
+    eff = shares["ramp_efficiency_frac"] if timed else modelled if modelled is not None else count_eff
+    if (timed or modelled is not None) and eff < RAMP_EFFICIENCY_TARGET_FRAC:
         target = micro_batches_for_time(RAMP_EFFICIENCY_TARGET_FRAC, g, eff, s)
-    elif timed:
+    elif timed or modelled is not None:
         target = g
     else:
         target = micro_batches_for(RAMP_EFFICIENCY_TARGET_FRAC, s)
     m["ramp_efficiency_frac"] = eff
-    m["ramp_efficiency_basis"] = "time" if timed else "count"
+    m["ramp_efficiency_basis"] = "time" if timed else "model" if modelled is not None else "count"
     m["ramp_efficiency_count_frac"] = count_eff
     m["micro_batches_for_target"] = target
     letter = "G" if training else "D"
@@ -241,6 +248,10 @@ def _ramp(report: Report, o: Collector) -> None:
             how = (f"the bottleneck IPU{shares['bottleneck_ipu']} works {pct(eff)} of the time it is not "
                    f"copying (time-weighted ramp efficiency; the count bound {letter}/({letter}+S-1) "
                    f"is {pct(count_eff)})")
+        elif modelled is not None:
+            how = (f"the slowest stage works {pct(eff)} of the time (ramp efficiency weighed by the "
+                   f"per-layer cycles of this estimate, as popviz plan does: no execution profile; the "
+                   f"count bound {letter}/({letter}+S-1) is {pct(count_eff)})")
         else:
             how = (f"ramp efficiency {letter}/({letter}+S-1) = {pct(eff)} (a bound counted in pipeline "
                    "cycles: no execution profile to weigh them by time)")
@@ -504,7 +515,8 @@ def _table(report: Report, o: Collector) -> None:
         lines.append(shares_line(m["cycle_shares"], report.cfg.execution_strategy == "ShardedExecution"))
     if m["ramp_efficiency_frac"] is not None:
         letter = "G" if report.cfg.mode == "training" else "D"
-        basis = "time-weighted" if m["ramp_efficiency_basis"] == "time" else "counted"
+        basis = {"time": "time-weighted", "model": "weighed by the per-layer estimate"}.get(
+            m["ramp_efficiency_basis"], "counted")
         reach = (f"{letter} = {m['micro_batches_for_target']} reaches {pct(RAMP_EFFICIENCY_TARGET_FRAC, 0)}"
                  if m["ramp_efficiency_frac"] < RAMP_EFFICIENCY_TARGET_FRAC else
                  f"count bound {letter}/({letter}+S-1) {pct(m['ramp_efficiency_count_frac'])}")
@@ -523,15 +535,20 @@ def _table(report: Report, o: Collector) -> None:
     o.out.caption = "\n".join(lines)
 
 
-def ramp_hidden_by_host(m: dict[str, Any]) -> bool:
-    """The time-weighted ramp efficiency is high only because the bottleneck's waits while the
-    pipeline fills coincide with the other IPUs' host copies, which the breakdown counts as host
-    time (the count bound is below the target)."""
-    shares = m.get("cycle_shares") or {}
-    return (m.get("ramp_efficiency_basis") == "time" and m.get("ramp_efficiency_frac") is not None
-            and m["ramp_efficiency_frac"] >= RAMP_EFFICIENCY_TARGET_FRAC
-            and (m.get("ramp_efficiency_count_frac") or 1.0) < RAMP_EFFICIENCY_TARGET_FRAC
-            and not shares.get("ramp_cycles") and bool(shares.get("host_cycles")))
+def _modelled_ramp(report: Report) -> float | None:
+    """Without an execution profile, the current split's time-weighted ramp efficiency from the
+    report's per-layer cycles (an estimate's layer table), as ``popviz plan`` computes it: with
+    one stage much slower than the others the count bound G/(G+S-1) is far too low."""
+    if report.execution is not None or report.layers is None or report.target is None:
+        return None
+    from popviz.analysis import layer_plan
+    from popviz.errors import PopvizError
+
+    try:
+        view = layer_plan.current_view(report)
+    except (PopvizError, ValueError):
+        return None
+    return view.ramp_efficiency_frac if view is not None else None
 
 
 # ---------------------------------------------------------------------------------------- sharded

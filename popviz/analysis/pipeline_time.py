@@ -6,24 +6,29 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from popviz.analysis.planner import LayerCost, PlanSettings, Split, evaluate
+from popviz.analysis.planner import LayerCost, PlanSettings, Split, evaluate, own_rerun, recomputed_in
 
 
 def stage_work(layers: Sequence[LayerCost], layers_per_ipu: Sequence[int],
                settings: PlanSettings) -> list[tuple[int, int, int]]:
     """The pipeline's forward stages of a split as (IPU, forward, backward) cycles per
     micro-batch: one per IPU, then a stage back on the first IPU for a tied projection's part
-    (``tail_*_cycles``). Recomputation adds each stage's forward to its backward."""
+    (``tail_*_cycles``). A recomputed layer's backward includes its forward run again
+    (:func:`~popviz.analysis.planner.own_rerun`)."""
     out = []
     tail_f = tail_b = 0
     i = 0
+    last_rule = settings.pipeline_recompute and not settings.recompute and settings.extra_stages == 0
     for ipu, k in enumerate(layers_per_ipu):
         part = layers[i:i + k]
+        again = (recomputed_in(layers, i, i + k, settings) if last_rule and ipu == len(layers_per_ipu) - 1
+                 else [True] * k)
         i += k
         f = sum(x.fwd_cycles - x.tail_fwd_cycles for x in part)
-        b = sum(x.bwd_cycles - x.tail_bwd_cycles for x in part) if settings.training else 0
-        if settings.training and settings.recompute:
-            b += f
+        b = 0
+        if settings.training:  # the measured recomputation out, this stage's in
+            b = sum(x.bwd_cycles - x.recompute_cycles - x.tail_bwd_cycles + (own_rerun(x, settings) if r else 0)
+                    for x, r in zip(part, again, strict=True))
         out.append((ipu, f, b))
         if any(x.tail_fwd_cycles or x.tail_bwd_cycles for x in part):
             tf = sum(x.tail_fwd_cycles for x in part)

@@ -63,6 +63,10 @@ class LayerCost:
     other_temporary_bytes: int = 0
     """Temporaries of the parts folded into this layer (a tied projection, a returning head),
     which run in a stage of their own: outside its recomputation interval."""
+    recompute_cycles: int = 0
+    """Of ``bwd_cycles``, the recomputed forward in the report's placement (0: not recomputed)."""
+    checkpoint: bool = False
+    """A ``recomputationCheckpoint`` output is made in this layer."""
 
 
 @dataclass(frozen=True)
@@ -80,6 +84,10 @@ class PlanSettings:
     recompute: bool = False
     """Recompute activations in the backward pass: one micro-batch's activations live per stage
     (a lower bound: the stage inputs still stashed are not counted), one more forward pass."""
+    pipeline_recompute: bool = False
+    """The report recomputes as PopART's ``Pipeline`` type: every forward stage but the last runs
+    its layers' forward again before their backward, the last only up to its last checkpoint; so
+    a layer moved into or out of the last stage gains or loses its recomputed forward."""
 
     @property
     def budget_bytes(self) -> int:
@@ -128,15 +136,48 @@ def _depth(stages_left: int, settings: PlanSettings) -> int:
     return stash_depth(0, stages_left + settings.extra_stages, settings.training, settings.recompute)
 
 
+def own_rerun(layer: LayerCost, settings: PlanSettings) -> int:
+    """The forward a stage that recomputes ``layer`` runs again before its backward, its tied
+    part aside: the measured recomputation; under ``pipeline_recompute`` for a layer the report
+    did not recompute (in its last stage), its forward; with the ``recompute`` lever, its forward."""
+    if settings.recompute or (settings.pipeline_recompute and not layer.recompute_cycles):
+        return layer.fwd_cycles - layer.tail_fwd_cycles
+    return layer.recompute_cycles
+
+
+def layer_cycles(layer: LayerCost, settings: PlanSettings) -> tuple[int, int]:
+    """A layer's forward plus backward cycles per micro-batch, in a stage that recomputes it and
+    in one that does not (they differ only under ``pipeline_recompute``): the measured
+    recomputation comes out of its backward and :func:`own_rerun` goes in."""
+    if not settings.training:
+        return layer.fwd_cycles, layer.fwd_cycles
+    plain = layer.fwd_cycles + layer.bwd_cycles - layer.recompute_cycles
+    tail = layer.tail_fwd_cycles if settings.recompute else 0
+    return plain + own_rerun(layer, settings) + tail, plain
+
+
+def recomputed_in(layers: Sequence[LayerCost], first: int, stop: int, settings: PlanSettings) -> list[bool]:
+    """Per layer of ``layers[first:stop]``, the last stage of a split of ``layers``: whether
+    PopART's Pipeline recomputation runs its forward again (up to the stage's last checkpoint;
+    a lone stage, on one IPU, recomputes nothing)."""
+    if first == 0:
+        return [False] * (stop - first)
+    marks = [k for k in range(first, stop) if layers[k].checkpoint]
+    last = marks[-1] if marks else first - 1
+    return [k <= last for k in range(first, stop)]
+
+
 class _Prefix:
     def __init__(self, layers: Sequence[LayerCost], settings: PlanSettings) -> None:
+        self.layers = layers
+        self.settings = settings
         self.cyc = [0]
+        self.cyc_last = [0]  # as in a stage that does not recompute them
         self.fixed = [0]
         self.act = [0]
         for layer in layers:
-            c = layer.fwd_cycles + (layer.bwd_cycles if settings.training else 0)
-            if settings.training and settings.recompute:
-                c += layer.fwd_cycles
+            c, plain = layer_cycles(layer, settings)
+            self.cyc_last.append(self.cyc_last[-1] + plain)
             f = layer.weight_bytes + layer.tail_activation_bytes  # the last stage stashes one
             if settings.training and not settings.offload_optimizer:
                 f += layer.optimizer_bytes
@@ -147,6 +188,18 @@ class _Prefix:
         self.again = [(layer.recompute_group, layer.recompute_bytes) for layer in layers]
         self.other = [layer.other_temporary_bytes for layer in layers]
         self.code = settings.code_bytes
+        self.last_rule = (settings.training and settings.pipeline_recompute and not settings.recompute
+                          and settings.extra_stages == 0)
+
+    def cycles(self, first: int, stop: int) -> int:
+        """Cycles per micro-batch of the stage holding layers[first:stop]: under Pipeline
+        recomputation the last stage (``stop`` = the end) does not recompute its layers after its
+        last checkpoint."""
+        if not self.last_rule or stop != len(self.layers):
+            return self.cyc[stop] - self.cyc[first]
+        flags = recomputed_in(self.layers, first, stop, self.settings)
+        cut = first + sum(flags)
+        return self.cyc[cut] - self.cyc[first] + self.cyc_last[stop] - self.cyc_last[cut]
 
     def stage_temp(self, first: int, stop: int) -> int:
         """The largest temporary of layers[first:stop] on one IPU, with the recomputed
@@ -249,7 +302,7 @@ def plan(
                     continue
                 if j < n and not allowed(j):
                     continue
-                cyc = p.cyc[j] - p.cyc[i]
+                cyc = p.cycles(i, j)
                 cand = (max(cyc, rest[0]), max(mem, rest[1]))
                 if cand < best:
                     best, best_j = cand, j
@@ -271,7 +324,7 @@ def plan(
                 StagePlan(
                     first=i,
                     stop=j,
-                    cycles=p.cyc[j] - p.cyc[i],
+                    cycles=p.cycles(i, j),
                     memory_bytes=p.fixed[j] - p.fixed[i] + (p.act[j] - p.act[i]) * depth
                     + p.stage_temp(i, j) + p.code,
                     stash_depth=depth,
@@ -302,7 +355,7 @@ def evaluate(
         depth = stash_depth(s, n_stages + settings.extra_stages, settings.training, settings.recompute)
         mem = (p.fixed[j] - p.fixed[i] + (p.act[j] - p.act[i]) * depth
                + p.stage_temp(i, j) + p.code)
-        stages.append(StagePlan(i, j, p.cyc[j] - p.cyc[i], mem, depth))
+        stages.append(StagePlan(i, j, p.cycles(i, j), mem, depth))
         i = j
     lo, hi = _check(layers, settings)
     pins_ok = all(lo <= st.first <= hi for st in stages[1:])
@@ -386,7 +439,7 @@ def least_memory_split(layers: Sequence[LayerCost], n_ipus: int, settings: PlanS
                 if rest[0] == inf or (j < count and not lo <= j <= hi):
                     continue
                 mem = p.fixed[j] - p.fixed[i] + (p.act[j] - p.act[i]) * depth + temp + p.code
-                cand = (max(mem, rest[0]), max(p.cyc[j] - p.cyc[i], rest[1]))
+                cand = (max(mem, rest[0]), max(p.cycles(i, j), rest[1]))
                 if cand < best:
                     best, best_j = cand, j
             g[r][i], nxt[r][i] = best, best_j
@@ -472,96 +525,3 @@ def explain_no_fit(
         r = reps or REPLICAS_SEARCHED[-1]
         levers.append(Lever("replicas", opt - opt // r, reps is not None, reps))
     return Shortfall(split=split, budget_bytes=settings.budget_bytes, levers=tuple(levers))
-
-
-def layer_costs(layers: Sequence) -> list[LayerCost]:
-    """:class:`LayerCost`s from a report's layers (:class:`popviz.model.Layer`, in order).
-
-    A layer ``tied_to`` another (a projection sharing the embeddings' weights) must run on that
-    layer's IPU, wherever it comes in the sequence: its cycles, stash and temporaries are added to
-    that layer's (its shared weights are already counted there). A head placed back on the first
-    layer's IPU after the last movable layer (:func:`returning_heads`) is folded into the first
-    layer the same way. Gradient accumulators
-    (``accumulator_bytes``) stay on the IPU like the weights, so they count in ``weight_bytes``."""
-    names = {x.name for x in layers}
-    folded = {x.name: x for x in layers if x.tied_to is not None and x.tied_to in names}
-    layers = list(layers)
-    # the recomputed activations each layer's temporary holds in the report's own placement: its
-    # stage's layers of the same recomputation group (taken out, so a split adds its own)
-    interval: dict[tuple, int] = {}
-    for x in layers:
-        group = getattr(x, "recompute_group", None)
-        if group is not None:
-            key = (getattr(x, "stage", None), group)
-            interval[key] = interval.get(key, 0) + getattr(x, "recompute_bytes", 0)
-
-    def own(x) -> tuple[int, int, int | None]:
-        """(temporary without its interval's recomputed bytes, recomputed bytes, group)."""
-        group = getattr(x, "recompute_group", None)
-        if group is None:
-            return x.temporary_bytes, 0, None
-        live = interval.get((getattr(x, "stage", None), group), 0)
-        return max(0, x.temporary_bytes - live), getattr(x, "recompute_bytes", 0), group
-
-    returning = returning_heads(layers)
-    movable = [i for i, x in enumerate(layers) if getattr(x, "role", "layer") == "layer"]
-    after_last = {x.name for i, x in enumerate(layers) if movable and i > movable[-1]}
-    out = []
-    for index, x in enumerate(layers):
-        if x.name in folded or x.name in returning:
-            continue
-        extra = [t for t in folded.values() if t.tied_to == x.name]
-        if index == 0:
-            extra += [t for t in layers if t.name in returning]
-        tail = [t for t in extra if t.name in after_last]
-        temp, again, group = own(x)
-        out.append(LayerCost(
-            tail_fwd_cycles=sum(t.fwd_cycles for t in tail),
-            tail_bwd_cycles=sum(t.bwd_cycles for t in tail),
-            tail_activation_bytes=sum(t.activation_bytes for t in tail),
-            name=x.name,
-            fwd_cycles=x.fwd_cycles + sum(t.fwd_cycles for t in extra),
-            bwd_cycles=x.bwd_cycles + sum(t.bwd_cycles for t in extra),
-            weight_bytes=sum(t.weight_bytes + getattr(t, "accumulator_bytes", 0) for t in (x, *extra)),
-            optimizer_bytes=x.optimizer_bytes + sum(t.optimizer_bytes for t in extra),
-            activation_bytes=x.activation_bytes + sum(t.activation_bytes for t in extra),
-            temporary_bytes=temp, other_temporary_bytes=max([t.temporary_bytes for t in extra], default=0),
-            pin=x.pin, recompute_bytes=again, recompute_group=group,
-        ))
-    return out
-
-
-def extra_stages(layers: Sequence) -> int:
-    """1 when a layer ``tied_to`` one before the first movable layer (role ``layer``) comes after
-    the last one (a tied projection that takes the pipeline back to the first IPU, as BERT's
-    masked-LM head does), or a head returns to the first IPU (:func:`returning_heads`): the
-    pipeline then has one forward stage more than it has IPUs."""
-    roles = [getattr(x, "role", "layer") for x in layers]
-    movable = [i for i, r in enumerate(roles) if r == "layer"]
-    if not movable:
-        return 0
-    index = {x.name: i for i, x in enumerate(layers)}
-    for i, x in enumerate(layers):
-        partner = index.get(x.tied_to) if x.tied_to is not None else None
-        if partner is not None and partner < movable[0] and i > movable[-1]:
-            return 1
-    return 1 if returning_heads(layers) else 0
-
-
-def returning_heads(layers: Sequence) -> set[str]:
-    """Names of the layers after the last movable one (role ``layer``) that the report places back
-    on the first layer's IPU while the last movable layer is on another: a head returning to
-    IPU 0 (optimum-graphcore's BERT puts its pooler and classifier there). They run in an extra
-    stage on that IPU, like a tied projection, and do not make another IPU. Layers ``tied_to``
-    another are left to :func:`layer_costs`' tying."""
-    layers = list(layers)
-    roles = [getattr(x, "role", "layer") for x in layers]
-    movable = [i for i, r in enumerate(roles) if r == "layer"]
-    if not movable:
-        return set()
-    first_ipu = getattr(layers[0], "ipu", None)
-    last_ipu = getattr(layers[movable[-1]], "ipu", None)
-    if first_ipu is None or last_ipu is None or first_ipu == last_ipu:
-        return set()
-    return {x.name for x in layers[movable[-1] + 1:]
-            if getattr(x, "ipu", None) == first_ipu and getattr(x, "tied_to", None) is None}

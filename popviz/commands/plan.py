@@ -171,7 +171,8 @@ def rerun_command(report: Report, split_arg: str, plan_path: str | None = None) 
 
 def run(args: argparse.Namespace) -> int:
     from popviz import plan_file
-    from popviz.analysis.layer_plan import calibrate, code_dict, make_plan
+    from popviz.analysis.calibrate import calibrate
+    from popviz.analysis.layer_plan import code_dict, make_plan
     from popviz.errors import UsageError, shown
     from popviz.render import plan as render
     from popviz.sources.discover import load

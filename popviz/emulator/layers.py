@@ -376,9 +376,12 @@ def layer_table(m: Measurement, setup: EngineSetup, stages: Sequence[StageEstima
     plan = table.recompute
     again: dict[str, int] = dict.fromkeys(names, 0)
     group: dict[str, int | None] = dict.fromkeys(names)
+    rerun: dict[str, float] = dict.fromkeys(names, 0.0)  # of bwd: the recomputed forward
     for i, c in enumerate(cycles):
         fwd[owner[i]] += c
         bwd[owner[i]] += table.backward[i]
+        if setup.training and plan.recomputed[i]:
+            rerun[owner[i]] += c
         temp[owner[i]] = max(temp[owner[i]], int(table.temporary[i]))
         if setup.training and plan.made_bytes and plan.recomputed[i]:
             again[owner[i]] += plan.made_bytes[i]
@@ -390,6 +393,9 @@ def layer_table(m: Measurement, setup: EngineSetup, stages: Sequence[StageEstima
         mine = [n for n in names if seg_of[n] == s.index]
         fwd_int.update(zip(mine, _apportion([fwd[n] for n in mine], s.forward_cycles), strict=True))
         bwd_int.update(zip(mine, _apportion([bwd[n] for n in mine], s.backward_cycles), strict=True))
+    # the recomputed forward, in the layer's forward cycles as apportioned (all of it: exactly those)
+    rerun_int = {n: min(bwd_int[n], round(rerun[n] * fwd_int[n] / fwd[n])) if fwd[n] > 0 else 0 for n in names}
+    checkpointed = {at(max(0, c.position - 1), c.segment) for c in m.checkpoints}
 
     weights = dict.fromkeys(names, 0)
     elements = dict.fromkeys(names, 0)
@@ -453,7 +459,7 @@ def layer_table(m: Measurement, setup: EngineSetup, stages: Sequence[StageEstima
             fwd_cycles=fwd_int[n], bwd_cycles=bwd_int[n], weight_bytes=weights[n],
             optimizer_bytes=optimizer[n], accumulator_bytes=accumulators[n], activation_bytes=activations[n] if setup.training else 0,
             temporary_bytes=temp[n], pin=pin, tied_to=shown.get(tied_to, tied_to), recompute_bytes=again[n],
-            recompute_group=group[n]))
+            recompute_group=group[n], recompute_cycles=rerun_int[n], checkpoint=n in checkpointed))
     notes = [f"Layers at module {st.how}.",
              "Operations outside every layer-level module count with the nearest layer before them in the "
              "same stage; per-layer cycles and bytes add up to each stage's compute and each IPU's layer "
@@ -474,7 +480,7 @@ def layer_table(m: Measurement, setup: EngineSetup, stages: Sequence[StageEstima
     if setup.inputs and setup.inputs[0].shape:
         micro = int(setup.inputs[0].shape[0])
     return LayerTable(layers=tuple(layers), source="emulator", depth=st.depth, micro_batch_size=micro,
-                      notes=tuple(notes))
+                      notes=tuple(notes), recomputation=plan.type.label if setup.training else None)
 
 
 __all__ = ["UnitTracker", "discover", "layer_table", "prepare"]

@@ -22,7 +22,7 @@ LAYER_SOURCES = ("emulator", "debug_context", "calibrated")
 pass, PopTorch's debug contexts in a real profile, or a real profile's per-stage figures
 distributed over its layers in the proportions of an emulator estimate."""
 _LAYER_INTS = ("fwd_cycles", "bwd_cycles", "weight_bytes", "optimizer_bytes", "accumulator_bytes",
-               "activation_bytes", "temporary_bytes", "recompute_bytes")
+               "activation_bytes", "temporary_bytes", "recompute_bytes", "recompute_cycles")
 
 
 @dataclass(frozen=True)
@@ -65,6 +65,11 @@ class Layer:
     recompute_group: int | None = None
     """Its recomputation interval, stage aside: layers of one stage with the same group are
     recomputed together (the recomputationCheckpoints before it); None when not recomputed."""
+    recompute_cycles: int = 0
+    """Of ``bwd_cycles``, the forward run again before the backward (recomputation); 0 when
+    nothing of it is recomputed."""
+    checkpoint: bool = False
+    """A ``recomputationCheckpoint`` output is made in this layer."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -84,6 +89,11 @@ class Layer:
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ModelError(f"layer {self.name!r}: {name} must be a non-negative integer, "
                                  f"got {value!r}")
+        if not isinstance(self.checkpoint, bool):
+            raise ModelError(f"layer {self.name!r}: checkpoint must be true or false, got {self.checkpoint!r}")
+        if self.recompute_cycles > self.bwd_cycles:
+            raise ModelError(f"layer {self.name!r}: recompute_cycles ({self.recompute_cycles}) is part of "
+                             f"bwd_cycles ({self.bwd_cycles}), so cannot exceed it")
         if self.block is not None:
             object.__setattr__(self, "block", str(self.block))
         if self.tied_to is not None:
@@ -105,6 +115,10 @@ class LayerTable:
     micro_batch_size: int | None = None
     """Samples per micro-batch the per-micro-batch figures are for, where known."""
     notes: tuple[str, ...] = ()
+    recomputation: str | None = None
+    """PopART's recomputation type that applied (``Pipeline``, ``RecomputeAll``, ...), where known.
+    Under ``Pipeline`` which layers are recomputed depends on the split: every forward stage but
+    the last, and the last only up to its last checkpoint (``popviz plan`` re-derives it)."""
 
     def __post_init__(self) -> None:
         layers = tuple(x if isinstance(x, Layer) else Layer(**x) for x in self.layers)
@@ -120,6 +134,8 @@ class LayerTable:
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
                 raise ModelError(f"layers.{name} must be a non-negative integer or null, got {value!r}")
+        if self.recomputation is not None and not isinstance(self.recomputation, str):
+            raise ModelError(f"layers.recomputation must be a string or null, got {self.recomputation!r}")
         object.__setattr__(self, "layers", layers)
         object.__setattr__(self, "notes", tuple(str(n) for n in self.notes))
 
@@ -137,5 +153,6 @@ class LayerTable:
 
     def to_dict(self) -> dict[str, Any]:
         return {"source": self.source, "depth": self.depth, "micro_batch_size": self.micro_batch_size,
-                "notes": list(self.notes), "layers": [x.to_dict() for x in self.layers]}
+                "notes": list(self.notes), "recomputation": self.recomputation,
+                "layers": [x.to_dict() for x in self.layers]}
 
