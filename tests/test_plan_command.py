@@ -395,11 +395,20 @@ def test_a_pipeline_deeper_than_g_is_not_proposed():
                      max_ipus=3)
     assert [v.fills_pipeline for v in plan.by_ipus.values()] == [True, False, False]
     assert len(plan.proposed.stages) == 1 and plan.proposed.bottleneck_cycles == 16_800
+    # the deeper pipelines' figures are for the least G PopTorch accepts (G = S), not G = 2
+    assert [v.micro_batches for v in plan.by_ipus.values()] == [2, 3, 5]
+    from popviz.render import plan as render_plan
+
+    text = "\n".join(render_plan.text_lines(plan, None, None, 200))
+    assert ("at G=…: G = 2 is below the S pipeline stages of 2, 3 IPUs, which PopTorch refuses, so their "
+            "figures are for G = S; the proposal is the fastest at G = 2") in text
     # on exactly 2 IPUs it is still the answer, with a note saying G must grow
     exact = make_plan(testing.layered_report(small_layers(), tiles_per_ipu=1, gradient_accumulation=2))
     assert exact.proposed.layers_per_ipu == [3, 1]
     assert "G = 2 is below the proposed pipeline's S = 3 stages: PopTorch rejects that; raise G to 3 " \
-           "or more (the code below does)" in exact.notes
+           "or more (the code below does; its ramp and rate are at G = 3)" in exact.notes
+    v = exact.proposed  # its figures at G = 3: G x 9,300 over 33,600 cycles through the pipeline
+    assert (v.micro_batches, round(v.ramp_efficiency_frac, 6), v.micro_batches_per_second) == (3, 0.830357, 118_750.0)
     # and the code does: the check command under the emulator would otherwise fail to compile
     from popviz.analysis.layer_plan import code_dict
 

@@ -98,6 +98,9 @@ class SplitView:
     """clock / bottleneck × ramp efficiency (1 when unknown); weight updates and copies aside."""
     fills_pipeline: bool = True
     """False when G (D) is below S: PopTorch refuses to compile such a pipeline."""
+    micro_batches: int | None = None
+    """G (D) its ramp and rate are for: the report's, or S when the report's is below S (what
+    the plan's code then sets; PopTorch refuses fewer)."""
 
     @property
     def layers_per_ipu(self) -> list[int]:
@@ -113,7 +116,7 @@ class SplitView:
                 "fits": self.fits, "pipeline_stages": self.pipeline_stages,
                 "ramp_efficiency_frac": self.ramp_efficiency_frac,
                 "micro_batches_per_second": self.micro_batches_per_second,
-                "fills_pipeline": self.fills_pipeline,
+                "fills_pipeline": self.fills_pipeline, "micro_batches": self.micro_batches,
                 "stages": [s.to_dict() for s in self.stages]}
 
 
@@ -284,6 +287,8 @@ def _view(split: Split, report: Report, layers: Sequence[Layer], costs: Sequence
     s = 2 * forward - 1 if settings.training else forward
     assert report.target is not None
     clock = report.target.clock_hz
+    fills = g is None or g >= s or n == 1
+    g = g if fills else s  # PopTorch refuses G < S: its figures are at the G the plan's code sets
     if g and split.bottleneck_cycles:
         # G micro-batches through the pipeline, ramp-up and ramp-down included; the ramp
         # efficiency is the share of that time the slowest IPU's steady state would take.
@@ -299,8 +304,8 @@ def _view(split: Split, report: Report, layers: Sequence[Layer], costs: Sequence
                         cycles=st.cycles, memory_bytes=st.memory_bytes,
                         capacity_bytes=settings.capacity_bytes, stash_depth=st.stash_depth)
               for i, st in enumerate(split.stages)]
-    return SplitView(stages, split.bottleneck_cycles, split.fits, s, eff, rate,
-                     fills_pipeline=g is None or g >= s or n == 1)
+    return SplitView(stages, split.bottleneck_cycles, split.fits, s, eff, rate, fills_pipeline=fills,
+                     micro_batches=g)
 
 
 def current_view(report: Report, costs: list[planner.LayerCost] | None = None,
@@ -441,7 +446,8 @@ def make_plan(report: Report, *, ipus: int | None = None, max_ipus: int | None =
             letter = "G" if settings.training else "D"
             out.notes.append(f"{letter} = {g} is below the proposed pipeline's S = "
                              f"{out.proposed.pipeline_stages} stages: PopTorch rejects that; raise {letter} "
-                             f"to {out.proposed.pipeline_stages} or more (the code below does)")
+                             f"to {out.proposed.pipeline_stages} or more (the code below does; its ramp and "
+                             f"rate are at {letter} = {out.proposed.pipeline_stages})")
         out.available_memory_proportion = _amp(out, report, costs)
     elif explain:
         out.shortfall = planner.explain_no_fit(costs, n, settings)

@@ -155,7 +155,8 @@ def sections(plan: LayerPlan, rerun: str | None = None, plan_path: str | None = 
             vs = (f"{100 * (v.micro_batches_per_second / plan.current.micro_batches_per_second - 1):+.1f}%"
                   if plan.current else "")
             rows.append([str(k) + (" ◀" if v is plan.proposed else ""), num(v.bottleneck_cycles),
-                         ("G < S" if plan.settings.training else "D < S") if not v.fills_pipeline
+                         f"{_ramp(v)} at {'G' if plan.settings.training else 'D'}={v.micro_batches}"
+                         if not v.fills_pipeline
                          else f"{100 * v.ramp_efficiency_frac:.1f}%" if v.ramp_efficiency_frac else "–",
                          f"{v.micro_batches_per_second:,.1f}",
                          f"{v.micro_batches_per_second / reserved_ipus(k):,.2f}", vs])
@@ -163,6 +164,13 @@ def sections(plan: LayerPlan, rerun: str | None = None, plan_path: str | None = 
         odd = [k for k in plan.by_ipus if reserved_ipus(k) != k]
         lines = [f"per IPU: over the IPUs PopTorch reserves ({', '.join(f'{k} reserve {reserved_ipus(k)}' for k in odd)}: "
                  "IPU counts round up to a power of two)"] if odd else []
+        deep = [k for k, v in plan.by_ipus.items() if v is not None and not v.fills_pipeline]
+        if deep and plan.micro_batches is not None:
+            letter = "G" if plan.settings.training else "D"
+            lines.append(f"at {letter}=…: {letter} = {plan.micro_batches} is below the S pipeline stages of "
+                         f"{', '.join(map(str, deep))} IPUs, which PopTorch refuses, so their figures are for "
+                         f"{letter} = S" + ("" if not plan.proposed.fills_pipeline else
+                                            f"; the proposal is the fastest at {letter} = {plan.micro_batches}"))
         lines.append("")
         out.append(("text", lines))
     else:
