@@ -475,6 +475,20 @@ def test_without_a_profile_the_ramp_is_weighed_by_the_estimates_layers_as_plan_d
     assert any("ramp efficiency 99.9% (model 99.9%" in n for n in plan.notes)
 
 
+def test_the_check_command_says_it_checks_the_split_not_the_memory_proportions():
+    from popviz import load
+    from popviz.analysis.layer_plan import make_plan
+    from popviz.render import plan as render_plan
+
+    from conftest import SAMPLES
+
+    plan = make_plan(load(SAMPLES / "oom_model")["training"])
+    assert plan.available_memory_proportion == [0.05, 0.2]
+    text = " ".join(render_plan.text_lines(plan, "popviz capture --emulate --split layers_per_ipu=3,5 -- x", None, 200))
+    assert ("(it checks the split; the memory proportions above apply once the script sets them, and their "
+            "slower matmuls are not in this plan's cycles)") in text
+
+
 def tied_head_table(layers_per_ipu):
     """Embeddings, six encoder layers, a head whose transform runs after the last layer, its
     decoder tied to the embeddings (back on IPU0, as its weights are there) and the loss."""

@@ -230,6 +230,9 @@ def sections(plan: LayerPlan, rerun: str | None = None, plan_path: str | None = 
                  f"once the script sets {'G' if plan.settings.training else 'D'} to "
                  f"{plan.proposed.pipeline_stages} or more (PopTorch refuses fewer)")
         out += [("text", [f"check it under the emulator {first}{where}:"]), ("code", [rerun])]
+        if code["available_memory_proportion"]:
+            out.append(("text", ["(it checks the split; the memory proportions above apply once the script sets "
+                                 "them, and their slower matmuls are not in this plan's cycles)"]))
     if plan_path:
         out.append(("text", [f"plan written to {plan_path}"]))
     return out
