@@ -631,3 +631,17 @@ def test_a_faster_split_that_fills_the_fullest_ipu_more_but_under_90_percent_is_
     # a --fail rule naming it gates it again
     proc = run_cli("compare", str(base), str(fuller), "--fail", "memory.max_used_pct:+1pp", "--json")
     assert json.loads(proc.stdout)["failed"]
+
+
+def test_a_memory_only_reports_modelled_ramp_is_not_a_ci_metric():
+    """oom_model never ran: its ramp (99.9%, weighed by its per-layer estimate) is no share of a
+    call, so the split popviz plan proposes for it (which runs at 91%) cannot 'regress' it."""
+    from popviz import analyse, load
+    from popviz.ci.metrics import engine_metrics
+
+    from conftest import SAMPLES
+
+    engine = analyse(load(SAMPLES / "oom_model")).engines[0]
+    assert engine.metrics["pipeline"]["ramp_efficiency_basis"] == "model"
+    metrics = engine_metrics(engine)
+    assert "pipeline.ramp_efficiency_pct" not in metrics and metrics["memory.max_used_pct"] == pytest.approx(126.3, abs=0.05)

@@ -400,8 +400,8 @@ def test_a_pipeline_deeper_than_g_is_not_proposed():
     from popviz.render import plan as render_plan
 
     text = "\n".join(render_plan.text_lines(plan, None, None, 200))
-    assert ("at G=…: G = 2 is below the S pipeline stages of 2, 3 IPUs, which PopTorch refuses, so their "
-            "figures are for G = S; the proposal is the fastest at G = 2") in text
+    assert ("at G=…: G = 2 is below their pipeline stages (S=3 on 2 IPUs, S=5 on 3 IPUs), which PopTorch refuses, "
+            "so their figures are for G=S, not like for like with now's; the proposal is the fastest at G = 2") in text
     # on exactly 2 IPUs it is still the answer, with a note saying G must grow
     exact = make_plan(testing.layered_report(small_layers(), tiles_per_ipu=1, gradient_accumulation=2))
     assert exact.proposed.layers_per_ipu == [3, 1]
@@ -470,6 +470,8 @@ def test_without_a_profile_the_ramp_is_weighed_by_the_estimates_layers_as_plan_d
     assert (p["ramp_efficiency_basis"], round(p["ramp_efficiency_frac"], 4), p["ramp_efficiency_count_frac"],
             p["micro_batches_for_target"]) == ("model", 0.9986, 0.8, 8)
     assert "PIPE003" not in {f.code for f in engine.findings}
+    assert engine.outputs["pipeline"].caption == ("ramp efficiency 99.9% weighed by the estimate's per-layer cycles "
+                                                  "(no execution profile; S = 3; count bound G/(G+S-1) 80.0%)")
     plan = make_plan(report)
     assert round(plan.current.ramp_efficiency_frac, 4) == 0.9986
     assert any("ramp efficiency 99.9% (model 99.9%" in n for n in plan.notes)

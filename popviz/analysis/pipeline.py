@@ -217,6 +217,10 @@ def _ramp(report: Report, o: Collector) -> None:
         target = micro_batches_for(RAMP_EFFICIENCY_TARGET_FRAC, s)
     m["ramp_efficiency_frac"] = eff
     m["ramp_efficiency_basis"] = "time" if timed else "model" if modelled is not None else "count"
+    if modelled is not None and not o.out.caption:
+        o.out.caption = (f"ramp efficiency {pct(eff)} weighed by the estimate's per-layer cycles (no execution "
+                         f"profile; S = {s}; count bound {'G' if training else 'D'}/({'G' if training else 'D'}+S-1) "
+                         f"{pct(count_eff)})")
     m["ramp_efficiency_count_frac"] = count_eff
     m["micro_batches_for_target"] = target
     letter = "G" if training else "D"

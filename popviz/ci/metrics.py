@@ -95,7 +95,9 @@ def engine_metrics(engine: EngineResult) -> dict[str, float]:
         out[f"pipeline.stage{s['index']}.cycles_per_micro_batch"] = float(s["cycles"])
     out["pipeline.call_cycles_per_micro_batch"] = p.get("call_cycles_per_micro_batch")
     out["pipeline.imbalance_ratio"] = p.get("imbalance_ratio")
-    out["pipeline.ramp_efficiency_pct"] = _pct(p.get("ramp_efficiency_frac"))
+    # a memory-only report's ramp weighed by its per-layer model is no share of a call that ran
+    out["pipeline.ramp_efficiency_pct"] = (None if p.get("ramp_efficiency_basis") == "model"
+                                           else _pct(p.get("ramp_efficiency_frac")))
     out["pipeline.utilisation_pct"] = _pct(p.get("utilisation_frac"))
     mem = m.get("memory") or {}
     ipus = mem.get("ipus") or []

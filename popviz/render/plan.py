@@ -167,10 +167,11 @@ def sections(plan: LayerPlan, rerun: str | None = None, plan_path: str | None = 
         deep = [k for k, v in plan.by_ipus.items() if v is not None and not v.fills_pipeline]
         if deep and plan.micro_batches is not None:
             letter = "G" if plan.settings.training else "D"
-            lines.append(f"at {letter}=…: {letter} = {plan.micro_batches} is below the S pipeline stages of "
-                         f"{', '.join(map(str, deep))} IPUs, which PopTorch refuses, so their figures are for "
-                         f"{letter} = S" + ("" if not plan.proposed.fills_pipeline else
-                                            f"; the proposal is the fastest at {letter} = {plan.micro_batches}"))
+            depths = ", ".join(f"S={plan.by_ipus[k].pipeline_stages} on {k} IPUs" for k in deep)
+            lines.append(f"at {letter}=…: {letter} = {plan.micro_batches} is below their pipeline stages ({depths}), "
+                         f"which PopTorch refuses, so their figures are for {letter}=S, not like for like with "
+                         "now's" + ("" if not plan.proposed.fills_pipeline else
+                                    f"; the proposal is the fastest at {letter} = {plan.micro_batches}"))
         lines.append("")
         out.append(("text", lines))
     else:
