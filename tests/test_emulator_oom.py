@@ -137,3 +137,20 @@ def test_a_model_name_with_separators_stays_under_the_report_directory(mk1, tmp_
     assert sorted(p.name for p in tmp_path.iterdir()) == ["reports"]
     assert [p.name for p in reports.iterdir()] == ["_escape"]
     assert popviz.load(reports)["../escape"].execution is None
+
+
+def test_poptorch_errors_print_as_poptorchs_and_still_pickle():
+    """A traceback of an out-of-memory compile names PopTorch's class, not the emulator's module;
+    the errors still pickle (e.g. from a DataLoader worker) where poptorch is not importable."""
+    import pickle
+    import traceback
+
+    from popviz.emulator.errors import CPP_ERROR, Error, UnrecoverableError
+
+    try:
+        raise Error("Out of memory", type=CPP_ERROR)
+    except Error as exc:
+        last = traceback.format_exception(exc)[-1]
+    assert last == "poptorch.poptorch_core.Error: 'poptorch_cpp_error': Out of memory\n"
+    again = pickle.loads(pickle.dumps(UnrecoverableError("gone", type="t", location="here")))
+    assert (type(again), again.message, again.type, again.location) == (UnrecoverableError, "gone", "t", "here")

@@ -82,7 +82,7 @@ def test_engine_options_then_a_later_run_replaces_only_its_own_report(tmp_path):
     assert [s.blocks for s in report.config.stages] == [("first",), ("second",)]
     assert report.config.gradient_accumulation == 3 and report.config.device_iterations == 2
     assert report.memory.level == "ipu" and report.target.num_ipus == 2
-    assert [t.name for t in report.host_io.tensors] == ["x", "y", "output0", "loss"]
+    assert [t.name for t in report.host_io.tensors] == ["x", "y", "output.0", "loss"]
     assert proc.stderr == "popviz emulator: estimated report of 'training' written to reports/training\n"
 
     (out / "training" / "notes.txt").write_text("mine")

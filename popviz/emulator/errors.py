@@ -22,6 +22,11 @@ class Error(Exception):
         self.message = message
         self.location = location
 
+    def __reduce__(self) -> tuple:
+        # pickled by name through this module: ``poptorch.poptorch_core`` (their __module__, below)
+        # is importable only where the emulator's shim is on the path
+        return _restore, (type(self).__name__, self.message, self.type, self.location)
+
 
 class RecoverableError(Error):
     """An error after which the application can recover (``recovery_action`` says how)."""
@@ -32,5 +37,15 @@ class RecoverableError(Error):
 class UnrecoverableError(Error):
     """An error after which the device (and so the process) cannot be used again."""
 
+
+def _restore(name: str, message: str, type: str, location: str) -> Error:
+    return {"Error": Error, "RecoverableError": RecoverableError, "UnrecoverableError": UnrecoverableError}[name](
+        message, type, location)
+
+
+# A traceback names them as PopTorch's do (``poptorch.poptorch_core.Error: 'popart_exception': ...``),
+# which is where the emulator's shim also offers them.
+for _cls in (Error, RecoverableError, UnrecoverableError):
+    _cls.__module__ = "poptorch.poptorch_core"
 
 __all__ = ["Error", "RecoverableError", "UnrecoverableError"]

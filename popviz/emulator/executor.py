@@ -301,7 +301,7 @@ class PoplarExecutor(Batching, DeviceState):
             if loss is not None and t is loss:
                 named.append(("loss", t))
             else:
-                named.append(("output" if len(tensors) == 1 else f"output{i}", t))
+                named.append(("output" if len(tensors) == 1 else f"output.{i}", t))
         measurement = recorder.result()
         if spans is not None:  # blocks by their display names from here on (PopTorch's ids: the trace)
             measurement = relabel(measurement, spans.names())
