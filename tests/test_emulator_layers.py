@@ -94,6 +94,9 @@ def check_sums(ex) -> None:
         stash = sum(int(r.activation_bytes) * depth[r.stage] for r in rows.itertuples())
         assert stash == mem.loc[ipu, "cat_activationStash_bytes"]
         assert int(rows.temporary_bytes.max()) == mem.loc[ipu, "cat_temporaries_bytes"]
+        # code: the layers' own, plus each tile's fixed overhead and the stage boundaries' exchange
+        fixed = hw.TILE_OVERHEAD_BYTES * ex.popvizReport().target.tiles_per_ipu
+        assert 0 <= mem.loc[ipu, "cat_codeAndExchange_bytes"] - fixed - int(rows.code_bytes.sum()) < 1 << 20
 
 
 def test_layers_of_a_pipelined_model_with_a_tied_head():
@@ -130,6 +133,9 @@ def test_layers_of_a_pipelined_model_with_a_tied_head():
     assert table.recomputation == "Pipeline" and by["body.0"].recompute_cycles == 70_401
     assert {x.name: x.recompute_cycles for x in table if x.stage == 2} == {"norm": 0, "proj": 0}
     assert not any(x.checkpoint for x in table)
+    # its code: two Linears (160 KiB), a ReLU and an add (48 KiB), forward and twice backward, and
+    # the update code of its 4 trainable tensors (256 KiB each)
+    assert by["body.0"].code_bytes == 3 * (2 * 160 + 2 * 48) * 1024 + 4 * 256 * 1024 == 2_326_528
     # recomputed stages stash no activation of their own layers (no checkpoint); the last stage does
     assert by["body.0"].activation_bytes == 0 and by["norm"].activation_bytes > 0
     assert by["body.0"].temporary_bytes > 0

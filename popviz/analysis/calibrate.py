@@ -48,7 +48,7 @@ def calibrate(real: Report, estimate: Report) -> Report:
                    optimizer_bytes=round(x.optimizer_bytes * mem[k]),
                    activation_bytes=round(x.activation_bytes * mem[k]),
                    temporary_bytes=round(x.temporary_bytes * mem[k]),
-                   recompute_bytes=round(x.recompute_bytes * mem[k]),
+                   recompute_bytes=round(x.recompute_bytes * mem[k]), code_bytes=round(x.code_bytes * mem[k]),
                    **({"accumulator_bytes": round(x.accumulator_bytes * mem[k])}
                       if hasattr(x, "accumulator_bytes") else {}))
            for x, k in zip(estimate.layers, stage_of, strict=True)]

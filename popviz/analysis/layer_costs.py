@@ -69,6 +69,7 @@ def layer_costs(layers: Sequence) -> list[LayerCost]:
             temporary_bytes=temp, other_temporary_bytes=max([t.temporary_bytes for t in extra], default=0),
             pin=x.pin, recompute_bytes=again, recompute_group=group,
             recompute_cycles=x_rerun(x) + sum(x_rerun(t) for t in extra), checkpoint=bool(getattr(x, "checkpoint", False)),
+            code_bytes=sum(int(getattr(t, "code_bytes", 0) or 0) for t in (x, *extra)),
         ))
     return out
 

@@ -367,8 +367,8 @@ def _as_reported(report: Report, now: SplitView) -> str | None:
     if not parts:
         return None
     return ("now, as the report (and popviz analyse) has it: " + "; ".join(parts)
-            + ". The model's figures leave out inter-IPU copies, syncs and each IPU's own code size, "
-            "the same on both sides of the comparison")
+            + ". The model's cycles leave out inter-IPU copies and syncs, the same on both sides of the "
+            "comparison")
 
 
 def make_plan(report: Report, *, ipus: int | None = None, max_ipus: int | None = None,

@@ -67,6 +67,9 @@ class LayerCost:
     """Of ``bwd_cycles``, the recomputed forward in the report's placement (0: not recomputed)."""
     checkpoint: bool = False
     """A ``recomputationCheckpoint`` output is made in this layer."""
+    code_bytes: int = 0
+    """Code of its operations and updates on its IPU (0 when the table does not record it: then
+    all code is in ``PlanSettings.code_bytes``)."""
 
 
 @dataclass(frozen=True)
@@ -77,7 +80,7 @@ class PlanSettings:
     training: bool = True
     offload_optimizer: bool = False
     code_bytes: int = 0
-    """Fixed code/overhead bytes on every IPU."""
+    """Fixed code/overhead bytes on every IPU (beside the layers' own ``code_bytes``)."""
     extra_stages: int = 0
     """Forward stages beyond one per IPU: 1 when a tied projection runs on the first IPU again
     after the last (:func:`extra_stages`). Each deepens every IPU's stash by two micro-batches."""
@@ -178,7 +181,7 @@ class _Prefix:
         for layer in layers:
             c, plain = layer_cycles(layer, settings)
             self.cyc_last.append(self.cyc_last[-1] + plain)
-            f = layer.weight_bytes + layer.tail_activation_bytes  # the last stage stashes one
+            f = layer.weight_bytes + layer.tail_activation_bytes + layer.code_bytes  # the last stage stashes one
             if settings.training and not settings.offload_optimizer:
                 f += layer.optimizer_bytes
             self.cyc.append(self.cyc[-1] + c)

@@ -187,13 +187,14 @@ def stash_depth(segment: int, num_segments: int, setup: EngineSetup) -> int:
 @dataclass(frozen=True)
 class OpTable:
     """Per operation of a measurement: forward and backward cycles (the backward's including the
-    recomputed forward), working bytes (including the recomputed activations live with it) and
-    the recomputation plan they follow."""
+    recomputed forward), working bytes (including the recomputed activations live with it), the
+    recomputation plan they follow and its code bytes (:func:`code_bytes`)."""
 
     forward: list[float]
     backward: list[float]
     temporary: list[float]
     recompute: recompute.RecomputePlan
+    code: list[float]
 
 
 def _caps(m: Measurement, setup: EngineSetup) -> dict[int, float]:
@@ -214,7 +215,7 @@ def op_table(m: Measurement, setup: EngineSetup) -> OpTable:
         fwd.append(f)
         bwd.append((backward_cycles(o, f, spec) + (f if again else 0.0)) if setup.training else 0.0)
         temp.append(op_temporary_bytes(o, cap if cap is not None else spec.bytes_per_ipu) + live)
-    return OpTable(fwd, bwd, temp, plan)
+    return OpTable(fwd, bwd, temp, plan, [code_bytes(o, setup.training) for o in m.ops])
 
 
 @dataclass
@@ -266,7 +267,7 @@ def stage_estimates(m: Measurement, setup: EngineSetup, table: OpTable | None = 
             stash_depth=stash_depth(index, len(m.segments), setup),
             temporary_bytes=int(max((table.temporary[j] for j in idx), default=0)),
             recompute_cycles=int(round(again)) if setup.training else 0,
-            code_bytes=sum(code_bytes(o, setup.training) for o in ops),
+            code_bytes=sum(table.code[j] for j in idx),
         ))
     return out
 

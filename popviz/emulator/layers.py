@@ -39,6 +39,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from popviz.block_names import user_path
+from popviz.emulator import hardware as hw
 from popviz.emulator.structure import DEPTH_ENV, ROOT_NAME, LayerSetupError, Structure
 from popviz.model import Layer, LayerTable
 from popviz.model.numbers import reserved_ipus
@@ -377,8 +378,10 @@ def layer_table(m: Measurement, setup: EngineSetup, stages: Sequence[StageEstima
     again: dict[str, int] = dict.fromkeys(names, 0)
     group: dict[str, int | None] = dict.fromkeys(names)
     rerun: dict[str, float] = dict.fromkeys(names, 0.0)  # of bwd: the recomputed forward
+    code: dict[str, float] = dict.fromkeys(names, 0.0)
     for i, c in enumerate(cycles):
         fwd[owner[i]] += c
+        code[owner[i]] += table.code[i]
         bwd[owner[i]] += table.backward[i]
         if setup.training and plan.recomputed[i]:
             rerun[owner[i]] += c
@@ -408,6 +411,8 @@ def layer_table(m: Measurement, setup: EngineSetup, stages: Sequence[StageEstima
         if p.trainable:
             elements[name] += p.numel
             tbytes[name] += p.bytes
+            if setup.training:
+                code[name] += hw.UPDATE_CODE_BYTES_PER_TENSOR
             largest[name] = max(largest.get(name, 0), p.numel)
     slot_bytes = sum(b for _, b in setup.optimizer_slots)
     optimizer = dict.fromkeys(names, 0)
@@ -459,7 +464,8 @@ def layer_table(m: Measurement, setup: EngineSetup, stages: Sequence[StageEstima
             fwd_cycles=fwd_int[n], bwd_cycles=bwd_int[n], weight_bytes=weights[n],
             optimizer_bytes=optimizer[n], accumulator_bytes=accumulators[n], activation_bytes=activations[n] if setup.training else 0,
             temporary_bytes=temp[n], pin=pin, tied_to=shown.get(tied_to, tied_to), recompute_bytes=again[n],
-            recompute_group=group[n], recompute_cycles=rerun_int[n], checkpoint=n in checkpointed))
+            recompute_group=group[n], recompute_cycles=rerun_int[n], checkpoint=n in checkpointed,
+            code_bytes=int(round(code[n]))))
     notes = [f"Layers at module {st.how}.",
              "Operations outside every layer-level module count with the nearest layer before them in the "
              "same stage; per-layer cycles and bytes add up to each stage's compute and each IPU's layer "

@@ -22,7 +22,7 @@ LAYER_SOURCES = ("emulator", "debug_context", "calibrated")
 pass, PopTorch's debug contexts in a real profile, or a real profile's per-stage figures
 distributed over its layers in the proportions of an emulator estimate."""
 _LAYER_INTS = ("fwd_cycles", "bwd_cycles", "weight_bytes", "optimizer_bytes", "accumulator_bytes",
-               "activation_bytes", "temporary_bytes", "recompute_bytes", "recompute_cycles")
+               "activation_bytes", "temporary_bytes", "recompute_bytes", "recompute_cycles", "code_bytes")
 
 
 @dataclass(frozen=True)
@@ -70,6 +70,9 @@ class Layer:
     nothing of it is recomputed."""
     checkpoint: bool = False
     """A ``recomputationCheckpoint`` output is made in this layer."""
+    code_bytes: int = 0
+    """Code its operations' compute sets (forward and backward) and its tensors' updates take on
+    its IPU, where known (0 otherwise: the planner then counts code per IPU only)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
