@@ -91,10 +91,12 @@ PAGE_PROBE = """JSON.stringify({
   svg_texts: Array.from(document.querySelectorAll('figure > svg')).map(function (e) {
     return e.querySelectorAll('text').length; }),
   broken_images: Array.from(document.images).filter(function (i) { return !i.complete || !i.naturalWidth; }).length,
-  fonts: Array.from(document.fonts).map(function (f) { return f.family; })
+  fonts: Array.from(document.fonts).map(function (f) { return f.family; }),
+  overflow_x: document.documentElement.scrollWidth - document.documentElement.clientWidth
 })"""
 """What the page shows, measured in the browser: element counts, each figure's rendered size and
-text elements, images that did not load, and web fonts (there should be none)."""
+text elements, images that did not load, web fonts (there should be none) and how far the page
+is wider than the window (> 0: something does not wrap)."""
 
 
 def open_page(executable: str, profile: Path, flags: list[str], url: str,

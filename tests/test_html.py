@@ -97,6 +97,7 @@ def test_page_renders_in_chromium_with_no_request_leaving_it(page, tmp_path):
     assert len(seen["svg_boxes"]) == 12 and all(w >= 300 and h >= 150 for w, h in seen["svg_boxes"])
     assert all(n >= 5 for n in seen["svg_texts"])
     assert seen["broken_images"] == 0 and seen["fonts"] == []
+    assert seen["overflow_x"] <= 0  # everything wraps in a 1,200-pixel window
     shot = tmp_path / "report.png"
     shot.write_bytes(seen["screenshot"])
     assert seen["screenshot"][:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 50_000
@@ -104,6 +105,17 @@ def test_page_renders_in_chromium_with_no_request_leaving_it(page, tmp_path):
     assert printed[:5] == b"%PDF-"
     pages = len(re.findall(rb"/Type\s*/Page[^s]", printed))
     assert 6 <= pages <= 30, pages  # figures kept whole (page-break-inside: avoid), nothing clipped away
+
+
+def test_long_gains_and_hints_wrap_instead_of_widening_the_page(tmp_path):
+    """oom_model's findings carry popviz plan's hint in their gain (about 150 characters): it
+    wraps inside the card (it ran off the page with white-space: nowrap)."""
+    out = tmp_path / "oom.html"
+    proc = run_cli("analyse", str(SAMPLES / "oom_model"), "--html", str(out), env={"MPLBACKEND": "Agg"})
+    assert proc.returncode == 0, proc.stderr  # findings fail only with --fail-on
+    assert "44% faster than the current split would be" in out.read_text(encoding="utf-8")
+    seen = load(out, tmp_path)
+    assert seen["overflow_x"] <= 0
 
 
 def test_both_network_checks_catch_an_external_request(tmp_path):

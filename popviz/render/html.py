@@ -47,7 +47,7 @@ code { font: 12.5px ui-monospace, "SFMono-Regular", Menlo, Consolas, monospace; 
 figure { margin: 10px 0; page-break-inside: avoid; } figure svg { max-width: 100%; height: auto; }
 figcaption { color: var(--muted); font-size: 12px; }
 .summary li { margin: 2px 0; }
-.gain { color: #1b7837; font-size: 12.5px; font-weight: 600; white-space: nowrap; }
+.gain { color: #1b7837; font-size: 12.5px; font-weight: 600; overflow-wrap: anywhere; }
 h2, h3 { break-after: avoid; page-break-after: avoid; }
 table, dl.config { break-inside: avoid; page-break-inside: avoid; }
 @media print { body { max-width: none; margin: 0; font-size: 12px; }
