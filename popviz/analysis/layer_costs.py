@@ -10,7 +10,7 @@ from typing import Any
 from popviz.analysis.planner import LayerCost
 
 
-def x_rerun(x: Any) -> int:
+def _rerun(x: Any) -> int:
     """A report layer's recomputed forward cycles (0 for tables that do not record them)."""
     return int(getattr(x, "recompute_cycles", 0) or 0)
 
@@ -68,7 +68,7 @@ def layer_costs(layers: Sequence) -> list[LayerCost]:
             activation_bytes=x.activation_bytes + sum(t.activation_bytes for t in extra),
             temporary_bytes=temp, other_temporary_bytes=max([t.temporary_bytes for t in extra], default=0),
             pin=x.pin, recompute_bytes=again, recompute_group=group,
-            recompute_cycles=x_rerun(x) + sum(x_rerun(t) for t in extra), checkpoint=bool(getattr(x, "checkpoint", False)),
+            recompute_cycles=_rerun(x) + sum(_rerun(t) for t in extra), checkpoint=bool(getattr(x, "checkpoint", False)),
             code_bytes=sum(int(getattr(t, "code_bytes", 0) or 0) for t in (x, *extra)),
         ))
     return out

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from popviz.analysis.planner import LayerCost, PlanSettings, Split, evaluate, own_rerun, recomputed_in
+from popviz.analysis.planner import LayerCost, PlanSettings, Split, evaluate, own_rerun, recompute_cut
 
 
 def stage_work(layers: Sequence[LayerCost], layers_per_ipu: Sequence[int],
@@ -18,11 +18,11 @@ def stage_work(layers: Sequence[LayerCost], layers_per_ipu: Sequence[int],
     out = []
     tail_f = tail_b = 0
     i = 0
-    last_rule = settings.pipeline_recompute and not settings.recompute and settings.extra_stages == 0
     for ipu, k in enumerate(layers_per_ipu):
         part = layers[i:i + k]
-        again = (recomputed_in(layers, i, i + k, settings) if last_rule and ipu == len(layers_per_ipu) - 1
-                 else [True] * k)
+        last = settings.last_stage_recomputes_less and ipu == len(layers_per_ipu) - 1
+        cut = recompute_cut(layers, i, i + k) if last else i + k
+        again = [i + j < cut for j in range(k)]
         i += k
         f = sum(x.fwd_cycles - x.tail_fwd_cycles for x in part)
         b = 0

@@ -93,6 +93,13 @@ class PlanSettings:
     a layer moved into or out of the last stage gains or loses its recomputed forward."""
 
     @property
+    def last_stage_recomputes_less(self) -> bool:
+        """Under ``pipeline_recompute`` the last stage recomputes only up to its last checkpoint
+        (a tied projection's extra stage after it, or the ``recompute`` lever, leave every stage
+        as measured or recomputing)."""
+        return self.training and self.pipeline_recompute and not self.recompute and self.extra_stages == 0
+
+    @property
     def budget_bytes(self) -> int:
         return int(self.capacity_bytes * self.headroom_frac)
 
@@ -159,21 +166,20 @@ def layer_cycles(layer: LayerCost, settings: PlanSettings) -> tuple[int, int]:
     return plain + own_rerun(layer, settings) + tail, plain
 
 
-def recomputed_in(layers: Sequence[LayerCost], first: int, stop: int, settings: PlanSettings) -> list[bool]:
-    """Per layer of ``layers[first:stop]``, the last stage of a split of ``layers``: whether
-    PopART's Pipeline recomputation runs its forward again (up to the stage's last checkpoint;
-    a lone stage, on one IPU, recomputes nothing)."""
-    if first == 0:
-        return [False] * (stop - first)
-    marks = [k for k in range(first, stop) if layers[k].checkpoint]
-    last = marks[-1] if marks else first - 1
-    return [k <= last for k in range(first, stop)]
+def recompute_cut(layers: Sequence[LayerCost], first: int, stop: int) -> int:
+    """For ``layers[first:stop]``, the last stage of a split of ``layers``: PopART's Pipeline
+    recomputation runs ``layers[first:cut]`` again, up to the stage's last checkpoint (a lone
+    stage, on one IPU, recomputes nothing: ``first``)."""
+    if first > 0:
+        for k in range(stop - 1, first - 1, -1):
+            if layers[k].checkpoint:
+                return k + 1
+    return first
 
 
 class _Prefix:
     def __init__(self, layers: Sequence[LayerCost], settings: PlanSettings) -> None:
         self.layers = layers
-        self.settings = settings
         self.cyc = [0]
         self.cyc_last = [0]  # as in a stage that does not recompute them
         self.fixed = [0]
@@ -191,8 +197,7 @@ class _Prefix:
         self.again = [(layer.recompute_group, layer.recompute_bytes) for layer in layers]
         self.other = [layer.other_temporary_bytes for layer in layers]
         self.code = settings.code_bytes
-        self.last_rule = (settings.training and settings.pipeline_recompute and not settings.recompute
-                          and settings.extra_stages == 0)
+        self.last_rule = settings.last_stage_recomputes_less
 
     def cycles(self, first: int, stop: int) -> int:
         """Cycles per micro-batch of the stage holding layers[first:stop]: under Pipeline
@@ -200,8 +205,7 @@ class _Prefix:
         last checkpoint."""
         if not self.last_rule or stop != len(self.layers):
             return self.cyc[stop] - self.cyc[first]
-        flags = recomputed_in(self.layers, first, stop, self.settings)
-        cut = first + sum(flags)
+        cut = recompute_cut(self.layers, first, stop)
         return self.cyc[cut] - self.cyc[first] + self.cyc_last[stop] - self.cyc_last[cut]
 
     def stage_temp(self, first: int, stop: int) -> int:

@@ -79,8 +79,6 @@ def _engine(console, engine: EngineResult, ignored: frozenset[str] = frozenset()
         elif out.caption:
             console.print(f"[bold]{escape.markup(text.analysis_title(name))}[/]")
         if out.caption:
-            from rich.text import Text as RichText
-
             console.print(Padding(RichText(text.prewrap(escape.term_lines(out.caption), prose - 1), style="dim"),
                                   (0, 0, 0, 1), expand=False), width=prose)
         if has_table or out.caption:
@@ -88,8 +86,6 @@ def _engine(console, engine: EngineResult, ignored: frozenset[str] = frozenset()
     for f in engine.findings:
         console.print(_finding(f, prose, ignored=f.code in ignored), width=prose)
     if engine.not_checked:
-        from rich.text import Text as RichText
-
         console.print("[dim]not checked:[/]")
         for n in engine.not_checked:
             console.print(Padding(RichText(text.prewrap(escape.term(f"{n.analysis}: {n.check} — {n.reason}"),
