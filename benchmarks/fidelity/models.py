@@ -141,13 +141,15 @@ class ViTClassifier(nn.Module):
 
 
 class Bottleneck(nn.Module):
-    """torchvision's ResNet-50 v1.5 bottleneck (stride on the 3x3 convolution)."""
+    """torchvision's ResNet-50 v1.5 bottleneck (stride on the 3x3 convolution); with ``groups``
+    and ``cout``, ResNeXt's (a grouped 3x3 convolution ``width`` channels wide)."""
 
-    def __init__(self, cin: int, width: int, stride: int) -> None:
+    def __init__(self, cin: int, width: int, stride: int, groups: int = 1, cout: int | None = None) -> None:
         super().__init__()
-        cout = width * 4
+        cout = cout or width * 4
         self.conv1, self.bn1 = nn.Conv2d(cin, width, 1, bias=False), nn.BatchNorm2d(width)
-        self.conv2, self.bn2 = nn.Conv2d(width, width, 3, stride, 1, bias=False), nn.BatchNorm2d(width)
+        self.conv2 = nn.Conv2d(width, width, 3, stride, 1, groups=groups, bias=False)
+        self.bn2 = nn.BatchNorm2d(width)
         self.conv3, self.bn3 = nn.Conv2d(width, cout, 1, bias=False), nn.BatchNorm2d(cout)
         self.down = None
         if stride != 1 or cin != cout:
@@ -161,9 +163,10 @@ class Bottleneck(nn.Module):
 
 
 class ResNet50(nn.Module):
-    """torchvision.models.resnet50() in shape: stem, 3-4-6-3 bottlenecks, 1000 classes."""
+    """torchvision.models.resnet50() in shape: stem, 3-4-6-3 bottlenecks, 1000 classes; with
+    ``groups=32, width_per_group=4``, torchvision.models.resnext50_32x4d()."""
 
-    def __init__(self, classes: int = 1000) -> None:
+    def __init__(self, classes: int = 1000, groups: int = 1, width_per_group: int = 64) -> None:
         super().__init__()
         self.stem = nn.Sequential(nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64), nn.ReLU(),
                                   nn.MaxPool2d(3, 2, 1))
@@ -171,7 +174,8 @@ class ResNet50(nn.Module):
         for width, blocks, stride in ((64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)):
             stage = []
             for i in range(blocks):
-                stage.append(Bottleneck(cin, width, stride if i == 0 else 1))
+                inner = width * width_per_group * groups // 64
+                stage.append(Bottleneck(cin, inner, stride if i == 0 else 1, groups, width * 4))
                 cin = width * 4
             layers.append(nn.Sequential(*stage))
         self.layer1, self.layer2, self.layer3, self.layer4 = layers

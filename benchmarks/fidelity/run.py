@@ -38,7 +38,8 @@ class Case:
     metric: str
     """``samples_per_second`` (whole system, IPU calls only), ``loop_samples_per_second`` (the
     whole system as the script's loop runs it: calls plus its measured host work between calls),
-    ``total_bytes`` / ``code_bytes`` (IPU 0) or ``fits`` (the hardware value is 1: it ran)."""
+    ``total_bytes`` / ``code_bytes`` (IPU 0) or ``fits`` (the hardware value is 1: it ran; 0: it
+    ran out of memory)."""
     hardware: float
     what: str
     args: tuple[str, ...] = ()
@@ -77,10 +78,20 @@ SDK25_FOUR_REPLICAS = (
     f"{SDK25_RUNS_ITS_FIRST_MODEL}. So this is 4 x one replica's rate: 138,006 / 4 = 34,501 items/s, "
     "within 2% of B5 (SDK 3.0's and 3.1's versions build the model in the function, so E2 and B3 are real "
     "4- and 2-replica figures)")
+PIPELINE_TUTORIAL_LOOP = (
+    "the tutorial's own execution trace (B10's first row) has the IPUs busy ~1.0 ms per weight update, ~10 ms "
+    "of each ~55-66 ms step: the rest is that host's data loading (4,000 images through PIL by 16 workers per "
+    "step) and Python, which a run on another machine cannot measure")
 CASES = [
     Case("A1", "a1_tiny_bert_squad.py", "total_bytes", 103_077_866, "tiny BERT compile profile, total"),
     Case("A1", "a1_tiny_bert_squad.py", "code_bytes", 24_414_353 + 11_348_758 + 9_779_604 + 17_100_804,
          "tiny BERT compile profile, code"),
+    # graphcore/examples' available-memory tech note demo: its tests expect AMP 0.35 to run and the
+    # default 0.8 to fail with "Out of memory on tile"
+    Case("A6", "a6_resnext_inference.py", "fits", 1, "ResNeXt-50 inference, batch 20, AMP 0.35: fits",
+         args=("0.35",)),
+    Case("A6", "a6_resnext_inference.py", "fits", 0, "ResNeXt-50 inference, batch 20, AMP 0.8: OOM",
+         args=("0.8",)),
     Case("B9", "b9_small_cnn.py", "samples_per_second", 47_323.53, "small CNN, 1 IPU, synthetic"),
     # the same SDK 3.1 README's Case 1 (the same model, timed after the function's DataLoader pass)
     Case("B1", "b9_small_cnn.py", "samples_per_second", 46_739.05, "small CNN, 1 IPU, synthetic (Case 1)"),
@@ -116,10 +127,10 @@ CASES = [
     Case("B10", "b10_mnist_pipeline.py", "samples_per_second", 390_000,
          "MNIST CNN, 4-IPU pipeline, the README's trace", args=("trace",)),
     Case("B10", "b10_mnist_pipeline.py", "loop_samples_per_second", 60_160,
-         "MNIST CNN, 4-IPU pipeline, as the tutorial's loop runs", calls=31,
-         not_used="the tutorial's own execution trace (the row above) has the IPUs busy ~1.0 ms per weight "
-         "update, ~10 ms of each ~66 ms step: the rest is that host's data loading (4,000 images through "
-         "PIL by 16 workers per step) and Python, which a run on another machine cannot measure"),
+         "MNIST CNN, 4-IPU pipeline, as the tutorial's loop runs", calls=31, not_used=PIPELINE_TUTORIAL_LOOP),
+    # the same tutorial's README on SDK 2.5.1 (@2610c082): 17.91 it/s in epoch 2, the same loop
+    Case("B11", "b10_mnist_pipeline.py", "loop_samples_per_second", 71_640,
+         "MNIST CNN, 4-IPU pipeline, the loop on SDK 2.5.1", calls=31, not_used=PIPELINE_TUTORIAL_LOOP),
     # Not in the figures file: TensorFlow 1's pipelining tutorial's execution trace of a tiny MLP on one
     # IPU (images/step1_single_ipu_execution_trace.png @2610c082, synthetic data): one mini-batch of 32,
     # forward, backward and gradient accumulation, spans 780 px on an axis of 31.67 px per 2,000 cycles
