@@ -10,7 +10,7 @@ import pytest
 
 from popviz import testing
 from popviz.ci.baseline import EngineMetrics
-from popviz.ci.compare import IMPROVED, REGRESSED, SAME, TRADED, WITHIN, compare
+from popviz.ci.compare import IMPROVED, REGRESSED, SAME, TRADED, WITHIN, check_gate, compare
 from popviz.ci.render import junit, markdown, text
 from popviz.ci.thresholds import parse_rule, parse_threshold, threshold_for
 from popviz.errors import UsageError
@@ -28,9 +28,9 @@ def write(tmp_path, name, stage_cycles, **kwargs):
     return directory
 
 
-def side(metrics, estimated=False, config=None, name="training"):
+def side(metrics, estimated=False, config=None, name="training", findings=None):
     return [EngineMetrics(name=name, instance=None, source="bundle", estimated=estimated, config=config or {},
-                          metrics=metrics)]
+                          metrics=metrics, findings=findings or [])]
 
 
 # ------------------------------------------------------------------ thresholds
@@ -146,9 +146,20 @@ def test_configuration_changes_come_first():
 
 
 def test_estimated_against_measured_is_refused_unless_allowed():
+    m = {"pipeline.cycles_per_micro_batch": 1000.0}
     with pytest.raises(UsageError, match="estimated on one side and measured on the other"):
-        compare(side({}, estimated=True), side({}), [])
-    assert compare(side({}, estimated=True), side({}), [], allow_mixed=True).mixed
+        compare(side(m, estimated=True), side(m), [])
+    assert compare(side(m, estimated=True), side(m), [], allow_mixed=True).mixed
+
+
+def test_a_side_without_metrics_compares_nothing_and_says_why():
+    # an engine the script never called (RUN001) is neither estimated nor measured: not "mixed"
+    never = side({}, findings=[{"code": "RUN001", "severity": "error"}])
+    c = compare(side({"pipeline.cycles_per_micro_batch": 1000.0}, estimated=True), never, [])
+    assert not c.mixed and [r.verdict for r in c.rows] == ["gone"]
+    with pytest.raises(UsageError, match=r"^no metric is on both sides: nothing was compared \(new: engine "
+                       r"training has no metrics: never called \(RUN001\)\)$"):
+        check_gate(c, [])
 
 
 # ------------------------------------------------------------------ real CLI on real bundles
@@ -424,7 +435,7 @@ def test_every_finding_code_is_known_and_documented():
     from popviz.analysis.findings import CODES
 
     root = Path(__file__).resolve().parent.parent
-    pattern = re.compile(r"\b(?:PIPE|MEM|HIO|INST)\d{3}\b")
+    pattern = re.compile(r"\b(?:PIPE|MEM|HIO|INST|RUN)\d{3}\b")
     in_source = {c for p in (root / "popviz" / "analysis").glob("*.py") for c in pattern.findall(p.read_text())}
     assert in_source == set(CODES)
     assert set(pattern.findall((root / "docs" / "findings.md").read_text())) == set(CODES)
@@ -645,3 +656,23 @@ def test_a_memory_only_reports_modelled_ramp_is_not_a_ci_metric():
     assert engine.metrics["pipeline"]["ramp_efficiency_basis"] == "model"
     metrics = engine_metrics(engine)
     assert "pipeline.ramp_efficiency_pct" not in metrics and metrics["memory.max_used_pct"] == pytest.approx(126.3, abs=0.05)
+
+
+@pytest.mark.parametrize(("width", "threshold"), [(80, False), (99, False), (100, False), (101, True), (120, True)])
+def test_metric_names_are_never_folded_where_they_fit(width, threshold):
+    """At 100-105 columns the wide table (threshold column, full figures) used to fold long names
+    ("pipeline.cycles_per_micro_batc" / "h"); it gives way to the narrow one instead."""
+    import io
+
+    from popviz.ci.render import console
+
+    m = {"pipeline.call_cycles_per_micro_batch": 3_154_795.0, "pipeline.stage0.cycles_per_micro_batch": 2_705_594.0,
+         "memory.ipu0.used_bytes": 250_000_000.0}
+    c = compare(side(m), side({k: v * 1.4 for k, v in m.items()}), [])
+    buf = io.StringIO()
+    console(c, file=buf, width=width, hints=False)
+    lines = buf.getvalue().splitlines()
+    for name in m:
+        assert any(line.startswith(name + " ") for line in lines), (width, lines)
+    header = next(line for line in lines if line.startswith("metric"))
+    assert ("threshold" in header) == threshold, lines  # the wide table needs 101 columns here

@@ -26,6 +26,7 @@ from popviz.analysis.thresholds import (
 from popviz.analysis.throughput import pessimistic_caution
 from popviz.model import Report
 from popviz.model.aggregate import cycle_totals
+from popviz.model.frames import never_called
 
 NAME = "host_io"
 WAIT_TYPES = ("StreamCopyBegin", "StreamCopyEnd")
@@ -82,6 +83,9 @@ def synthetic_data(report: Report) -> bool:
 
 def analyse(report: Report) -> AnalysisOutput:
     o = Collector(NAME, empty_metrics())
+    if never_called(report):
+        o.skip("output mode, stream copies", "the engine was never called (RUN001): nothing was traced, compiled or run")
+        return o.out
     captions = [_outputs(report, o)]
     captions.append(_stream_copies(report, o))
     o.out.caption = "\n".join(c for c in captions if c) or None
@@ -331,6 +335,9 @@ def _fewer_input_bytes(report: Report) -> list[str]:
     return levers
 
 
+BYTE_BOUND_LEAD = "The host cannot hand over the inputs fast enough:"
+
+
 def _byte_bound_levers(report: Report, in_b: int, seconds: float, threads: int) -> str:
     """HIO001's advice when the host cannot hand over the call's input bytes in time: fewer bytes,
     more host threads or processes."""
@@ -346,13 +353,13 @@ def _byte_bound_levers(report: Report, in_b: int, seconds: float, threads: int) 
     joined = ", ".join(levers[:-1]) + ", or " + levers[-1] if len(levers) > 1 else levers[0]
     host = in_b / (HOST_THREAD_INPUT_BYTES_PER_SECOND * threads)
     who = "one host thread needs" if threads == 1 else f"{threads} host threads need"
-    return (f"The host cannot hand over the inputs fast enough: {who} ~{_ms(host)} to pass the call's "
+    return (f"{BYTE_BOUND_LEAD} {who} ~{_ms(host)} to pass the call's "
             f"{nbytes(in_b)} of inputs to Poplar (~{HOST_THREAD_INPUT_BYTES_PER_SECOND / 1e9:.2f} GB/s "
             "per thread, docs/emulator.md), "
             + (f"{pct(host / seconds)} of" if host <= seconds else "longer than")
-            + f" the {_ms(seconds)} the call keeps the IPUs busy; more device iterations or a deeper "
-            "prefetch do not shorten a wait set by "
-            f"bytes. {joined[0].upper()}{joined[1:]}.")
+            + f" the {_ms(seconds)} the call keeps the IPUs busy (the IPU waits for the part its compute "
+            "does not hide). That wait grows with the bytes: more device iterations or a deeper prefetch "
+            f"do not shorten it. {joined[0].upper()}{joined[1:]}.")
 
 
 def _copy_finding(report: Report, o: Collector, worst: dict[str, Any], mode: str | None,
@@ -432,5 +439,8 @@ def _device_iterations(report: Report, o: Collector, seconds: float) -> None:
     else:
         rec = ("Raise opts.deviceIterations(...) so one call runs for at least "
                f"{_ms(CALL_DEVICE_SECONDS_TARGET)}.")
+    if any(f.code == "HIO001" and f.recommendation.startswith(BYTE_BOUND_LEAD) for f in o.out.findings):
+        rec += (" This spreads each call's fixed cost over more samples; the wait for the input bytes "
+                "(HIO001) stays the same per sample.")
     rec += pessimistic_caution(report, "calls are shorter on an IPU, so this is a lower bound")
     o.find("HIO003", "warning", "Device iterations too low for the step time", evidence, rec)

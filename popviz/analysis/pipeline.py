@@ -30,6 +30,7 @@ from popviz.analysis.thresholds import (
 from popviz.analysis.throughput import pessimistic_caution
 from popviz.model import ModelConfig, Report
 from popviz.model.aggregate import cycle_totals
+from popviz.model.frames import never_called
 from popviz.model.numbers import reserved_ipus, tied_for_most
 
 NAME = "pipeline"
@@ -113,6 +114,9 @@ def analyse(report: Report) -> AnalysisOutput:
     cfg = report.cfg
     o = Collector(NAME, empty_metrics(cfg))
     m = o.out.metrics
+    if never_called(report):
+        o.skip("pipeline checks", "the engine was never called (RUN001): nothing was traced, compiled or run")
+        return o.out
     if not report.has("config"):
         if report.target is not None and report.target.ipus_per_replica == 1:
             o.skip("pipeline checks", "the model runs on one IPU: there are no stages to balance "
@@ -238,8 +242,9 @@ def _ramp(report: Report, o: Collector) -> None:
     host = report.host_io
     if (report.execution is None and report.memory is None and host is not None
             and host.compile_seconds is None and not host.calls):
-        o.skip("ramp efficiency", "this engine never compiled (no profile, no compile time and no call "
-               "recorded): no pipeline ran to fill or drain")
+        why = ("its compile failed; the error is in the capture's summary and log" if host.compile_error
+               else "no profile, no compile time and no call recorded")
+        o.skip("ramp efficiency", f"this engine never compiled ({why}): no pipeline ran to fill or drain")
         return
     if eff < RAMP_EFFICIENCY_TARGET_FRAC:
         severity = "warning" if eff < RAMP_EFFICIENCY_WARN_FRAC else "info"

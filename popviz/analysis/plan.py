@@ -54,12 +54,16 @@ class Action:
     bytes_saved_per_call: int | None = None
     hint: dict[str, Any] | None = None
     """Reserved for a planner's hint (issue 14); None until one is attached."""
+    caveat: str | None = None
+    """Why the gain is out of reach of the finding's usual change (PIPE001 when no split of whole
+    layers is faster), appended to :attr:`gain_text`."""
 
     @property
     def gain_text(self) -> str:
+        text = self._gain_text()
         if self.hint is not None:
-            return f"{self._gain_text()}; {self.hint['text']}"
-        return self._gain_text()
+            text = f"{text}; {self.hint['text']}"
+        return f"{text}; {self.caveat}" if self.caveat else text
 
     def _gain_text(self) -> str:
         if self.throughput_gain_frac is not None:
@@ -191,6 +195,9 @@ def _plan_hints(engine: EngineResult, plan: Plan) -> None:
         return
     hint, best_already = plan_outcome(engine.report)
     if best_already is not None and any(a.code == "PIPE001" for a in plan.actions):
+        for a in plan.actions:
+            if a.code == "PIPE001":
+                a.caveat = "not by moving whole layers (`popviz plan` finds no faster split)"
         for out in engine.outputs.values():
             out.findings[:] = [_whole_layers_do_not_help(f, best_already) if f.code == "PIPE001" else f
                                for f in out.findings]

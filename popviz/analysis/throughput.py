@@ -14,7 +14,7 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from popviz.analysis.findings import AnalysisOutput, NotChecked
+from popviz.analysis.findings import AnalysisOutput, Finding, NotChecked
 from popviz.model import Report
 from popviz.model.numbers import finite_float
 
@@ -146,6 +146,10 @@ def analyse(report: Report) -> AnalysisOutput:
     is reported, and compared by ``compare``/``history``, not judged)."""
     import pandas as pd
 
+    from popviz.model.frames import never_called
+
+    if never_called(report):
+        return AnalysisOutput(metrics=empty_metrics(), findings=[never_called_finding(report)])
     t = throughput(report)
     if t is None:
         reason = ("no execution (the compile failed or the profile has none)" if report.execution is None
@@ -173,6 +177,35 @@ def analyse(report: Report) -> AnalysisOutput:
                     "convolutions, which public hardware traces ran several times faster than the cost model "
                     "charges (docs/emulator.md, T1 and B10)")
     return AnalysisOutput(metrics=t.as_dict(), table=table, caption=caption)
+
+
+def never_called_finding(report: Report) -> Finding:
+    """RUN001: the script built the engine but never called or compiled it, so there is nothing to
+    analyse (on an IPU it would leave no profile either); the likeliest cause is a loop over a
+    ``poptorch.DataLoader`` too small for one call."""
+    c = report.config
+    mode = c.mode if c is not None and c.mode else "PopTorch"
+    factors = []
+    if c is not None:
+        for name, value in (("device iterations", c.device_iterations),
+                            ("gradient accumulation", c.gradient_accumulation if c.mode == "training" else None),
+                            ("replicas", c.replication_factor)):
+            if value is not None:
+                factors.append((name, value))
+    per_call = 1
+    for _, value in factors:
+        per_call *= value
+    takes = (f"{per_call:,} micro-batch{'es' if per_call != 1 else ''} "
+             f"({' × '.join(f'{n} {v:,}' for n, v in factors)}) of the batch size"
+             if factors else "one call's micro-batches")
+    return Finding(
+        "RUN001", "error", NAME, "The engine was never called",
+        f"the script built this {mode} engine but never called it or compiled it: 0 calls, no compile, so "
+        "popviz capture recorded its options only and there is no memory, execution or throughput to analyse "
+        "(on an IPU it would leave no profile either)",
+        "Make the script call the model at least once. A loop over a poptorch.DataLoader yields no batch when "
+        f"the dataset holds fewer samples than one call takes: {takes}; check len(loader) > 0, lower "
+        "opts.deviceIterations or give it more data.")
 
 
 def _seconds(value: float) -> str:

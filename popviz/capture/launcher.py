@@ -235,7 +235,13 @@ def summary_lines(run: Mapping[str, Any], root: Path) -> list[str]:
                   "popviz bundle" if "popviz-report.json" in files else "no profile")
         desc = [report]
         m = e.get("model")
-        if m:
+        if m and report == "no profile" and m.get("calls") == 0 and m.get("compile_seconds") is None \
+                and not m.get("compile_error"):
+            desc = [f"NEVER CALLED: the script built this {m.get('mode') or 'PopTorch'} model but never called or "
+                    "compiled it (an empty poptorch.DataLoader?)",
+                    f"D={m.get('device_iterations')} G={m.get('gradient_accumulation')} "
+                    f"R={m.get('replication_factor')}"]
+        elif m:
             strategy = m.get("execution_strategy") or "single IPU"
             split = (run.get("environment") or {}).get(SPLIT_ENV)
             stages = (f"stages of --split {split} (no report)" if split and not m.get("stages")

@@ -45,6 +45,12 @@ class EngineMetrics:
                 "config": self.config, "metrics": self.metrics, "findings": self.findings}
 
 
+def no_metrics_reason(e: EngineMetrics) -> str:
+    """``engine training has no metrics: never called (RUN001)``, or without the reason when unknown."""
+    why = ": never called (RUN001)" if any(f.get("code") == "RUN001" for f in e.findings) else ""
+    return f"engine {e.label} has no metrics{why}"
+
+
 def from_reports(path: str | os.PathLike[str]) -> list[EngineMetrics]:
     """Analyse the reports under ``path`` and collect each engine's metrics."""
     from popviz.analysis import analyse
@@ -160,6 +166,9 @@ def save(report: str | os.PathLike[str], out: str | os.PathLike[str], *, force: 
                          "the baseline, or choose another file")
     check_replaceable(target)
     engines = load_side(report)
+    if not any(e.metrics for e in engines):
+        raise UsageError(f"{shown(report)}: no metric to save, so the baseline would gate nothing "
+                         f"({'; '.join(no_metrics_reason(e) for e in engines) or 'no engine'}); save a run that ran")
     text = json.dumps(document(engines, str(report)), indent=1, sort_keys=False) + "\n"
     try:
         atomic_write_bytes(target, text.encode())

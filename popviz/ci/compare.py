@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from popviz.ci.baseline import EngineMetrics
+from popviz.ci.baseline import EngineMetrics, no_metrics_reason
 from popviz.ci.metrics import HIGHER_IS_WORSE, PLACEMENT_FIELD, definition, split_change
 from popviz.ci.thresholds import Budget, Rule, check_unit_rules, threshold_for
 from popviz.errors import UsageError
@@ -81,6 +81,9 @@ class Comparison:
     estimated: list[dict[str, Any]] = field(default_factory=list)
     """``{engine, base, new}`` (each side's ``estimated`` flag) for every engine compared with an
     estimated side: the output labels those numbers as estimates."""
+    no_metrics: list[tuple[str, str]] = field(default_factory=list)
+    """``(side, why)`` for every engine on both sides that has no metric on one of them (e.g.
+    never called: RUN001)."""
 
     def estimated_line(self) -> str:
         """``estimated (emulator's cost model): training on both sides`` or, mixed, which side is."""
@@ -188,12 +191,15 @@ def compare(base: list[EngineMetrics], new: list[EngineMetrics], rules: list[Rul
     out.only_new = [n[k].label for k in n if k not in b]
     for k in [k for k in b if k in n]:
         eb, en = b[k], n[k]
-        if eb.estimated != en.estimated:
+        if eb.estimated != en.estimated and eb.metrics and en.metrics:  # a side with no metrics ran nothing
             out.mixed = True
             if not allow_mixed:
                 which = lambda e: "estimated" if e.estimated else "measured"  # noqa: E731
                 raise UsageError(f"engine {eb.label} is {which(eb)} on one side and {which(en)} on the other: "
                                  "the numbers are not comparable; pass --allow-mixed to compare anyway")
+        for side, e in (("base", eb), ("new", en)):
+            if not e.metrics:
+                out.no_metrics.append((side, no_metrics_reason(e)))
         if eb.estimated or en.estimated:
             out.estimated.append({"engine": eb.label, "base": eb.estimated, "new": en.estimated})
         changes, resplit = config_changes(eb.label, eb.config, en.config)
@@ -341,11 +347,12 @@ def _names_a_metric(pattern: str) -> bool:
 def check_gate(c: Comparison, rules: list[Rule]) -> None:
     """A comparison that compared nothing, or a ``--fail`` rule that matches no metric compared,
     is a gate that cannot fail: UsageError naming it (never "OK: no regression")."""
-    if not c.rows and not c.budgets:
-        if c.only_base or c.only_new:
+    if not any(r.base is not None and r.new is not None for r in c.rows) and not c.budgets:
+        if not c.rows and (c.only_base or c.only_new):
             raise UsageError(f"no engine is on both sides (base: {', '.join(c.only_base) or 'none'}; new: "
                              f"{', '.join(c.only_new) or 'none'}): nothing was compared")
-        raise UsageError("no metric is on both sides: nothing was compared")
+        empty = "; ".join(f"{side}: {reason}" for side, reason in c.no_metrics)
+        raise UsageError("no metric is on both sides: nothing was compared" + (f" ({empty})" if empty else ""))
     names = {r.metric for r in c.rows}
     for rule in rules:
         if rule.origin == "--fail" and not any(fnmatch.fnmatchcase(n, rule.pattern) for n in names):

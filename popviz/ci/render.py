@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import json
 from itertools import zip_longest
-from typing import IO
+from typing import IO, TYPE_CHECKING
 from xml.etree import ElementTree as ET
 
 from popviz import escape as esc
 from popviz.ci.compare import IMPROVED, MOVED, REGRESSED, TRADED, Comparison, Row, budget_value, fmt
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 MARK = {REGRESSED: "✗ regressed", IMPROVED: "✓ improved", MOVED: "↔ moved", TRADED: "⇄ traded"}
 RESPLIT_NOTE = "the split changed: per-stage and per-IPU rows are marked moved and do not fail"
@@ -60,6 +63,7 @@ def console(c: Comparison, *, all_rows: bool = False, file: IO[str] | None = Non
             width: int | None = None, hints: bool = True) -> None:
     """Print the comparison (to ``file``, plain text, when given; else stdout)."""
     from rich.console import Console
+    from rich.measure import Measurement
     from rich.table import Table
 
     escape = esc.markup  # every value from a file is data: no markup, no control character
@@ -105,24 +109,11 @@ def console(c: Comparison, *, all_rows: bool = False, file: IO[str] | None = Non
     rows = c.rows if all_rows else [r for r in c.rows if r.verdict != "="]
     for engine in dict.fromkeys(r.engine for r in rows):  # one table per engine: names are not cut
         mine = [r for r in rows if r.engine == engine]
-        wide = con.width >= NARROW_COLUMNS  # narrower: no threshold column (--json and Markdown have it),
-        # one space between columns and bytes in MiB, so that full metric names fit at 80 columns
-        t = Table(title=escape(engine), title_justify="left", title_style="bold", box=None, header_style="bold",
-                  pad_edge=False, collapse_padding=not wide)
-        show = fmt if wide else _fmt_narrow
-        for col, just in (("metric", "left"), ("base", "right"), ("new", "right"), ("change", "right"),
-                          ("threshold", "right"), ("verdict", "left")):
-            if col == "threshold" and not wide:
-                continue
-            # Only the metric name may wrap (folded, never cut short); numbers and verdicts never do.
-            t.add_column(col, justify=just, no_wrap=col != "metric", overflow="fold")
-        for r in mine:
-            style = "red" if r.verdict == REGRESSED else ("green" if r.verdict == IMPROVED else None)
-            cells = [escape(r.metric), show(r.base, r.unit), show(r.new, r.unit),
-                     r.change if wide else _change_narrow(r), escape(r.threshold), _verdict(r.verdict)]
-            if not wide:
-                del cells[4]
-            t.add_row(*cells, style=style)
+        # narrower than NARROW_COLUMNS, or too narrow for the full names beside the wide columns: no
+        # threshold column (--json and Markdown have it), one space between columns, bytes in MiB
+        t = _metric_table(engine, mine, wide=True)
+        if con.width < NARROW_COLUMNS or Measurement.get(con, con.options.update_width(10_000), t).maximum > con.width:
+            t = _metric_table(engine, mine, wide=False)
         con.print(t)
     same = sum(r.verdict == "=" for r in c.rows)
     if same and not all_rows:
@@ -186,6 +177,30 @@ def markdown(c: Comparison, *, all_rows: bool = False) -> str:
                   f" ({'ignored' if f['ignored'] else 'fails'})" for f in c.findings]
         lines.append("")
     return "\n".join(lines)
+
+
+def _metric_table(engine: str, rows: list[Row], *, wide: bool) -> Table:
+    """One engine's rows: with the threshold column and full-width figures when ``wide``."""
+    from rich.table import Table
+
+    escape = esc.markup  # data from files: no markup, no control character
+    t = Table(title=escape(engine), title_justify="left", title_style="bold", box=None, header_style="bold",
+              pad_edge=False, collapse_padding=not wide)
+    show = fmt if wide else _fmt_narrow
+    for col, just in (("metric", "left"), ("base", "right"), ("new", "right"), ("change", "right"),
+                      ("threshold", "right"), ("verdict", "left")):
+        if col == "threshold" and not wide:
+            continue
+        # Only the metric name may wrap (folded, never cut short); numbers and verdicts never do.
+        t.add_column(col, justify=just, no_wrap=col != "metric", overflow="fold")
+    for r in rows:
+        style = "red" if r.verdict == REGRESSED else ("green" if r.verdict == IMPROVED else None)
+        cells = [escape(r.metric), show(r.base, r.unit), show(r.new, r.unit),
+                 r.change if wide else _change_narrow(r), escape(r.threshold), _verdict(r.verdict)]
+        if not wide:
+            del cells[4]
+        t.add_row(*cells, style=style)
+    return t
 
 
 def text(c: Comparison, *, width: int = 120) -> str:

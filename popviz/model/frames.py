@@ -66,10 +66,22 @@ def _oom(report: Report) -> bool:
     return mem is not None and bool((mem.frame["overflow_bytes"] > 0).any())
 
 
+def never_called(report: Report) -> bool:
+    """The capture hooks' record of an engine the script built but never called or compiled
+    (e.g. its loop over an empty ``poptorch.DataLoader`` never ran): no compile, no profile, no
+    call. On an IPU such an engine leaves no Poplar profile either."""
+    h = report.host_io
+    return (report.provenance is not None and report.provenance.source == "capture" and report.execution is None
+            and report.memory is None and h is not None and h.calls == 0 and h.compile_seconds is None
+            and h.compile_error is None)
+
+
 def no_execution_reason(report: Report) -> str:
     """Why a report has no execution profile, as far as it tells."""
     if _oom(report):
         return "the compile ran out of memory, so the engine never ran"
+    if never_called(report):
+        return "the script never called the engine (0 calls, no compile)"
     if report.provenance.source == "capture":
         return "only the capture hooks' record was found, no Poplar profile"
     return "no execution profile was recorded: the engine did not run, or execution profiling was off"

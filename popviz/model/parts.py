@@ -213,6 +213,8 @@ class HostIO:
     """Executor calls observed."""
     compile_seconds: float | None = None
     call_stats: tuple[CallStats, ...] = ()
+    compile_error: str | None = None
+    """The error the compile (the first call or ``compile()``) raised, as the capture hooks saw it."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "tensors", tuple(
@@ -241,7 +243,7 @@ class HostIO:
     def to_dict(self) -> dict[str, Any]:
         return {"tensors": [t.to_dict() for t in self.tensors], "calls": self.calls,
                 "compile_seconds": self.compile_seconds,
-                "call_stats": [c.to_dict() for c in self.call_stats]}
+                "call_stats": [c.to_dict() for c in self.call_stats], "compile_error": self.compile_error}
 
 
 @dataclass(frozen=True)

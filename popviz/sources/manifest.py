@@ -243,9 +243,12 @@ def _host_io(check: _Checker, doc: Mapping[str, Any], config: ModelConfig
         compile_seconds = compile_.get("wall_seconds")
     if compile_seconds is not None and not isinstance(compile_seconds, (int, float)):
         raise check.fail(f"compile seconds must be a number, got {compile_seconds!r}")
+    error = compile_.get("error")
+    if error is not None and not isinstance(error, str):
+        raise check.fail(f"compile error must be a string, got {type(error).__name__}")
     host_io = HostIO(tensors=tuple(tensors), calls=check.int_or_none(calls, "count"),
                      compile_seconds=None if compile_seconds is None else float(compile_seconds),
-                     call_stats=tuple(stats))
+                     call_stats=tuple(stats), compile_error=error)
     return host_io, notes
 
 
@@ -279,7 +282,8 @@ def _merge_host_io(base: HostIO | None, top: HostIO) -> HostIO:
                   calls=top.calls if top.calls is not None else base.calls,
                   compile_seconds=top.compile_seconds if top.compile_seconds is not None
                   else base.compile_seconds,
-                  call_stats=top.call_stats or base.call_stats)
+                  call_stats=top.call_stats or base.call_stats,
+                  compile_error=top.compile_error if top.compile_error is not None else base.compile_error)
 
 
 def merge_into(report: Report, manifest: ModelManifest) -> Report:

@@ -206,6 +206,8 @@ def _host_io(c: _Check, report: Report) -> None:
     if h.compile_seconds is not None and not (_finite_number(h.compile_seconds) and h.compile_seconds >= 0):
         raise c.fail("host_io.compile_seconds", f"must be a finite non-negative number, got "
                      f"{brief(h.compile_seconds)}")
+    if h.compile_error is not None and not isinstance(h.compile_error, str):
+        raise c.fail("host_io.compile_error", f"must be a string or null, got {brief(h.compile_error)}")
     for t in h.tensors:
         if not isinstance(t.name, str) or not isinstance(t.dtype, str):
             raise c.fail("host_io.tensors", f"tensor name and dtype must be strings, got {t.name!r}")
