@@ -193,12 +193,13 @@ def test_rerun_command_from_the_capture_record(small, tmp_path):
               "cwd": str(tmp_path), "status": "succeeded"}
     (small / "popviz-run.json").write_text(json.dumps(record))
     proc = run_cli("plan", str(small), cwd=tmp_path)
-    assert ("  popviz capture --emulate --split layers_per_ipu=3,1 -o small-split -- python bert.py "
+    # one call is enough for the split's estimate (not the whole script's loop on the CPU)
+    assert ("  popviz capture --emulate --calls 1 --split layers_per_ipu=3,1 -o small-split -- python bert.py "
             "--x 'a b'") in proc.stdout
     # run from elsewhere: the command runs in its own directory, with absolute paths
     dest = tmp_path / "p.json"
     away = run_cli("plan", str(small), "--write", str(dest), cwd=small)
-    assert (f"  cd {tmp_path} && popviz capture --emulate --split {dest} -o {tmp_path / 'small-split'} "
+    assert (f"  cd {tmp_path} && popviz capture --emulate --calls 1 --split {dest} -o {tmp_path / 'small-split'} "
             "-- python bert.py --x 'a b'") in away.stdout
     # a report from another checkout (a sample, a colleague's capture): the script is found from
     # here, so it runs from here; a recorded directory that does not exist is never cd'ed into
@@ -206,18 +207,28 @@ def test_rerun_command_from_the_capture_record(small, tmp_path):
     record["cwd"] = "/nonexistent/checkout"
     (small / "popviz-run.json").write_text(json.dumps(record))
     here = run_cli("plan", str(small), cwd=tmp_path)
-    assert "  popviz capture --emulate --split layers_per_ipu=3,1 -o small-split -- python bert.py" in here.stdout
+    assert "  popviz capture --emulate --calls 1 --split layers_per_ipu=3,1 -o small-split -- python bert.py" in here.stdout
     assert "cd " not in here.stdout
     (tmp_path / "bert.py").unlink()
     lost = run_cli("plan", str(small), cwd=tmp_path)
     assert ("-- python bert.py --x 'a b'  # from the directory holding bert.py (recorded: /nonexistent/checkout)"
             in lost.stdout) and "cd " not in lost.stdout
-    # captured with --calls 1: the check runs one call too (not the whole script's loop on the CPU)
-    record.update(cwd=str(tmp_path), environment={"POPVIZ_EMULATOR_CALLS": "1"})
+    # captured with --calls 3: the check runs as many (its loop figures then compare too)
+    record.update(cwd=str(tmp_path), environment={"POPVIZ_EMULATOR_CALLS": "3"})
     (small / "popviz-run.json").write_text(json.dumps(record))
-    once = run_cli("plan", str(small), cwd=tmp_path)
-    assert "  popviz capture --emulate --calls 1 --split layers_per_ipu=3,1 -o small-split -- python bert.py" \
-        in once.stdout
+    thrice = run_cli("plan", str(small), cwd=tmp_path)
+    assert "  popviz capture --emulate --calls 3 --split layers_per_ipu=3,1 -o small-split -- python bert.py" \
+        in thrice.stdout
+
+
+def test_the_check_of_a_bundled_sample_is_written_here_not_among_the_samples(tmp_path):
+    from conftest import SAMPLES
+
+    proc = run_cli("plan", str(SAMPLES / "bert_even_split"), cwd=tmp_path, env={"COLUMNS": "300"})
+    assert proc.returncode == 0, proc.stderr
+    (line,) = [ln for ln in proc.stdout.splitlines() if "--split layers_per_ipu=" in ln]
+    assert " -o " + str(tmp_path / "bert_even_split-split") + " -- python examples/bert_pipeline.py" in line
+    assert "--calls 1 " in line
 
 
 def test_no_engine_with_layers_is_one_line_without_a_double_negative():

@@ -128,6 +128,10 @@ def recorded_in(report: Report) -> str | None:
     return None
 
 
+SAMPLES_DIR = Path(__file__).resolve().parent.parent.parent / "sample_reports"
+"""popviz's own samples (a source checkout's ``sample_reports``)."""
+
+
 def rerun_command(report: Report, split_arg: str, plan_path: str | None = None) -> str:
     """The command that re-runs the model under the emulator with the proposed split (from the
     capture's run record: the command, in its working directory)."""
@@ -141,10 +145,13 @@ def rerun_command(report: Report, split_arg: str, plan_path: str | None = None) 
     if doc.get("started_by") == "popviz.capture()":  # sys.argv of a script
         cmd = [Path(sys.executable).name if cmd[0].endswith(".py") else "python", *cmd]
     root = Path(doc["_root"])
-    out = root.with_name(root.name + "-split")
+    # beside the capture (runs/bert -> runs/bert-split), except beside popviz's own samples, which
+    # the tests and `popviz analyse sample_reports` read: those go to the current directory
+    here_instead = root.resolve().parent == SAMPLES_DIR
+    out = (Path(root.name + "-split") if here_instead else root.with_name(root.name + "-split"))
     k = 2
     while out.exists():
-        out = root.with_name(f"{root.name}-split{k}")
+        out = out.with_name(f"{root.name}-split{k}")
         k += 1
     cwd = doc.get("cwd")
     here = Path.cwd().resolve()
@@ -159,7 +166,8 @@ def rerun_command(report: Report, split_arg: str, plan_path: str | None = None) 
     out_text = str(out.resolve()) if elsewhere else shown(out)
     env = doc.get("environment")
     calls = env.get("POPVIZ_EMULATOR_CALLS") if isinstance(env, dict) else None
-    calls_arg = f" --calls {int(calls)}" if isinstance(calls, str) and calls.strip().isdigit() else ""
+    # the split's estimate needs one call; a capture that ran N keeps N (its loop figures then compare)
+    calls_arg = f" --calls {int(calls)}" if isinstance(calls, str) and calls.strip().isdigit() else " --calls 1"
     line = (f"popviz capture --emulate{calls_arg} --split {shlex.quote(split_arg)} -o {shlex.quote(out_text)} -- "
             + shlex.join(cmd))
     if elsewhere:
