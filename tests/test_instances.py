@@ -266,3 +266,7 @@ def test_emulated_two_instance_run_is_still_cross_checked(tmp_path):
              for e in doc["engines"]}
     # rank 1 runs D = 4 (rank 0: D = 2) and sleeps 30 ms per call
     assert codes["instance-0"] == [] and codes["instance-1"][:2] == ["INST002", "INST003"]
+    # its call times are the emulator's CPU running the model, and the table says so
+    table = next(e.outputs["instances"].table for e in popviz.analyse(reports).engines
+                 if "instances" in e.outputs and e.outputs["instances"].table is not None)
+    assert "median call ms (emulator's CPU)" in table.columns and "median_call_ms" not in table.columns
