@@ -130,8 +130,9 @@ def test_bert_planned_is_the_split_popviz_plan_proposes_and_it_is_faster():
     # the plan quotes the report's own figures (as analyse shows them) beside its model's
     assert max(row["cycles"] for row in before["ipus"]) == pytest.approx(3902494.5, abs=0.1)
     assert ("now, as the report (and popviz analyse) has it: IPU0 3,902,494 cycles/µb (model 3,901,151); "
-            "IPU0 43.7% full (model 43.7%); ramp efficiency 99.1% (model 99.1%: its schedule of G "
-            "micro-batches, the same on both sides). The model's cycles leave out inter-IPU copies and syncs, "
+            "IPU0 43.7% full (model 43.7%); ramp efficiency 99.1% (model 99.1%: the fill and drain of G "
+            "micro-batches weighed by its stage cycles, where the trace also has host copies and syncs; it "
+            "rates both splits so). The model's cycles leave out inter-IPU copies and syncs, "
             "the same on both sides of the comparison") in plan.notes
 
 

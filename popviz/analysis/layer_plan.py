@@ -362,8 +362,9 @@ def _as_reported(report: Report, now: SplitView) -> str | None:
         eff = pm.get("ramp_efficiency_count_frac" if hidden else "ramp_efficiency_frac")
         if eff is not None and now.ramp_efficiency_frac is not None:
             parts.append(f"ramp efficiency {100 * eff:.1f}%{' (count bound)' if hidden else ''} "
-                         f"(model {100 * now.ramp_efficiency_frac:.1f}%: its schedule of G micro-batches, "
-                         "the same on both sides)")
+                         f"(model {100 * now.ramp_efficiency_frac:.1f}%: the fill and drain of G micro-batches "
+                         "weighed by its stage cycles, where the trace also has host copies and syncs; it "
+                         "rates both splits so)")
     if not parts:
         return None
     return ("now, as the report (and popviz analyse) has it: " + "; ".join(parts)
