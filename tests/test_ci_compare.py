@@ -676,3 +676,11 @@ def test_metric_names_are_never_folded_where_they_fit(width, threshold):
         assert any(line.startswith(name + " ") for line in lines), (width, lines)
     header = next(line for line in lines if line.startswith("metric"))
     assert ("threshold" in header) == threshold, lines  # the wide table needs 101 columns here
+
+
+def test_a_file_that_is_neither_report_nor_baseline_says_both(tmp_path):
+    from conftest import SAMPLES, assert_one_line_error, run_cli
+
+    (tmp_path / "base.txt").write_text("hello")
+    assert_one_line_error(run_cli("compare", "base.txt", str(SAMPLES / "mnist_pipeline"), cwd=tmp_path),
+                          "base.txt is neither a report nor a baseline file", "popviz baseline save")

@@ -45,3 +45,16 @@ def test_profile_older_than_the_run_record_warns(tmp_path, monkeypatch):
     assert warnings[0].startswith("training: ")
     assert "is older than the run recorded in popviz-run.json" in warnings[0]
     sys.modules.pop("pva", None)
+
+
+def test_an_unreadable_run_record_is_a_warning_not_silence(tmp_path):
+    from popviz import testing
+    from popviz.sources.bundle import write_bundle
+    from popviz.sources.discover import load
+
+    write_bundle(testing.pipeline_report([1000, 1000]), tmp_path / "training")
+    (tmp_path / "popviz-run.json").write_text("{bad", encoding="utf-8")
+    reports = load(tmp_path)
+    assert reports.warnings == [
+        "popviz-run.json: unreadable (not a JSON object, or over 16 MiB); the capture's command, status and "
+        "timings are unknown and `popviz plan` cannot give its re-run command (the reports themselves were read)"]

@@ -145,6 +145,11 @@ def load_side(path: str | os.PathLike[str]) -> list[EngineMetrics]:
     if p.is_file() and p.suffix == ".json":
         raise CorruptReportError(f"{shown(p)} is not a popviz baseline (no \"format\": \"{FORMAT}\"); "
                                  "save one with popviz baseline save")
+    from popviz.sources import bundle, manifest, pva
+
+    if p.is_file() and p.name not in (bundle.METADATA_FILE, pva.PROFILE_FILE, manifest.MODEL_FILE):
+        raise UsageError(f"{shown(p)} is neither a report nor a baseline file: pass a report directory, an engine "
+                         "directory, a bundle or a file written by popviz baseline save")
     return from_reports(p)
 
 

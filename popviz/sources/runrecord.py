@@ -55,8 +55,14 @@ def pid_alive(pid: Any, hostname: Any) -> bool | None:
 
 
 def run_warnings(root: Path) -> list[str]:
-    """Warnings about the capture run recorded in ``root/popviz-run.json`` (none without it)."""
-    doc = _read(root / RUN_FILE)
+    """Warnings about the capture run recorded in ``root/popviz-run.json`` (none without it; one
+    when it is there but unreadable: its command, status and timings are then unknown)."""
+    path = root / RUN_FILE
+    doc = _read(path)
+    if doc is None and (path.is_file() or path.is_symlink()):
+        return [f"{RUN_FILE}: unreadable (not a JSON object, or over {MAX_RECORD_BYTES // 2**20} MiB); the "
+                "capture's command, status and timings are unknown and `popviz plan` cannot give its re-run "
+                "command (the reports themselves were read)"]
     if doc is None or doc.get("status") != "running":
         return []
     alive = pid_alive(doc.get("popviz_pid"), doc.get("hostname"))
