@@ -141,8 +141,8 @@ def test_split_from_a_plan_file_with_a_script_without_blocks(monkeypatch, tmp_pa
 
 
 @pytest.mark.parametrize("value, message", [
-    ("layers_per_ipu=1,2", "--split layers_per_ipu=1,2: covers 3 layers; the model has 4 (body.0 ... body.3, "
-                           "depth 2); the counts must add up to 4"),
+    ("layers_per_ipu=1,2", "--split layers_per_ipu=1,2: covers 3 layers; the model has 4 at module depth 2 "
+                           "('body.0', 'body.1', 'body.2', 'body.3'); the counts must add up to 4"),
     ("layers_per_ipu=x", "--split 'layers_per_ipu=x': 'x' is not a whole number; expected e.g. "
                          "layers_per_ipu=3,7,7,7 or a plan file"),
 ])
@@ -215,8 +215,8 @@ def test_a_split_that_does_not_fit_the_model_under_capture(tmp_path):
                    sys.executable, str(ROOT / "examples" / "mnist_pipeline.py"), "--steps", "1", cwd=tmp_path,
                    env={"OMP_NUM_THREADS": "1"})
     assert proc.returncode == 2
-    message = ("--split layers_per_ipu=1,4,4,3: covers 12 layers; the model has 4 (model.layer1 ... "
-               "model.layer4, depth 2); the counts must add up to 4")
+    message = ("--split layers_per_ipu=1,4,4,3: covers 12 layers; the model has 4 at module depth 2 "
+               "('model.layer1', 'model.layer2', 'model.layer3', 'model.layer4'); the counts must add up to 4")
     assert f"popviz: error: {message}\n" in proc.stderr
     out = proc.stdout + proc.stderr
     assert ("training, PipelinedExecution, stages of --split layers_per_ipu=1,4,4,3 (no report)" in out

@@ -56,10 +56,11 @@ def split_map(structure: Structure, plan: PlanFile) -> dict[str, int]:
                                   f"({len(missing)} of the model's {len(movable)} layers missing)")
     else:
         if sum(plan.layers_per_ipu) != len(movable):
-            sample = f"{movable[0]} ... {movable[-1]}" if movable else "none"
+            names = [repr(m) for m in movable]
+            sample = (", ".join(names) if len(names) <= 4 else f"{names[0]}, {names[1]} ... {names[-1]}") or "none"
             raise LayerSetupError(f"--split {what}: covers {sum(plan.layers_per_ipu)} layers; the model has "
-                                  f"{len(movable)} ({sample}, depth {structure.depth}); the counts must add "
-                                  f"up to {len(movable)}")
+                                  f"{len(movable)} at module depth {structure.depth} ({sample}); the counts must "
+                                  f"add up to {len(movable)}")
         i = 0
         for ipu, count in enumerate(plan.layers_per_ipu):
             for name in movable[i:i + count]:
