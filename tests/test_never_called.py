@@ -52,6 +52,7 @@ def test_capture_analyse_and_fail_on_say_it_never_ran(never):
     out = run_cli("analyse", "out", cwd=tmp)
     assert out.returncode == 0, out.stderr
     assert "strategy   training, never called: no stages traced (RUN001)" in out.stdout
+    assert " training: 1. RUN001 The engine was never called (nothing was measured)" in out.stdout
     assert "ERROR   RUN001 The engine was never called" in out.stdout
     assert "3,328" not in out.stdout  # the batch size is unknown: the finding counts micro-batches
     assert "208 micro-batches (device iterations 26 × gradient accumulation 8 × replicas 1)" in " ".join(

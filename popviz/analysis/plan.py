@@ -72,6 +72,8 @@ class Action:
             from popviz.analysis._common import nbytes
 
             return f"{nbytes(self.bytes_saved_per_call)} less per call"
+        if self.code == "RUN001":
+            return "nothing was measured"
         if self.severity == "error":
             return "needed to run"
         return "gain not estimated"
