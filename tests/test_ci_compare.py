@@ -155,11 +155,14 @@ def test_estimated_against_measured_is_refused_unless_allowed():
 def test_a_side_without_metrics_compares_nothing_and_says_why():
     # an engine the script never called (RUN001) is neither estimated nor measured: not "mixed"
     never = side({}, findings=[{"code": "RUN001", "severity": "error"}])
-    c = compare(side({"pipeline.cycles_per_micro_batch": 1000.0}, estimated=True), never, [])
-    assert not c.mixed and [r.verdict for r in c.rows] == ["gone"]
-    with pytest.raises(UsageError, match=r"^no metric is on both sides: nothing was compared \(new: engine "
+    ran = side({"pipeline.cycles_per_micro_batch": 1000.0}, estimated=True)
+    c = compare(ran, never, [])  # it stopped running: a failure, not "gone" rows
+    assert not c.mixed and c.rows == [] and c.failed
+    assert c.headline() == "popviz: FAIL: engine training ran in BASE but has no metrics in NEW: never called (RUN001)"
+    check_gate(c, [])
+    with pytest.raises(UsageError, match=r"^no metric is on both sides: nothing was compared \(base: engine "
                        r"training has no metrics: never called \(RUN001\)\)$"):
-        check_gate(c, [])
+        check_gate(compare(never, ran, []), [])
 
 
 # ------------------------------------------------------------------ real CLI on real bundles
@@ -658,10 +661,13 @@ def test_a_memory_only_reports_modelled_ramp_is_not_a_ci_metric():
     assert "pipeline.ramp_efficiency_pct" not in metrics and metrics["memory.max_used_pct"] == pytest.approx(126.3, abs=0.05)
 
 
-@pytest.mark.parametrize(("width", "threshold"), [(80, False), (99, False), (100, False), (101, True), (120, True)])
-def test_metric_names_are_never_folded_where_they_fit(width, threshold):
+@pytest.mark.parametrize(("width", "threshold", "mib"), [(80, False, True), (87, False, True), (88, True, True),
+                                                       (100, True, True), (101, True, False), (120, True, False)])
+def test_metric_names_are_never_folded_where_they_fit(width, threshold, mib):
     """At 100-105 columns the wide table (threshold column, full figures) used to fold long names
-    ("pipeline.cycles_per_micro_batc" / "h"); it gives way to the narrow one instead."""
+    ("pipeline.cycles_per_micro_batc" / "h"), and below 100 it dropped the threshold even where it
+    fitted: the widest layout with whole names wins (here full figures need 101 columns, the
+    threshold in the tight layout 88)."""
     import io
 
     from popviz.ci.render import console
@@ -674,8 +680,9 @@ def test_metric_names_are_never_folded_where_they_fit(width, threshold):
     lines = buf.getvalue().splitlines()
     for name in m:
         assert any(line.startswith(name + " ") for line in lines), (width, lines)
+    assert ("MiB" in buf.getvalue()) == mib
     header = next(line for line in lines if line.startswith("metric"))
-    assert ("threshold" in header) == threshold, lines  # the wide table needs 101 columns here
+    assert ("threshold" in header) == threshold, lines
 
 
 def test_a_file_that_is_neither_report_nor_baseline_says_both(tmp_path):

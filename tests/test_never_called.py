@@ -3,6 +3,7 @@ call) leaves only the capture hooks' record: every command says so instead of a 
 
 from __future__ import annotations
 
+import json
 import sys
 
 import pytest
@@ -64,8 +65,69 @@ def test_capture_analyse_and_fail_on_say_it_never_ran(never):
 
 def test_compare_and_baseline_refuse_a_run_with_no_metrics(never):
     tmp, _ = never
-    assert_one_line_error(run_cli("compare", str(SAMPLES / "mnist_pipeline"), "out", "--allow-mixed", cwd=tmp),
-                          "no metric is on both sides", "new: engine training has no metrics: never called (RUN001)")
+    # a run whose engine stopped running fails the gate (exit 1); as a base it compares nothing (exit 2)
+    lost = run_cli("compare", str(SAMPLES / "mnist_pipeline"), "out", cwd=tmp)
+    assert lost.returncode == 1 and lost.stdout.splitlines()[0] == (
+        "popviz: FAIL: engine training ran in BASE but has no metrics in NEW: never called (RUN001)"), lost.stdout
+    assert_one_line_error(run_cli("compare", "out", str(SAMPLES / "mnist_pipeline"), cwd=tmp),
+                          "no metric is on both sides", "base: engine training has no metrics: never called (RUN001)")
     assert_one_line_error(run_cli("baseline", "save", "out", "-o", "b.json", cwd=tmp),
                           "no metric to save", "never called (RUN001)")
     assert not (tmp / "b.json").exists()
+
+
+BOTH = """
+import torch, poptorch
+net = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 2))
+class WithLoss(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = net
+    def forward(self, x, y):
+        out = self.net(x)
+        return out, torch.nn.functional.cross_entropy(out, y)
+train = poptorch.trainingModel(WithLoss(), poptorch.Options(), optimizer=poptorch.optim.SGD(net.parameters(), lr=0.1))
+infer = poptorch.inferenceModel(net, poptorch.Options())
+for step in range(2):
+    train(torch.randn(4, 8), torch.randint(0, 2, (4,)))
+train.detachFromDevice()
+infer(torch.randn(4, 8))
+"""
+
+
+def test_an_engine_after_calls_n_is_not_reached_not_never_called(tmp_path):
+    """--calls 1 stops the script at the training call: inference was not reached, which is no
+    finding (the script does call it later); without --calls it runs, and compare then fails a run
+    whose inference stopped running."""
+    (tmp_path / "both.py").write_text(BOTH)
+    once = run_cli("capture", "--emulate", "--calls", "1", "-o", "once", "--", sys.executable, "both.py", cwd=tmp_path,
+                   env={"OMP_NUM_THREADS": "1"}, timeout=300)
+    assert once.returncode == 0, once.stderr
+    assert "inference  not reached: --calls 1 stopped the script before it called this engine · D=1 G=1 R=1" in once.stderr
+    out = run_cli("analyse", "once", "--fail-on", "error", cwd=tmp_path, env={"COLUMNS": "200"})
+    assert out.returncode == 0, out.stdout
+    assert "RUN001" not in out.stdout
+    assert ("strategy   inference, not reached: no stages traced (--calls 1 stopped the script before it called "
+            "this engine)") in out.stdout
+    full = run_cli("capture", "--emulate", "-o", "full", "--", sys.executable, "both.py", cwd=tmp_path,
+                   env={"OMP_NUM_THREADS": "1"}, timeout=300)
+    assert full.returncode == 0, full.stderr
+    # NEW's inference gone (the same script stopped before it): compare fails, naming it
+    cmp = run_cli("compare", "full", "once", cwd=tmp_path)
+    assert cmp.returncode == 1, cmp.stdout + cmp.stderr
+    assert cmp.stdout.splitlines()[0] == "popviz: FAIL: engine inference ran in BASE but has no metrics in NEW"
+    save = run_cli("baseline", "save", "once", "-o", "b.json", cwd=tmp_path)
+    assert save.returncode == 0 and "engine inference has no metrics: left out of the baseline" in save.stderr
+    assert [e["name"] for e in json.loads((tmp_path / "b.json").read_text())["engines"]] == ["training"]
+
+
+def test_a_calls_limit_that_never_triggered_excuses_nothing():
+    from popviz.sources.runrecord import not_reached_reason
+
+    doc = {"environment": {"POPVIZ_EMULATOR_CALLS": "1"}, "exit_code": 0, "engines": [{"model": {"calls": 0}}]}
+    assert not_reached_reason(doc) is None  # the script ended on its own before any call: RUN001 stands
+    doc["engines"].append({"model": {"calls": 1}})
+    assert not_reached_reason(doc) == "--calls 1 stopped the script before it called this engine"
+    assert not_reached_reason({"exit_code": 1}) == "the script exited with code 1 before it called this engine"
+    assert not_reached_reason({"signal": "SIGTERM"}) == "the script was killed by SIGTERM before it called this engine"
+    assert not_reached_reason({"exit_code": 0}) is None

@@ -69,7 +69,7 @@ def test_console_current_beside_proposed_with_code(small):
     # of its memory is free, below PopTorch's default 0.6: 0.15; IPU1 keeps 0.6
     assert '  opts.setAvailableMemoryProportion({"IPU0": 0.15, "IPU1": 0.6})' in out
     assert "  IPUConfig(layers_per_ipu=[3, 1], ipus_per_replica=2, matmul_proportion=[0.15, 0.6])" in out
-    assert "popviz capture --emulate --split layers_per_ipu=3,1 -o DIR -- python YOUR_SCRIPT.py" in out
+    assert "popviz capture --emulate --calls 1 --split layers_per_ipu=3,1 -o DIR -- python YOUR_SCRIPT.py" in out
     assert max(len(line) for line in out.splitlines() if not line.startswith("  ")) <= 80
 
 

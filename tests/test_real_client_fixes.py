@@ -117,7 +117,10 @@ def test_an_engine_that_never_compiled_gets_no_ramp_finding(tmp_path):
     assert {"analysis": "pipeline", "check": "ramp efficiency",
             "reason": "this engine never compiled (its compile failed; the error is in the capture's summary and "
                       "log): no pipeline ran to fill or drain"} in engine["not_checked"]
-    assert not [f for f in engine["findings"] if f["code"] == "RUN001"]  # it was called: the compile failed
+    # it was called, and its compile failed: RUN002 quoting the error, not RUN001
+    (run,) = [f for f in engine["findings"] if f["code"].startswith("RUN")]
+    assert run["code"] == "RUN002" and run["severity"] == "error"
+    assert run["evidence"].startswith("the first call (or compile()) raised: ") and "Block" in run["evidence"]
 
 
 def test_after_calls_1_the_outputs_come_from_the_emulators_trace(tmp_path):

@@ -26,7 +26,7 @@ from popviz.analysis.thresholds import (
 from popviz.analysis.throughput import pessimistic_caution
 from popviz.model import Report
 from popviz.model.aggregate import cycle_totals
-from popviz.model.frames import never_called
+from popviz.model.frames import no_execution_reason, unrun_reason
 
 NAME = "host_io"
 WAIT_TYPES = ("StreamCopyBegin", "StreamCopyEnd")
@@ -83,8 +83,9 @@ def synthetic_data(report: Report) -> bool:
 
 def analyse(report: Report) -> AnalysisOutput:
     o = Collector(NAME, empty_metrics())
-    if never_called(report):
-        o.skip("output mode, stream copies", "the engine was never called (RUN001): nothing was traced, compiled or run")
+    unrun = unrun_reason(report)
+    if unrun is not None:
+        o.skip("output mode, stream copies", unrun)
         return o.out
     captions = [_outputs(report, o)]
     captions.append(_stream_copies(report, o))
@@ -249,8 +250,8 @@ def _stream_copies(report: Report, o: Collector) -> str | None:
 
     m = o.out.metrics
     if report.execution is None:
-        o.skip("stream-copy share, device time per call", "no execution profile in this report (the "
-               "compile ran out of memory or the engine never ran)")
+        o.skip("stream-copy share, device time per call",
+               f"no execution profile in this report ({no_execution_reason(report)})")
         return None
     totals = cycle_totals(report.execution)
     runs = totals.calls() or [int(r) for r in totals.runs]

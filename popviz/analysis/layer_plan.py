@@ -46,7 +46,13 @@ def no_layers(report: Report) -> str:
     anything was estimated (the recorded error quoted, shortened to fit the line), or it was not
     run under the emulator."""
     from popviz import escape
+    from popviz.model.frames import never_called, not_reached
 
+    if never_called(report) or not_reached(report):
+        return (f"{report.label}: no per-layer costs: "
+                + ("the script never called it (RUN001)" if never_called(report)
+                   else f"it was not reached ({not_reached(report)})")
+                + "; capture a run that calls it")
     failed = next((n[len(COMPILE_FAILED_NOTE):] for n in report.provenance.notes
                    if n.startswith(COMPILE_FAILED_NOTE)), None)
     if failed is None or report.memory is not None or report.execution is not None:

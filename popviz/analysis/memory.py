@@ -24,7 +24,7 @@ from popviz.analysis.thresholds import (
     VARIABLE_DOMINANT_FRAC,
 )
 from popviz.model import CATEGORY_PREFIX, CATEGORY_SUFFIX, Report
-from popviz.model.frames import never_called
+from popviz.model.frames import unrun_reason
 
 NAME = "memory"
 OVERFLOWING_TILES_NAMED = 8
@@ -43,7 +43,7 @@ def analyse(report: Report) -> AnalysisOutput:
     m = o.out.metrics
     mem = report.memory
     if mem is None:
-        o.skip("memory pressure", "the engine was never called (RUN001): nothing was traced, compiled or run" if never_called(report) else "no memory data in this report")
+        o.skip("memory pressure", unrun_reason(report) or "no memory data in this report")
         return o.out
     t = report.target
     m["level"] = mem.level

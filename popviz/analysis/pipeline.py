@@ -30,7 +30,7 @@ from popviz.analysis.thresholds import (
 from popviz.analysis.throughput import pessimistic_caution
 from popviz.model import ModelConfig, Report
 from popviz.model.aggregate import cycle_totals
-from popviz.model.frames import never_called
+from popviz.model.frames import compile_failed, no_execution_reason, unrun_reason
 from popviz.model.numbers import reserved_ipus, tied_for_most
 
 NAME = "pipeline"
@@ -114,8 +114,9 @@ def analyse(report: Report) -> AnalysisOutput:
     cfg = report.cfg
     o = Collector(NAME, empty_metrics(cfg))
     m = o.out.metrics
-    if never_called(report):
-        o.skip("pipeline checks", "the engine was never called (RUN001): nothing was traced, compiled or run")
+    unrun = unrun_reason(report)
+    if unrun is not None and not compile_failed(report):  # a failed compile's options still tell (PIPE002)
+        o.skip("pipeline checks", unrun)
         return o.out
     if not report.has("config"):
         if report.target is not None and report.target.ipus_per_replica == 1:
@@ -283,8 +284,8 @@ def _stage_cycles(report: Report, o: Collector, pipelined: bool) -> None:
                    for s in stages]
     shared = sorted({s.ipu for s in stages if sum(t.ipu == s.ipu for t in stages) > 1})
     if report.execution is None:
-        o.skip(check, "no execution profile in this report (the compile ran out of memory or the "
-               "engine never ran): cycles per stage are unknown")
+        o.skip(check, f"no execution profile in this report ({no_execution_reason(report)}): cycles per "
+               "stage are unknown")
         return
     totals_of = cycle_totals(report.execution)
     runs = totals_of.calls()

@@ -146,10 +146,15 @@ def analyse(report: Report) -> AnalysisOutput:
     is reported, and compared by ``compare``/``history``, not judged)."""
     import pandas as pd
 
-    from popviz.model.frames import never_called
+    from popviz.model.frames import compile_failed, never_called, not_reached
 
     if never_called(report):
         return AnalysisOutput(metrics=empty_metrics(), findings=[never_called_finding(report)])
+    if compile_failed(report):
+        return AnalysisOutput(metrics=empty_metrics(), findings=[compile_failed_finding(report)])
+    if not_reached(report):
+        return AnalysisOutput(metrics=empty_metrics(), not_checked=[NotChecked(
+            NAME, "samples per second", f"the engine was not reached: {not_reached(report)}")])
     t = throughput(report)
     if t is None:
         reason = ("no execution (the compile failed or the profile has none)" if report.execution is None
@@ -205,7 +210,23 @@ def never_called_finding(report: Report) -> Finding:
         "(on an IPU it would leave no profile either)",
         "Make the script call the model at least once. A loop over a poptorch.DataLoader yields no batch when "
         f"the dataset holds fewer samples than one call takes: {takes}; check len(loader) > 0, lower "
-        "opts.deviceIterations or give it more data.")
+        + ("opts.deviceIterations or opts.Training.gradientAccumulation" if c is not None and c.mode == "training"
+           else "opts.deviceIterations") + " or give it more data.")
+
+
+def compile_failed_finding(report: Report) -> Finding:
+    """RUN002: the engine's compile (its first call, or ``compile()``) raised, so nothing ran; on
+    an IPU the script stops there too."""
+    from popviz.model.frames import compile_failed
+
+    error = " ".join((compile_failed(report) or "").split())
+    error = error if len(error) <= 300 else error[:297].rsplit(" ", 1)[0] + " ..."
+    return Finding(
+        "RUN002", "error", NAME, "The compile failed",
+        f"the first call (or compile()) raised: {error}; nothing ran, so there is no memory, execution or "
+        "throughput to analyse",
+        "Fix what the error names (the capture's log has the whole traceback); a pipeline finding above may "
+        "already name it (PIPE002: too few micro-batches for the stages; PIPE005: IPUs not a power of two).")
 
 
 def _seconds(value: float) -> str:

@@ -216,6 +216,7 @@ def _times_text(m: Mapping[str, Any], run: Mapping[str, Any]) -> str:
 def summary_lines(run: Mapping[str, Any], root: Path) -> list[str]:
     """The one-screen summary printed when the run ends."""
     from popviz.emulator.structure import SPLIT_ENV
+    from popviz.sources.runrecord import not_reached_reason
 
     code = run.get("exit_code")
     what = f"killed by {run['signal']}" if run.get("signal") else f"exit code {code}"
@@ -237,7 +238,9 @@ def summary_lines(run: Mapping[str, Any], root: Path) -> list[str]:
         m = e.get("model")
         if m and report == "no profile" and m.get("calls") == 0 and m.get("compile_seconds") is None \
                 and not m.get("compile_error"):
-            desc = [f"NEVER CALLED: the script built this {m.get('mode') or 'PopTorch'} model but never called or "
+            early = not_reached_reason(run)
+            desc = [f"not reached: {early}" if early else
+                    f"NEVER CALLED: the script built this {m.get('mode') or 'PopTorch'} model but never called or "
                     "compiled it (an empty poptorch.DataLoader?)",
                     f"D={m.get('device_iterations')} G={m.get('gradient_accumulation')} "
                     f"R={m.get('replication_factor')}"]

@@ -8,6 +8,7 @@ import datetime as _dt
 import json
 import os
 import stat
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,10 +46,16 @@ class EngineMetrics:
                 "config": self.config, "metrics": self.metrics, "findings": self.findings}
 
 
+def no_metrics_why(e: EngineMetrics) -> str:
+    """``: never called (RUN001)`` / ``: its compile failed (RUN002)``, or "" when unknown."""
+    codes = {f.get("code") for f in e.findings}
+    return (": never called (RUN001)" if "RUN001" in codes else
+            ": its compile failed (RUN002)" if "RUN002" in codes else "")
+
+
 def no_metrics_reason(e: EngineMetrics) -> str:
     """``engine training has no metrics: never called (RUN001)``, or without the reason when unknown."""
-    why = ": never called (RUN001)" if any(f.get("code") == "RUN001" for f in e.findings) else ""
-    return f"engine {e.label} has no metrics{why}"
+    return f"engine {e.label} has no metrics{no_metrics_why(e)}"
 
 
 def from_reports(path: str | os.PathLike[str]) -> list[EngineMetrics]:
@@ -171,6 +178,11 @@ def save(report: str | os.PathLike[str], out: str | os.PathLike[str], *, force: 
                          "the baseline, or choose another file")
     check_replaceable(target)
     engines = load_side(report)
+    for e in engines:
+        if not e.metrics and any(x.metrics for x in engines):
+            print(f"popviz: {no_metrics_reason(e)}: left out of the baseline", file=sys.stderr)
+    if any(e.metrics for e in engines):
+        engines = [e for e in engines if e.metrics]
     if not any(e.metrics for e in engines):
         raise UsageError(f"{shown(report)}: no metric to save, so the baseline would gate nothing "
                          f"({'; '.join(no_metrics_reason(e) for e in engines) or 'no engine'}); save a run that ran")

@@ -71,6 +71,8 @@ def emit(c: Comparison, args: argparse.Namespace) -> int:
         for b in c.broken_budgets:
             command(gh_command("error", f"{b['engine']} {b['metric']} = {budget_value(b)} "
                                         f"({b['budget']})", title="popviz budget"), to)
+        for lost in c.lost:
+            command(gh_command("error", lost, title="popviz engine"), to)
     if args.junit:
         from popviz.fileio import write_new_text
 

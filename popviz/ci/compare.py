@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from popviz.ci.baseline import EngineMetrics, no_metrics_reason
+from popviz.ci.baseline import EngineMetrics, no_metrics_reason, no_metrics_why
 from popviz.ci.metrics import HIGHER_IS_WORSE, PLACEMENT_FIELD, definition, split_change
 from popviz.ci.thresholds import Budget, Rule, check_unit_rules, threshold_for
 from popviz.errors import UsageError
@@ -81,6 +81,9 @@ class Comparison:
     estimated: list[dict[str, Any]] = field(default_factory=list)
     """``{engine, base, new}`` (each side's ``estimated`` flag) for every engine compared with an
     estimated side: the output labels those numbers as estimates."""
+    lost: list[str] = field(default_factory=list)
+    """``engine training ran in BASE but has no metrics in NEW: never called (RUN001)`` for every
+    engine with metrics in BASE and none in NEW: it no longer runs, which fails the comparison."""
     no_metrics: list[tuple[str, str]] = field(default_factory=list)
     """``(side, why)`` for every engine on both sides that has no metric on one of them (e.g.
     never called: RUN001)."""
@@ -108,11 +111,11 @@ class Comparison:
 
     @property
     def failed(self) -> bool:
-        return bool(self.regressions or self.broken_budgets or self.failing_findings)
+        return bool(self.regressions or self.broken_budgets or self.failing_findings or self.lost)
 
     def headline(self) -> str:
         """The first line of the output: what failed, or that nothing did."""
-        parts = []
+        parts = list(self.lost)
         if self.regressions:
             shown_ = self.regressions[:HEADLINE_ITEMS]
             more = len(self.regressions) - len(shown_)
@@ -138,14 +141,15 @@ class Comparison:
         if not self.rows and self.budgets:
             return f"popviz: OK: {len(self.budgets)} budget(s) hold"
         held = f", {len(self.budgets)} budget(s) hold" if self.budgets else ""
-        return f"popviz: OK: no regression ({len(self.rows)} metric(s) compared{extra}){held}"
+        both = sum(r.base is not None and r.new is not None for r in self.rows)
+        return f"popviz: OK: no regression ({both} metric(s) compared{extra}){held}"
 
     def to_dict(self) -> dict[str, Any]:
         return {"schema": 1, "failed": self.failed, "headline": self.headline(),
                 "config_changes": self.config_changes, "only_base": self.only_base, "only_new": self.only_new,
                 "metrics": [r.to_dict() for r in self.rows], "budgets": self.budgets, "findings": self.findings,
                 "base_label": self.base_label, "resplit": self.resplit, "unknown_metrics": self.unknown_metrics,
-                "estimated": self.estimated}
+                "estimated": self.estimated, "lost": self.lost}
 
 
 def budget_value(b: dict[str, Any]) -> str:
@@ -200,6 +204,9 @@ def compare(base: list[EngineMetrics], new: list[EngineMetrics], rules: list[Rul
         for side, e in (("base", eb), ("new", en)):
             if not e.metrics:
                 out.no_metrics.append((side, no_metrics_reason(e)))
+        if eb.metrics and not en.metrics:  # it no longer runs: a failure, not a list of "gone" rows
+            out.lost.append(f"engine {en.label} ran in BASE but has no metrics in NEW{no_metrics_why(en)}")
+            continue
         if eb.estimated or en.estimated:
             out.estimated.append({"engine": eb.label, "base": eb.estimated, "new": en.estimated})
         changes, resplit = config_changes(eb.label, eb.config, en.config)
@@ -347,7 +354,7 @@ def _names_a_metric(pattern: str) -> bool:
 def check_gate(c: Comparison, rules: list[Rule]) -> None:
     """A comparison that compared nothing, or a ``--fail`` rule that matches no metric compared,
     is a gate that cannot fail: UsageError naming it (never "OK: no regression")."""
-    if not any(r.base is not None and r.new is not None for r in c.rows) and not c.budgets:
+    if not any(r.base is not None and r.new is not None for r in c.rows) and not c.budgets and not c.lost:
         if not c.rows and (c.only_base or c.only_new):
             raise UsageError(f"no engine is on both sides (base: {', '.join(c.only_base) or 'none'}; new: "
                              f"{', '.join(c.only_new) or 'none'}): nothing was compared")

@@ -18,8 +18,6 @@ MARK = {REGRESSED: "✗ regressed", IMPROVED: "✓ improved", MOVED: "↔ moved"
 RESPLIT_NOTE = "the split changed: per-stage and per-IPU rows are marked moved and do not fail"
 LIST_LINES = 8
 """Entries of a changed list (stages, layers moved) shown in the console."""
-NARROW_COLUMNS = 100
-"""Below this terminal width the console table leaves out the threshold column."""
 
 
 UNKNOWN_NOTE = "not compared, unknown to this popviz (from a newer one, or misspelt)"
@@ -109,11 +107,13 @@ def console(c: Comparison, *, all_rows: bool = False, file: IO[str] | None = Non
     rows = c.rows if all_rows else [r for r in c.rows if r.verdict != "="]
     for engine in dict.fromkeys(r.engine for r in rows):  # one table per engine: names are not cut
         mine = [r for r in rows if r.engine == engine]
-        # narrower than NARROW_COLUMNS, or too narrow for the full names beside the wide columns: no
-        # threshold column (--json and Markdown have it), one space between columns, bytes in MiB
-        t = _metric_table(engine, mine, wide=True)
-        if con.width < NARROW_COLUMNS or Measurement.get(con, con.options.update_width(10_000), t).maximum > con.width:
-            t = _metric_table(engine, mine, wide=False)
+        # the widest layout in which whole metric names fit: full figures with the threshold column,
+        # else bytes in MiB and one space between columns, else also without the threshold column
+        # (--json and Markdown have it); names fold only where even that is too wide
+        for wide, threshold in ((True, True), (False, True), (False, False)):
+            t = _metric_table(engine, mine, wide=wide, threshold=threshold)
+            if Measurement.get(con, con.options.update_width(10_000), t).maximum <= con.width:
+                break
         con.print(t)
     same = sum(r.verdict == "=" for r in c.rows)
     if same and not all_rows:
@@ -179,8 +179,9 @@ def markdown(c: Comparison, *, all_rows: bool = False) -> str:
     return "\n".join(lines)
 
 
-def _metric_table(engine: str, rows: list[Row], *, wide: bool) -> Table:
-    """One engine's rows: with the threshold column and full-width figures when ``wide``."""
+def _metric_table(engine: str, rows: list[Row], *, wide: bool, threshold: bool) -> Table:
+    """One engine's rows: full-width figures when ``wide`` (else bytes in MiB, tight columns), the
+    threshold column when ``threshold``."""
     from rich.table import Table
 
     escape = esc.markup  # data from files: no markup, no control character
@@ -189,7 +190,7 @@ def _metric_table(engine: str, rows: list[Row], *, wide: bool) -> Table:
     show = fmt if wide else _fmt_narrow
     for col, just in (("metric", "left"), ("base", "right"), ("new", "right"), ("change", "right"),
                       ("threshold", "right"), ("verdict", "left")):
-        if col == "threshold" and not wide:
+        if col == "threshold" and not threshold:
             continue
         # Only the metric name may wrap (folded, never cut short); numbers and verdicts never do.
         t.add_column(col, justify=just, no_wrap=col != "metric", overflow="fold")
@@ -197,7 +198,7 @@ def _metric_table(engine: str, rows: list[Row], *, wide: bool) -> Table:
         style = "red" if r.verdict == REGRESSED else ("green" if r.verdict == IMPROVED else None)
         cells = [escape(r.metric), show(r.base, r.unit), show(r.new, r.unit),
                  r.change if wide else _change_narrow(r), escape(r.threshold), _verdict(r.verdict)]
-        if not wide:
+        if not threshold:
             del cells[4]
         t.add_row(*cells, style=style)
     return t
@@ -243,6 +244,11 @@ def junit(c: Comparison, name: str = "popviz") -> str:
         elif r.verdict == TRADED:  # passes, but says why a share beyond its threshold does not fail
             sub(case, "system-out", f"{r.metric} traded: {fmt(r.base, r.unit)} → {fmt(r.new, r.unit)} ({r.change}; "
                 f"threshold {r.threshold}) while the call got faster; a --fail rule naming it makes it a gate")
+    for lost in c.lost:  # an engine that ran in BASE and not in NEW
+        case = sub(suite, "testcase", classname="popviz.engines", name=lost.split(" ran in BASE")[0])
+        cases += 1
+        failures += 1
+        sub(case, "failure", lost, message=lost, type="engine")
     for b in c.budgets:
         case = sub(suite, "testcase", classname=f"popviz.{b['engine']}.budget", name=b["metric"])
         cases += 1

@@ -93,28 +93,10 @@ def _pick(reports: ReportSet, engine: str | None, what: str, need_layers: bool) 
 
 
 def _run_record(report: Report) -> dict | None:
-    """The popviz-run.json of the capture that holds ``report``: in the report's own directory,
-    or up to three levels up when that record lists the report's directory among the engines it
-    captured. A record anywhere else (a file planted above a downloaded report) is never used."""
-    from popviz.sources.runrecord import RUN_FILE, read_run_record
+    """The popviz-run.json of the capture that holds ``report`` (:func:`record_of`)."""
+    from popviz.sources.runrecord import record_of
 
-    if report.path is None:
-        return None
-    here = Path(report.path)
-    for parent in [here, *list(here.parents)[:3]]:
-        doc = read_run_record(parent / RUN_FILE)
-        if doc is None:
-            continue
-        if parent != here:
-            rel = here.relative_to(parent).as_posix()
-            engines = doc.get("engines")
-            if not (isinstance(engines, list)
-                    and any(isinstance(e, dict) and e.get("path") == rel for e in engines)):
-                return None  # the nearest record is not this report's capture
-        doc["_root"] = str(parent)
-        doc["_file"] = str(parent / RUN_FILE)
-        return doc
-    return None
+    return record_of(report.path) if report.path is not None else None
 
 
 def recorded_in(report: Report) -> str | None:
@@ -128,10 +110,6 @@ def recorded_in(report: Report) -> str | None:
     return None
 
 
-SAMPLES_DIR = Path(__file__).resolve().parent.parent.parent / "sample_reports"
-"""popviz's own samples (a source checkout's ``sample_reports``)."""
-
-
 def rerun_command(report: Report, split_arg: str, plan_path: str | None = None) -> str:
     """The command that re-runs the model under the emulator with the proposed split (from the
     capture's run record: the command, in its working directory)."""
@@ -140,14 +118,14 @@ def rerun_command(report: Report, split_arg: str, plan_path: str | None = None) 
     doc = _run_record(report)
     cmd = doc.get("command") if doc else None
     if not (isinstance(cmd, list) and cmd and all(isinstance(c, str) for c in cmd)):
-        return (f"popviz capture --emulate --split {shlex.quote(split_arg)} -o DIR -- "
+        return (f"popviz capture --emulate --calls 1 --split {shlex.quote(split_arg)} -o DIR -- "
                 "python YOUR_SCRIPT.py  # the command that made this report is not recorded")
     if doc.get("started_by") == "popviz.capture()":  # sys.argv of a script
         cmd = [Path(sys.executable).name if cmd[0].endswith(".py") else "python", *cmd]
     root = Path(doc["_root"])
     # beside the capture (runs/bert -> runs/bert-split), except beside popviz's own samples, which
     # the tests and `popviz analyse sample_reports` read: those go to the current directory
-    here_instead = root.resolve().parent == SAMPLES_DIR
+    here_instead = root.parent.name == "sample_reports" and (root.parent / "regenerate.py").is_file()
     out = (Path(root.name + "-split") if here_instead else root.with_name(root.name + "-split"))
     k = 2
     while out.exists():

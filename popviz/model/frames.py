@@ -66,14 +66,54 @@ def _oom(report: Report) -> bool:
     return mem is not None and bool((mem.frame["overflow_bytes"] > 0).any())
 
 
-def never_called(report: Report) -> bool:
-    """The capture hooks' record of an engine the script built but never called or compiled
-    (e.g. its loop over an empty ``poptorch.DataLoader`` never ran): no compile, no profile, no
-    call. On an IPU such an engine leaves no Poplar profile either."""
+NOT_REACHED = "not_reached"
+"""``config.options`` key the reader sets on an engine the capture recorded with no call when the
+run record says the script did not run to its end (``--calls N``, a failure): why."""
+
+
+def _unrun(report: Report) -> bool:
+    """Only the capture hooks' record of an engine: no call, no compile (nor a failed one), no
+    profile."""
     h = report.host_io
     return (report.provenance is not None and report.provenance.source == "capture" and report.execution is None
             and report.memory is None and h is not None and h.calls == 0 and h.compile_seconds is None
             and h.compile_error is None)
+
+
+def not_reached(report: Report) -> str | None:
+    """Why the script never got to call this engine, when its capture ended early (``--calls N``
+    stopped it, or it failed): the script itself may call it later."""
+    reason = report.config.options.get(NOT_REACHED) if report.config is not None else None
+    return reason if _unrun(report) and isinstance(reason, str) else None
+
+
+def never_called(report: Report) -> bool:
+    """The capture hooks' record of an engine the script built but never called or compiled
+    although it ran to its end (e.g. its loop over an empty ``poptorch.DataLoader`` never ran):
+    no compile, no profile, no call. On an IPU such an engine leaves no Poplar profile either."""
+    return _unrun(report) and not_reached(report) is None
+
+
+def compile_failed(report: Report) -> str | None:
+    """The error a compile raised (not out of memory: that leaves a memory profile), when nothing
+    else of the engine exists."""
+    h = report.host_io
+    if report.execution is None and report.memory is None and h is not None and h.compile_error:
+        return h.compile_error
+    return None
+
+
+def unrun_reason(report: Report) -> str | None:
+    """Why an engine has nothing to analyse: never called (RUN001), not reached, or its compile
+    failed (RUN002); None when it ran (or left a profile)."""
+    if never_called(report):
+        return "the engine was never called (RUN001): nothing was traced, compiled or run"
+    reason = not_reached(report)
+    if reason is not None:
+        return f"the engine was not reached ({reason}): nothing was traced, compiled or run"
+    if compile_failed(report):
+        return "its compile failed (RUN002): nothing ran"
+    return None
 
 
 def no_execution_reason(report: Report) -> str:
@@ -82,6 +122,10 @@ def no_execution_reason(report: Report) -> str:
         return "the compile ran out of memory, so the engine never ran"
     if never_called(report):
         return "the script never called the engine (0 calls, no compile)"
+    if not_reached(report):
+        return f"the engine was not reached: {not_reached(report)}"
+    if compile_failed(report):
+        return "its compile failed (RUN002)"
     if report.provenance.source == "capture":
         return "only the capture hooks' record was found, no Poplar profile"
     return "no execution profile was recorded: the engine did not run, or execution profiling was off"

@@ -6,7 +6,7 @@ import re
 from typing import TYPE_CHECKING
 
 from popviz.model import Report
-from popviz.model.frames import never_called
+from popviz.model.frames import never_called, not_reached
 from popviz.units import fmt_bytes
 
 if TYPE_CHECKING:
@@ -164,6 +164,8 @@ def strategy_line(report: Report) -> str:
     mode = f"{c.mode}, " if c.mode else ""
     if never_called(report):
         return f"{mode}never called: no stages traced (RUN001)"
+    if not_reached(report):
+        return f"{mode}not reached: no stages traced ({not_reached(report)})"
     strategy = c.execution_strategy or ("single IPU" if len(c.stage_ipus) <= 1 else "no strategy")
     line = f"{mode}{strategy}, {c.num_stages} stage{'s' if c.num_stages != 1 else ''}"
     guessed = [k for k in ("mode", "execution_strategy", "stages") if c.is_inferred(k)]

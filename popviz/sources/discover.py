@@ -203,6 +203,24 @@ def stale_profile_warning(root: Path, engine: EngineDir, label: str) -> str | No
             "earlier run: clear the cache (executableCachePath) and capture again")
 
 
+def _mark_not_reached(engine: EngineDir, report: Report) -> Report:
+    """An engine the hooks recorded with no call, in a capture that ended early (``--calls N``, a
+    failure): say why in ``config.options["not_reached"]``, so it reads as not reached, not as an
+    engine the script never calls (RUN001)."""
+    import dataclasses
+
+    from popviz.model.frames import NOT_REACHED, _unrun
+    from popviz.sources.runrecord import not_reached_reason, record_of
+
+    if report.config is None or not _unrun(report):
+        return report
+    reason = not_reached_reason(record_of(engine.path))
+    if reason is None:
+        return report
+    options = {**report.config.options, NOT_REACHED: reason}
+    return report.replace(config=dataclasses.replace(report.config, options=options))
+
+
 def load(path: str | os.PathLike[str]) -> ReportSet:
     """Every engine found under ``path`` (a report directory, an engine directory or a bundle).
 
@@ -220,6 +238,7 @@ def load(path: str | os.PathLike[str]) -> ReportSet:
         if len(engines) > 1:
             progress(f"engine {k:,} of {len(engines):,}")
         reports.append(read_engine(e))
+    reports = [_mark_not_reached(e, r) for e, r in zip(engines, reports, strict=True)]
     root = Path(path)
     warnings = run_warnings(root) if root.is_dir() else []
     for engine, report in zip(engines, reports, strict=True):

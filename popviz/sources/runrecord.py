@@ -39,6 +39,49 @@ def read_run_record(path: Path, *, strict: bool = True) -> dict[str, Any] | None
     return doc if doc is not None and (not strict or doc.get("format") == "popviz-run") else None
 
 
+def record_of(report_dir: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """The popviz-run.json of the capture that holds the report in ``report_dir``: in that
+    directory, or up to three levels up when that record lists the directory among the engines it
+    captured (``_root`` and ``_file`` added). A record anywhere else (a file planted above a
+    downloaded report) is never used."""
+    here = Path(report_dir)
+    for parent in [here, *list(here.parents)[:3]]:
+        doc = read_run_record(parent / RUN_FILE)
+        if doc is None:
+            continue
+        if parent != here:
+            rel = here.relative_to(parent).as_posix()
+            engines = doc.get("engines")
+            if not (isinstance(engines, list)
+                    and any(isinstance(e, dict) and e.get("path") == rel for e in engines)):
+                return None  # the nearest record is not this report's capture
+        doc["_root"] = str(parent)
+        doc["_file"] = str(parent / RUN_FILE)
+        return doc
+    return None
+
+
+def not_reached_reason(doc: dict[str, Any] | None) -> str | None:
+    """Why a capture may have ended before the script called one of its engines: ``--calls N``
+    stopped it, or it failed or was killed (None when it ran to the end)."""
+    if not isinstance(doc, dict):
+        return None
+    env = doc.get("environment")
+    calls = env.get("POPVIZ_EMULATOR_CALLS") if isinstance(env, dict) else None
+    if isinstance(calls, str) and calls.strip().isdigit():
+        engines = doc.get("engines") if isinstance(doc.get("engines"), list) else []
+        made = [e["model"].get("calls") for e in engines if isinstance(e, dict) and isinstance(e.get("model"), dict)]
+        counted = [c for c in made if isinstance(c, int) and not isinstance(c, bool)]
+        if not engines or sum(counted) >= int(calls) or len(counted) < len(made):  # the limit was reached
+            return f"--calls {int(calls)} stopped the script before it called this engine"
+    if doc.get("signal"):
+        return f"the script was killed by {doc['signal']} before it called this engine"
+    code = doc.get("exit_code")
+    if isinstance(code, int) and not isinstance(code, bool) and code != 0:
+        return f"the script exited with code {code} before it called this engine"
+    return None
+
+
 def pid_alive(pid: Any, hostname: Any) -> bool | None:
     """Whether process ``pid`` on ``hostname`` still runs; None when this host cannot tell."""
     if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
@@ -57,10 +100,12 @@ def pid_alive(pid: Any, hostname: Any) -> bool | None:
 def run_warnings(root: Path) -> list[str]:
     """Warnings about the capture run recorded in ``root/popviz-run.json`` (none without it; one
     when it is there but unreadable: its command, status and timings are then unknown)."""
+    from popviz.errors import shown
+
     path = root / RUN_FILE
     doc = _read(path)
     if doc is None and (path.is_file() or path.is_symlink()):
-        return [f"{RUN_FILE}: unreadable (not a JSON object, or over {MAX_RECORD_BYTES // 2**20} MiB); the "
+        return [f"{shown(path)}: unreadable (not a JSON object, or over {MAX_RECORD_BYTES // 2**20} MiB); the "
                 "capture's command, status and timings are unknown and `popviz plan` cannot give its re-run "
                 "command (the reports themselves were read)"]
     if doc is None or doc.get("status") != "running":
