@@ -12,10 +12,9 @@ from conftest import SAMPLES, assert_one_line_error, run_cli
 
 pytest.importorskip("torch")
 
-SCRIPT = """
+MODEL = """
 import torch, poptorch
 net = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 2))
-net[1] = poptorch.BeginBlock(net[1], ipu_id=1)
 class WithLoss(torch.nn.Module):
     def __init__(self):
         super().__init__()
@@ -23,6 +22,10 @@ class WithLoss(torch.nn.Module):
     def forward(self, x, y):
         out = self.net(x)
         return out, torch.nn.functional.cross_entropy(out, y)
+"""
+
+SCRIPT = MODEL + """
+net[1] = poptorch.BeginBlock(net[1], ipu_id=1)
 opts = poptorch.Options().deviceIterations(26)
 opts.Training.gradientAccumulation(8)
 opts.setExecutionStrategy(poptorch.PipelinedExecution())
@@ -76,16 +79,7 @@ def test_compare_and_baseline_refuse_a_run_with_no_metrics(never):
     assert not (tmp / "b.json").exists()
 
 
-BOTH = """
-import torch, poptorch
-net = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 2))
-class WithLoss(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.net = net
-    def forward(self, x, y):
-        out = self.net(x)
-        return out, torch.nn.functional.cross_entropy(out, y)
+BOTH = MODEL + """
 train = poptorch.trainingModel(WithLoss(), poptorch.Options(), optimizer=poptorch.optim.SGD(net.parameters(), lr=0.1))
 infer = poptorch.inferenceModel(net, poptorch.Options())
 for step in range(2):
