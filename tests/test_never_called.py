@@ -64,6 +64,9 @@ def test_capture_analyse_and_fail_on_say_it_never_ran(never):
     assert "no findings" not in out.stdout
     gate = run_cli("analyse", "out", "--fail-on", "error", cwd=tmp)
     assert gate.returncode == 1 and "RUN001" in gate.stderr
+    plot = run_cli("plot", "out", "-o", "figures", cwd=tmp)  # every figure skipped, each saying why
+    skipped = [line for line in plot.stderr.splitlines() if line.startswith("skipped ")]
+    assert skipped and all("never called" in line for line in skipped), plot.stderr
 
 
 def test_compare_and_baseline_refuse_a_run_with_no_metrics(never):

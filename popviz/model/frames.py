@@ -139,7 +139,8 @@ def need_execution(report: Report):  # -> ExecutionTable
 
 def need_memory(report: Report):  # -> MemoryTable
     if report.memory is None:
-        raise MissingDataError(f"engine '{report.label}' has no memory table (the report has no memory figures)")
+        raise MissingDataError(f"engine '{report.label}' has no memory table "
+                               f"({unrun_reason(report) or 'the report has no memory figures'})")
     return report.memory
 
 
@@ -365,8 +366,8 @@ def output_modes(report: Report) -> pd.DataFrame:
     m = analysis_metrics(report, "host_io")
     alternatives = {k: v for k, v in (m.get("alternatives") or {}).items() if v}
     if not alternatives:
-        raise MissingDataError(f"engine '{report.label}' has no recorded output mode and batching "
-                               "(record them by running under popviz capture)")
+        why = unrun_reason(report) or "record them by running under popviz capture"
+        raise MissingDataError(f"engine '{report.label}' has no recorded output mode and batching ({why})")
     current = m.get("output_mode")
     rows = [{"output_mode": mode, "outputs_per_call": a.get("outputs_per_call"),
              "output_bytes_per_call": a.get("output_bytes_per_call"), "current": mode == current}

@@ -34,6 +34,9 @@ def stage_cycles(report: Report):
 
 
 def _why_no_stage_cycles(report: Report) -> str:
+    unrun = frames.unrun_reason(report)
+    if unrun is not None:
+        return unrun
     if not report.cfg.stages:
         return ("no configuration in this report, so no stages; popviz capture records them"
                 if not report.has("config") else "no stages recorded: no execution strategy is set")
