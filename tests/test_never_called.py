@@ -128,3 +128,25 @@ def test_a_calls_limit_that_never_triggered_excuses_nothing():
     assert not_reached_reason({"exit_code": 1}) == "the script exited with code 1 before it called this engine"
     assert not_reached_reason({"signal": "SIGTERM"}) == "the script was killed by SIGTERM before it called this engine"
     assert not_reached_reason({"exit_code": 0}) is None
+
+
+def test_a_hostile_compile_error_is_run002_and_never_reaches_the_terminal_raw(tmp_path):
+    """The error text is the script's: ESC and markup from it stay inert in capture's summary and in
+    the finding (RUN002 quotes it)."""
+    (tmp_path / "h.py").write_text(
+        "import torch, poptorch\n"
+        "class M(torch.nn.Module):\n"
+        "    def forward(self, x):\n"
+        "        raise RuntimeError('\\x1b[31m[bold red]boom[/] ::error ::x')\n"
+        "try:\n"
+        "    poptorch.inferenceModel(M())(torch.randn(2, 4))\n"
+        "except Exception:\n"
+        "    pass\n")
+    cap = run_cli("capture", "--emulate", "-o", "out", "--", sys.executable, "h.py", cwd=tmp_path,
+                  env={"OMP_NUM_THREADS": "1"}, timeout=300)
+    assert cap.returncode == 0, cap.stderr
+    (line,) = [ln for ln in cap.stderr.splitlines() if "compile failed:" in ln]
+    assert "\x1b" not in line and "RuntimeError: \ufffd[31m[bold red]boom[/] ::error ::x" in line
+    out = run_cli("analyse", "out", "--fail-on", "error", cwd=tmp_path)
+    assert out.returncode == 1 and "\x1b" not in out.stdout
+    assert "RUN002 The compile failed" in out.stdout and "[bold red]boom[/]" in out.stdout

@@ -72,7 +72,7 @@ class Action:
             from popviz.analysis._common import nbytes
 
             return f"{nbytes(self.bytes_saved_per_call)} less per call"
-        if self.code == "RUN001":
+        if self.code in ("RUN001", "RUN002"):  # never called, or the compile failed
             return "nothing was measured"
         if self.severity == "error":
             return "needed to run"

@@ -215,6 +215,7 @@ def _times_text(m: Mapping[str, Any], run: Mapping[str, Any]) -> str:
 
 def summary_lines(run: Mapping[str, Any], root: Path) -> list[str]:
     """The one-screen summary printed when the run ends."""
+    from popviz import escape as esc
     from popviz.emulator.structure import SPLIT_ENV
     from popviz.sources.runrecord import not_reached_reason
 
@@ -254,7 +255,7 @@ def summary_lines(run: Mapping[str, Any], root: Path) -> list[str]:
                         f"R={m.get('replication_factor')}, output {m.get('output_mode')}")
             calls = f"{m.get('calls')} call(s)" + _times_text(m, run)
             if m.get("compile_error"):
-                calls += f", compile failed: {m['compile_error']}"
+                calls += f", compile failed: {esc.term(m['compile_error'])}"  # the script's text: no ESC
             desc.append(calls)
         else:
             desc.append("no popviz-model.json (hooks did not see this executor)")
