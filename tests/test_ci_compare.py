@@ -691,3 +691,12 @@ def test_a_file_that_is_neither_report_nor_baseline_says_both(tmp_path):
     (tmp_path / "base.txt").write_text("hello")
     assert_one_line_error(run_cli("compare", "base.txt", str(SAMPLES / "mnist_pipeline"), cwd=tmp_path),
                           "base.txt is neither a report nor a baseline file", "popviz baseline save")
+
+
+def test_a_change_of_100_percent_or_more_is_whole_percents_everywhere():
+    """The headline and --json used "+31662.73%" where the table showed "+31,663%"."""
+    from popviz.ci.compare import Row
+
+    assert Row("t", "m", "bytes", 36.0, 11_434.0, "", REGRESSED).change == "+31,661%"
+    assert Row("t", "m", "cycles", 100.0, 199.5, "", REGRESSED).change == "+99.50%"
+    assert Row("t", "m", "cycles", 100.0, 0.0, "", IMPROVED).change == "-100%"

@@ -150,3 +150,11 @@ def test_a_hostile_compile_error_is_run002_and_never_reaches_the_terminal_raw(tm
     out = run_cli("analyse", "out", "--fail-on", "error", cwd=tmp_path)
     assert out.returncode == 1 and "\x1b" not in out.stdout
     assert "RUN002 The compile failed" in out.stdout and "[bold red]boom[/]" in out.stdout
+
+
+def test_a_compile_only_engine_says_it_was_never_called_not_that_calls_ran():
+    from popviz.capture.launcher import _times_text
+
+    m = {"compile_seconds": 0.4, "poptorch_compile_seconds": 0.19, "calls": 0}
+    assert _times_text(m, {"emulated": True, "environment": {}}) == (
+        ", estimated in 0.19 s, never called (compile() only)")

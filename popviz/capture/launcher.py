@@ -210,6 +210,8 @@ def _times_text(m: Mapping[str, Any], run: Mapping[str, Any]) -> str:
     cpu = max(0.0, wall - own) * first_ran + later
     if not first_ran and m.get("calls", 0) <= 1:
         return text + ", not run (--calls 1)"
+    if m.get("calls") == 0:  # compile() alone: nothing was called
+        return text + ", never called (compile() only)"
     return text + f", calls run on the CPU in {wall_seconds(cpu)}"
 
 

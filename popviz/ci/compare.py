@@ -54,7 +54,9 @@ class Row:
             return f"{delta:+.2f}pp"
         if self.base == 0:
             return "+∞%" if delta > 0 else ("0%" if delta == 0 else "-∞%")
-        return f"{delta / abs(self.base) * 100:+.2f}%"
+        relative = delta / abs(self.base) * 100
+        # 100% or more: whole percents with separators (+31,663%), as the narrow console table has them
+        return f"{relative:+,.0f}%" if abs(relative) >= 100 else f"{relative:+.2f}%"
 
     def to_dict(self) -> dict[str, Any]:
         return {"engine": self.engine, "metric": self.metric, "unit": self.unit, "base": self.base, "new": self.new,
