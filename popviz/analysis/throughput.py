@@ -152,9 +152,10 @@ def analyse(report: Report) -> AnalysisOutput:
         return AnalysisOutput(metrics=empty_metrics(), findings=[never_called_finding(report)])
     if compile_failed(report):
         return AnalysisOutput(metrics=empty_metrics(), findings=[compile_failed_finding(report)])
-    if not_reached(report):
+    reason = not_reached(report)
+    if reason is not None:
         return AnalysisOutput(metrics=empty_metrics(), not_checked=[NotChecked(
-            NAME, "samples per second", f"the engine was not reached: {not_reached(report)}")])
+            NAME, "samples per second", f"the engine was not reached: {reason}")])
     t = throughput(report)
     if t is None:
         reason = ("no execution (the compile failed or the profile has none)" if report.execution is None
@@ -197,9 +198,7 @@ def never_called_finding(report: Report) -> Finding:
                             ("replicas", c.replication_factor)):
             if value is not None:
                 factors.append((name, value))
-    per_call = 1
-    for _, value in factors:
-        per_call *= value
+    per_call = math.prod(value for _, value in factors)
     takes = (f"{per_call:,} micro-batch{'es' if per_call != 1 else ''} "
              f"({' × '.join(f'{n} {v:,}' for n, v in factors)}) of the batch size"
              if factors else "one call's micro-batches")

@@ -8,7 +8,6 @@ import datetime as _dt
 import json
 import os
 import stat
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -169,7 +168,8 @@ def document(engines: list[EngineMetrics], source: str) -> dict[str, Any]:
 
 
 def save(report: str | os.PathLike[str], out: str | os.PathLike[str], *, force: bool = False) -> list[EngineMetrics]:
-    """Write the baseline of ``report`` to ``out`` (an existing file only with ``force``)."""
+    """Write the baseline of ``report`` to ``out`` (an existing file only with ``force``): its engines
+    with metrics (every engine is returned; those without metrics were left out)."""
     from popviz.fileio import atomic_write_bytes, check_replaceable
 
     target = Path(out)
@@ -178,15 +178,11 @@ def save(report: str | os.PathLike[str], out: str | os.PathLike[str], *, force: 
                          "the baseline, or choose another file")
     check_replaceable(target)
     engines = load_side(report)
-    for e in engines:
-        if not e.metrics and any(x.metrics for x in engines):
-            print(f"popviz: {no_metrics_reason(e)}: left out of the baseline", file=sys.stderr)
-    if any(e.metrics for e in engines):
-        engines = [e for e in engines if e.metrics]
-    if not any(e.metrics for e in engines):
+    kept = [e for e in engines if e.metrics]  # an engine without metrics would gate nothing
+    if not kept:
         raise UsageError(f"{shown(report)}: no metric to save, so the baseline would gate nothing "
                          f"({'; '.join(no_metrics_reason(e) for e in engines) or 'no engine'}); save a run that ran")
-    text = json.dumps(document(engines, str(report)), indent=1, sort_keys=False) + "\n"
+    text = json.dumps(document(kept, str(report)), indent=1, sort_keys=False) + "\n"
     try:
         atomic_write_bytes(target, text.encode())
     except OSError as exc:

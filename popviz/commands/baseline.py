@@ -26,7 +26,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from popviz.ci.baseline import save
+    from popviz.ci.baseline import no_metrics_reason, save
     from popviz.errors import UsageError, shown
     from popviz.ui import status
 
@@ -34,6 +34,10 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("popviz baseline needs an action: popviz baseline save REPORT -o FILE")
     with status(f"reading {args.report}"):
         engines = save(args.report, args.output, force=args.force)
-    count = sum(len(e.metrics) for e in engines)
-    print(f"popviz: wrote {shown(args.output)}: {len(engines)} engine(s), {count} metric(s)", file=sys.stderr)
+    for e in engines:
+        if not e.metrics:
+            print(f"popviz: {no_metrics_reason(e)}: left out of the baseline", file=sys.stderr)
+    kept = [e for e in engines if e.metrics]
+    count = sum(len(e.metrics) for e in kept)
+    print(f"popviz: wrote {shown(args.output)}: {len(kept)} engine(s), {count} metric(s)", file=sys.stderr)
     return 0

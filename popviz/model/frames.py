@@ -71,7 +71,7 @@ NOT_REACHED = "not_reached"
 run record says the script did not run to its end (``--calls N``, a failure): why."""
 
 
-def _unrun(report: Report) -> bool:
+def no_call_recorded(report: Report) -> bool:
     """Only the capture hooks' record of an engine: no call, no compile (nor a failed one), no
     profile."""
     h = report.host_io
@@ -84,14 +84,14 @@ def not_reached(report: Report) -> str | None:
     """Why the script never got to call this engine, when its capture ended early (``--calls N``
     stopped it, or it failed): the script itself may call it later."""
     reason = report.config.options.get(NOT_REACHED) if report.config is not None else None
-    return reason if _unrun(report) and isinstance(reason, str) else None
+    return reason if no_call_recorded(report) and isinstance(reason, str) else None
 
 
 def never_called(report: Report) -> bool:
     """The capture hooks' record of an engine the script built but never called or compiled
     although it ran to its end (e.g. its loop over an empty ``poptorch.DataLoader`` never ran):
     no compile, no profile, no call. On an IPU such an engine leaves no Poplar profile either."""
-    return _unrun(report) and not_reached(report) is None
+    return no_call_recorded(report) and not_reached(report) is None
 
 
 def compile_failed(report: Report) -> str | None:
@@ -122,8 +122,9 @@ def no_execution_reason(report: Report) -> str:
         return "the compile ran out of memory, so the engine never ran"
     if never_called(report):
         return "the script never called the engine (0 calls, no compile)"
-    if not_reached(report):
-        return f"the engine was not reached: {not_reached(report)}"
+    reason = not_reached(report)
+    if reason is not None:
+        return f"the engine was not reached: {reason}"
     if compile_failed(report):
         return "its compile failed (RUN002)"
     if report.provenance.source == "capture":

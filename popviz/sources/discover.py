@@ -209,10 +209,10 @@ def _mark_not_reached(engine: EngineDir, report: Report) -> Report:
     engine the script never calls (RUN001)."""
     import dataclasses
 
-    from popviz.model.frames import NOT_REACHED, _unrun
+    from popviz.model.frames import NOT_REACHED, no_call_recorded
     from popviz.sources.runrecord import not_reached_reason, record_of
 
-    if report.config is None or not _unrun(report):
+    if report.config is None or not no_call_recorded(report):
         return report
     reason = not_reached_reason(record_of(engine.path))
     if reason is None:
