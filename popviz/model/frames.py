@@ -120,13 +120,9 @@ def no_execution_reason(report: Report) -> str:
     """Why a report has no execution profile, as far as it tells."""
     if _oom(report):
         return "the compile ran out of memory, so the engine never ran"
-    if never_called(report):
-        return "the script never called the engine (0 calls, no compile)"
-    reason = not_reached(report)
-    if reason is not None:
-        return f"the engine was not reached: {reason}"
-    if compile_failed(report):
-        return "its compile failed (RUN002)"
+    unrun = unrun_reason(report)
+    if unrun is not None:
+        return unrun
     if report.provenance.source == "capture":
         return "only the capture hooks' record was found, no Poplar profile"
     return "no execution profile was recorded: the engine did not run, or execution profiling was off"
