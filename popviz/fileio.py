@@ -6,6 +6,7 @@ Imports only the standard library: capture hooks use it inside the user's proces
 from __future__ import annotations
 
 import errno
+import io
 import json
 import os
 import secrets
@@ -153,10 +154,41 @@ def refuse_existing(path: str | os.PathLike[str]) -> None:
     p = Path(path)
     try:
         if p.exists() or p.is_symlink():
-            raise UsageError(f"{shown(p)} exists; popviz never writes over files: choose a new file name")
+            raise UsageError(f"{shown(p)} exists; popviz never writes over files: choose a new file name, or "
+                             "pass --force to replace it")
     except OSError as exc:  # e.g. a name too long for the file system
         raise UsageError(f"{shown(p)} cannot be created ({exc.strerror}); choose another path") from None
     _check_parent(p)
+
+
+def check_output(path: str | os.PathLike[str], force: bool) -> None:
+    """Before any work: :func:`check_replaceable` with ``--force``, else :func:`refuse_existing`."""
+    if force:
+        check_replaceable(path)
+    else:
+        refuse_existing(path)
+
+
+def write_output(path: str | os.PathLike[str], data: bytes | str | Callable[[Any], None], force: bool) -> None:
+    """Write an output file all or nothing: over an existing regular file only with ``force``
+    (an atomic replace: readers see the old file or the new one), else only as a new file."""
+    from popviz.errors import UsageError
+
+    if isinstance(data, str):
+        data = data.encode("utf-8", "surrogateescape")
+    if not force:
+        write_new_bytes(path, data)
+        return
+    check_replaceable(path)  # checked again: a link or a directory may have appeared meanwhile
+    p = Path(path)
+    try:
+        if callable(data):
+            buf = io.BytesIO()
+            data(buf)
+            data = buf.getvalue()
+        atomic_write_bytes(p, data)
+    except OSError as exc:
+        raise UsageError(f"{shown(p)}: cannot be written ({exc.strerror})") from None
 
 
 def check_replaceable(path: str | os.PathLike[str]) -> None:

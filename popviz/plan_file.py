@@ -174,14 +174,13 @@ MAX_PLAN_BYTES = 16 * 2**20
 """A plan file larger than this is not one (a plan of 100,000 layers is a few MiB)."""
 
 
-def write_plan(plan: PlanFile, path: str | Path) -> Path:
-    """Write ``plan`` to ``path`` (refusing to replace an existing file)."""
-    from popviz.fileio import write_new_text
+def write_plan(plan: PlanFile, path: str | Path, *, force: bool = False) -> Path:
+    """Write ``plan`` to ``path``: an existing file is replaced only with ``force``."""
+    from popviz.fileio import check_output, write_output
 
     p = Path(path)
-    if p.exists() or p.is_symlink():
-        raise UsageError(f"{shown(p)}: already exists; choose another file or remove it first")
-    write_new_text(p, json.dumps(plan.to_dict(), indent=1) + "\n")
+    check_output(p, force)
+    write_output(p, json.dumps(plan.to_dict(), indent=1) + "\n", force)
     return p
 
 

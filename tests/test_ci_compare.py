@@ -275,6 +275,13 @@ def test_markdown_json_junit_and_github_summary(tmp_path):
     msg = next(f.get("message") for f in failures if f.get("message").startswith("pipeline.imbalance_ratio"))
     assert "→" in msg and "threshold" in msg
     assert_one_line_error(run_cli("compare", str(base), str(worse), "--junit", str(junit)), "junit.xml", "exists")
+    junit.write_text("old")
+    proc = run_cli("compare", str(base), str(worse), "--junit", str(junit), "--force")
+    assert proc.returncode == 1 and int(ET.parse(junit).getroot().get("failures")) == len(failures)
+    link = tmp_path / "link.xml"
+    link.symlink_to(junit)
+    assert_one_line_error(run_cli("compare", str(base), str(worse), "--junit", str(link), "--force"),
+                          "link.xml is a symbolic link")
     assert_one_line_error(run_cli("compare", str(base), str(worse), "--summary", env={"GITHUB_STEP_SUMMARY": ""}),
                           "GITHUB_STEP_SUMMARY")
 

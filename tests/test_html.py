@@ -129,4 +129,16 @@ def test_both_network_checks_catch_an_external_request(tmp_path):
 
 def test_html_never_overwrites(page):
     proc = run_cli("analyse", str(SAMPLES / "bert_pipeline"), "--html", str(page))
-    assert_one_line_error(proc, page.name, "never writes over")
+    assert_one_line_error(proc, page.name, "never writes over", "--force")
+
+
+def test_html_force_replaces_a_file_but_not_a_directory(tmp_path):
+    out = tmp_path / "page.html"
+    out.write_text("old page")
+    proc = run_cli("analyse", str(SAMPLES / "oom_compile"), "--html", str(out), "--force", env={"MPLBACKEND": "Agg"})
+    assert proc.returncode == 0, proc.stderr
+    assert out.read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
+    assert [p.name for p in tmp_path.iterdir()] == ["page.html"]  # no temporary file left
+    (tmp_path / "dir.html").mkdir()
+    proc = run_cli("analyse", str(SAMPLES / "oom_compile"), "--html", str(tmp_path / "dir.html"), "--force")
+    assert_one_line_error(proc, "dir.html exists and is not a regular file")

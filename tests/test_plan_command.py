@@ -186,6 +186,10 @@ def test_write_plan_file_and_never_overwrite(small, tmp_path):
 
     assert read_plan(dest).layers_per_ipu == (3, 1)
     assert dest.read_text() == before
+    dest.write_text("{}")
+    forced = run_cli("plan", str(small), "--write", str(dest), "--force")
+    assert forced.returncode == 0, forced.stderr
+    assert dest.read_text() == before
 
 
 def test_rerun_command_from_the_capture_record(small, tmp_path):

@@ -196,7 +196,17 @@ def test_plot_command_writes_what_it_can_and_never_overwrites(tmp_path):
     assert proc.stderr.count("skipped") == 3
     assert all((out / n).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for n in ("training-memory.png",))
     again = run_cli("plot", str(SAMPLES / "oom_compile"), "-o", str(out), env={"MPLBACKEND": "Agg"})
-    assert_one_line_error(again, "training-memory.png", "never writes over")
+    assert_one_line_error(again, "training-memory.png", "never writes over", "--force")
+    # --force replaces the figures, removes one the data no longer supports, leaves other files
+    (out / "training-memory.png").write_bytes(b"old")
+    (out / "training-timeline.png").write_bytes(b"from an earlier run")
+    (out / "notes.txt").write_text("mine")
+    forced = run_cli("plot", str(SAMPLES / "oom_compile"), "-o", str(out), "--force", env={"MPLBACKEND": "Agg"})
+    assert forced.returncode == 0, forced.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["notes.txt", "training-host_io.png", "training-memory.png",
+                                                     "training-tiles.png"]
+    assert (out / "training-memory.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert f"removed the old {out / 'training-timeline.png'}" in forced.stderr
 
 
 def test_plot_command_svg_and_only(tmp_path):

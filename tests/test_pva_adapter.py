@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 
 import pytest
@@ -80,9 +81,19 @@ def test_cli_reads_profile_and_exports_bundle(tmp_path, fake_pva_env):
     assert [e["provenance"]["source"] for e in doc["engines"]] == ["pva", "pva"]
     assert doc["engines"][1]["target"]["tiles_per_ipu"] == 3
 
-    # export never overwrites
+    # export never overwrites, unless --force, and then never mixes in other engines' bundles
     proc = run_cli("export", str(tmp_path / "run"), "-o", str(tmp_path / "out"), env=fake_pva_env)
-    assert_one_line_error(proc, "already exists and is not empty")
+    assert_one_line_error(proc, "already exists and is not empty", "--force")
+    (tmp_path / "out" / "notes.txt").write_text("mine")
+    proc = run_cli("export", str(tmp_path / "run"), "-o", str(tmp_path / "out"), "--force", env=fake_pva_env)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "out" / "notes.txt").read_text() == "mine"
+    assert len(json.loads(run_cli("analyse", str(tmp_path / "out"), "--json").stdout)["engines"]) == 2
+    shutil.copytree(tmp_path / "out" / "training", tmp_path / "out" / "old")
+    proc = run_cli("export", str(tmp_path / "run"), "-o", str(tmp_path / "out"), "--force", env=fake_pva_env)
+    assert_one_line_error(proc, "holds bundles this export would not replace", "old")
+    proc = run_cli("export", str(tmp_path / "out"), "-o", str(tmp_path / "out"), "--force")
+    assert_one_line_error(proc, "is the report directory itself")
 
 
 def test_broken_profile_is_one_line(tmp_path, fake_pva_env):

@@ -32,7 +32,7 @@ def test_plan_file_round_trip(tmp_path):
     path = write_plan(plan, tmp_path / "plan.json")
     assert json.loads(path.read_text()) == plan_doc()
     assert read_plan(path).placements == plan.placements
-    with pytest.raises(UsageError, match="plan.json: already exists"):
+    with pytest.raises(UsageError, match="plan.json exists; popviz never writes over files"):
         write_plan(plan, path)
     assert parse_split(str(path)).layers_per_ipu == (1, 3)
 

@@ -19,7 +19,8 @@ def add_output_arguments(p: argparse.ArgumentParser) -> None:
     fmt.add_argument("--json", action="store_true", help="print the result as JSON")
     fmt.add_argument("--markdown", action="store_true", help="print the result as Markdown")
     p.add_argument("--junit", metavar="FILE", type=path_arg, help="also write a JUnit XML file (one testcase per metric and "
-                   "budget); FILE must not exist")
+                   "budget); FILE must not exist unless --force")
+    p.add_argument("--force", action="store_true", help="replace the --junit FILE if it exists")
     p.add_argument("--summary", action="store_true",
                    help="also append the Markdown to $GITHUB_STEP_SUMMARY (GitHub Actions' job summary)")
     p.add_argument("--github", action="store_true",
@@ -32,10 +33,10 @@ def add_output_arguments(p: argparse.ArgumentParser) -> None:
 
 def check_outputs(args: argparse.Namespace) -> None:
     """Refuse, before any work, outputs that cannot be written."""
-    from popviz.fileio import refuse_existing
+    from popviz.fileio import check_output
 
     if args.junit:
-        refuse_existing(args.junit)
+        check_output(args.junit, args.force)
     if (args.summary or args.github) and not os.environ.get("GITHUB_STEP_SUMMARY"):
         raise UsageError("--summary/--github append to $GITHUB_STEP_SUMMARY, which is not set (GitHub Actions "
                          "sets it); use --markdown to print the Markdown instead")
@@ -74,9 +75,9 @@ def emit(c: Comparison, args: argparse.Namespace) -> int:
         for lost in c.lost:
             command(gh_command("error", lost, title="popviz engine"), to)
     if args.junit:
-        from popviz.fileio import write_new_text
+        from popviz.fileio import write_output
 
-        write_new_text(args.junit, render.junit(c))
+        write_output(args.junit, render.junit(c), args.force)
     return 1 if c.failed else 0
 
 

@@ -24,6 +24,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     fmt.add_argument("--markdown", action="store_true", help="print the result as Markdown")
     p.add_argument("--html", metavar="FILE", type=path_arg,
                    help="also write a self-contained HTML page (tables, findings, figures) to FILE")
+    p.add_argument("--force", action="store_true", help="replace the --html FILE if it exists")
     p.add_argument("--only", metavar="A,B",
                    help="run only these analyses, comma-separated: pipeline, memory, host_io, "
                    "throughput, instances")
@@ -42,9 +43,9 @@ def run(args: argparse.Namespace) -> int:
 
     only = [a.strip() for a in args.only.split(",") if a.strip()] if args.only else None
     if args.html:
-        from popviz.fileio import refuse_existing
+        from popviz.fileio import check_output
 
-        refuse_existing(args.html)
+        check_output(args.html, args.force)
     with status(f"reading {args.path}"):
         reports = load(args.path)
     with status("analysing"):
@@ -66,11 +67,11 @@ def run(args: argparse.Namespace) -> int:
 
         render_console(result)
     if args.html:
-        from popviz.fileio import write_new_text
+        from popviz.fileio import write_output
         from popviz.render.html import render as render_html
 
         with status(f"writing {args.html}"):
-            write_new_text(args.html, render_html(result))
+            write_output(args.html, render_html(result), args.force)
         print(f"popviz: wrote {args.html}", file=sys.stderr)
     accepted = [f"{e.report.label} {f.code}" for e in result.engines for f in e.findings if f.code in ignore]
     if accepted:

@@ -20,7 +20,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("path", metavar="PATH", help="report directory (or one engine's directory)")
     p.add_argument("-o", "--output", metavar="OUT", type=path_arg,
                    help="directory to write the bundles to (default: PATH-bundle); must not "
-                        "exist or be empty")
+                        "exist or be empty, unless --force")
+    p.add_argument("--force", action="store_true",
+                   help="write into a non-empty OUT, replacing the bundles of the engines exported (refused "
+                        "when OUT holds bundles of other engines, which would mix with them)")
 
 
 def _name_source(engine_dir: Path) -> Path:
@@ -36,15 +39,20 @@ def _name_source(engine_dir: Path) -> Path:
 def run(args: argparse.Namespace) -> int:
     from popviz.errors import UsageError, shown
     from popviz.paths import safe_join
+    from popviz.sources import bundle
     from popviz.sources.bundle import write_bundle
     from popviz.sources.discover import load
     from popviz.ui import status
 
     src = Path(args.path)
     out = Path(args.output) if args.output else src.with_name(src.resolve().name + "-bundle")
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+    if out.exists() and src.exists() and out.resolve() == src.resolve():
+        raise UsageError(f"{shown(out)} is the report directory itself; pass -o with another directory")
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"{shown(out)} exists and is not a directory; pass -o with a new directory")
+    if out.exists() and any(out.iterdir()) and not args.force:
         raise UsageError(f"{shown(out)} already exists and is not empty; pass -o with a new "
-                         "directory (popviz never overwrites)")
+                         "directory, or --force to replace its bundles (popviz never overwrites otherwise)")
     with status(f"reading {src}"):
         reports = load(src)
     # Names come from the report files: check every destination before writing anything.
@@ -56,9 +64,15 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(f"two engines would both be exported to {shown(dest)}; export "
                              "their directories one at a time")
         dests.append(dest)
+    if args.force and out.is_dir():
+        others = sorted(m.parent for m in out.rglob(bundle.METADATA_FILE) if m.parent not in dests)
+        if others:
+            raise UsageError(f"{shown(out)} holds bundles this export would not replace ({shown(others[0])}"
+                             f"{f' and {len(others) - 1} more' if len(others) > 1 else ''}), and they would be "
+                             "analysed with the new ones; remove them or pass -o with a new directory")
     for report, dest in zip(reports, dests, strict=True):
         with status(f"writing {dest}"):
-            write_bundle(report, dest)
+            write_bundle(report, dest, overwrite=args.force)
         print(f"{report.label}: {', '.join(report.present)} -> {shown(dest)}")
     print(f"analyse anywhere with: popviz analyse {shown(out)}")
     return 0

@@ -64,7 +64,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     fmt.add_argument("--markdown", action="store_true", help="print the plan as Markdown")
     p.add_argument("--write", metavar="FILE", type=path_arg,
                    help="also write the proposed split as a plan file (for --split FILE); never "
-                        "over an existing file")
+                        "over an existing file unless --force")
+    p.add_argument("--force", action="store_true", help="replace the --write FILE if it exists")
 
 
 def _pick(reports: ReportSet, engine: str | None, what: str, need_layers: bool) -> Report:
@@ -165,9 +166,9 @@ def run(args: argparse.Namespace) -> int:
     from popviz.ui import status
 
     if args.write:
-        from popviz.fileio import refuse_existing
+        from popviz.fileio import check_output
 
-        refuse_existing(args.write)
+        check_output(args.write, args.force)
     with status(f"reading {args.path}"):
         reports = load(args.path)
     if args.calibrate:
@@ -192,7 +193,7 @@ def run(args: argparse.Namespace) -> int:
     if plan.proposed is not None:
         split_arg = code_dict(plan)["split_argument"]
         if args.write:
-            plan_file.write_plan(plan.plan_file(), args.write)
+            plan_file.write_plan(plan.plan_file(), args.write, force=args.force)
             written = shown(args.write)
             split_arg = written
         rerun = rerun_command(report, split_arg, args.write)

@@ -2,7 +2,8 @@
 
 PATH is a report directory, one engine's directory or a bundle. Files are named
 ENGINE-FIGURE.FORMAT (with the instance first for PopRun runs) in DIR, which is created if
-needed; popviz never writes over a file that exists. Figures the data cannot support (no
+needed; popviz never writes over a file that exists (--force replaces figures of the same
+names, and removes one whose figure is now skipped). Figures the data cannot support (no
 execution in an out-of-memory compile, per-IPU memory only) are skipped with the reason.
 """
 
@@ -22,6 +23,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("path", metavar="PATH", help="report directory, engine directory or bundle")
     p.add_argument("-o", "--output", metavar="DIR", type=path_arg, required=True, help="directory for the figure files")
     p.add_argument("--format", choices=("png", "svg"), default="png", help="file format (default png)")
+    p.add_argument("--force", action="store_true",
+                   help="replace figure files of the same names in DIR (other files are left alone)")
     p.add_argument("--only", metavar="A,B", help="only these figures, comma-separated: timeline, stages, "
                    "memory, tiles, breakdown, host_io")
 
@@ -55,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
 
     from popviz import escape, plot
     from popviz.errors import UsageError, shown
-    from popviz.fileio import write_new_bytes
+    from popviz.fileio import check_replaceable, write_output
     from popviz.sources.discover import load
     from popviz.ui import status
 
@@ -78,10 +81,12 @@ def run(args: argparse.Namespace) -> int:
         stems.add(stem)
         for name in only:
             planned[(report.label, name)] = out / f"{stem}-{name}.{args.format}"
-    clashes = [p for p in planned.values() if p.exists()]
-    if clashes:
+    clashes = [p for p in planned.values() if p.exists() or p.is_symlink()]
+    if clashes and not args.force:
         raise UsageError(f"{shown(clashes[0])} exists; popviz never writes over files: choose an empty -o "
-                         "directory or remove the old figures")
+                         "directory, or pass --force to replace the figures")
+    for clash in clashes:
+        check_replaceable(clash)
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -94,10 +99,13 @@ def run(args: argparse.Namespace) -> int:
             target = planned[(report.label, name)]
             if isinstance(fig, plot.PlotDataError):
                 print(f"skipped {escape.term(fig.message)}", file=sys.stderr)
+                if args.force and target in clashes:  # an old figure would outlive the data it showed
+                    target.unlink(missing_ok=True)
+                    print(f"removed the old {escape.term(shown(target))}", file=sys.stderr)
                 continue
             # drawn into a temporary file, then linked into place: a figure that fails to draw
             # leaves no partial file, and a file that appeared since the check is not replaced
-            write_new_bytes(target, lambda fh, fig=fig: fig.savefig(fh, format=args.format, dpi=110))
+            write_output(target, lambda fh, fig=fig: fig.savefig(fh, format=args.format, dpi=110), args.force)
             print(escape.term(shown(target)), flush=True)
             written += 1
     print(f"{written} figure(s) written to {shown(out)}", file=sys.stderr)
