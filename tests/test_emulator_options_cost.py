@@ -125,6 +125,36 @@ def test_host_work_between_calls_is_measured_and_added_to_the_loop_rate():
     first.destroy()
 
 
+def test_a_gap_in_which_another_model_ran_is_not_the_loops_host_work():
+    """Lightning runs a whole training epoch between its sanity check's validation calls and the
+    next validation: those gaps are another model's, and only the others are measured."""
+    import time
+
+    torch.set_num_threads(1)
+    val = poptorch.inferenceModel(torch.nn.Linear(4, 2), poptorch.Options())
+    train_model = WithLoss()
+    train = poptorch.trainingModel(train_model, poptorch.Options(), torch.optim.SGD(train_model.parameters(), lr=0.1))
+    x, big = torch.zeros(1, 4), torch.zeros(1, 64)
+    val(x)
+    val(x)  # gap 1: the script's own
+    end = time.thread_time() + 0.05
+    train(big)  # compiled and run in gap 2
+    while time.thread_time() < end:
+        pass
+    train(big)  # 50 ms of the training loop's work: not validation's
+    val(x)
+    val(x)  # gap 3: the script's own again
+    report = val.popvizReport()
+    emulator = report.cfg.options["emulator"]
+    assert emulator["host_gaps_measured"] == 2
+    assert emulator["host_seconds_between_calls"] < 0.02
+    assert any("over 2 gaps (1 more left out: another model compiled or ran in them)" in n
+               for n in report.provenance.notes)
+    assert train.popvizReport().cfg.options["emulator"]["host_gaps_measured"] == 1
+    val.destroy()
+    train.destroy()
+
+
 def _input_waits(**engine):
     o = poptorch.Options().deviceIterations(4).replicationFactor(2)
     if "depth" in engine:

@@ -143,6 +143,9 @@ class EngineSetup:
     host_gaps_seconds: Sequence[tuple[float, float]] = ()
     """Measured between one call's return and the script's next call, one per pair of consecutive
     calls: (wall seconds, CPU seconds of the thread that calls the executor)."""
+    host_gaps_skipped: int = 0
+    """Gaps left out of ``host_gaps_seconds`` because another executor compiled or ran in them
+    (Lightning's validation between training calls, a whole epoch after its sanity check)."""
     extra_notes: Sequence[str] = ()
     """More provenance notes (e.g. the ``--split`` applied)."""
 

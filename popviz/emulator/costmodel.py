@@ -536,7 +536,8 @@ def build_report(est: Estimate, setup: EngineSetup, *, versions: Mapping[str, st
     duration = est.call_cycles / est.target.clock_hz
     runs = pd.DataFrame({"run": [0], "name": ["call"], "duration_seconds": [duration]})
     when = captured_at or _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-    config, host_note = report_notes.with_host_gaps(est.config, setup.host_gaps_seconds)
+    config, host_note = report_notes.with_host_gaps(est.config, setup.host_gaps_seconds,
+                                                          setup.host_gaps_skipped)
     return Report(
         name=setup.name,
         provenance=Provenance(source="emulator", estimated=True, tool=f"popviz {__version__} emulator",

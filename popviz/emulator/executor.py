@@ -54,6 +54,10 @@ from popviz.model import HostTensor
 from popviz.model.numbers import reserved_ipus, wall_seconds
 from popviz.paths import as_component
 
+_activity = [0]
+"""Counts the compiles and calls of every executor in the process: a gap between two calls of
+one executor in which it moved was spent on another model, not on this one's loop."""
+
 MAX_IPUS_PER_INSTANCE = 64
 """PopTorch's limit on the IPUs one process uses (replicas × IPUs per replica); more need
 distributed execution (PopRun)."""
@@ -128,11 +132,13 @@ class PoplarExecutor(Batching, DeviceState):
         self._compile_time: _dt.timedelta | None = None
         self._compiled_inputs: tuple | None = None
         self._last_call_start: float | None = None
-        self._last_call_end: tuple[float, float] | None = None
-        """(``time.perf_counter``, ``time.thread_time``) when the last call returned: the script's
-        own host work runs from then until its next call (data loading, metrics, logging)."""
+        self._last_call_end: tuple[float, float, int] | None = None
+        """(``time.perf_counter``, ``time.thread_time``, :data:`_activity`) when the last call
+        returned: the script's own host work runs from then until its next call (data loading,
+        metrics, logging), unless another executor compiled or ran meanwhile."""
         self._host_gaps: list[tuple[float, float]] = []
         """(wall seconds, the calling thread's CPU seconds) between one call's return and the next."""
+        self._host_gaps_skipped = 0
         self._anchor_memory: dict[str, torch.Tensor] = {}
         self._arg_names = self._forward_arg_names(model)
 
@@ -165,6 +171,7 @@ class PoplarExecutor(Batching, DeviceState):
 
     def compile(self, *args: Any, **kwargs: Any) -> None:
         """Trace and estimate the model for these (combined-batch) inputs without running it."""
+        _activity[0] += 1
         if self._compiled:
             from popviz.emulator import log
 
@@ -392,9 +399,13 @@ class PoplarExecutor(Batching, DeviceState):
             "Trying to run a model on an offline device (ConnectionType.Never): use model.compile(inputs) "
             "instead of model(inputs)")
         if self._last_call_end is not None:
-            wall, cpu = self._last_call_end
-            self._host_gaps.append((time.perf_counter() - wall, time.thread_time() - cpu))
+            wall, cpu, seen = self._last_call_end
+            if seen == _activity[0]:
+                self._host_gaps.append((time.perf_counter() - wall, time.thread_time() - cpu))
+            else:  # another executor's compile or calls ran in the gap: not this loop's host work
+                self._host_gaps_skipped += 1
             self._last_call_end = None
+        _activity[0] += 1
         args, kwargs = self._canonical(args, kwargs)
         most = _calls.limit()
         report = _progress.reporter()
@@ -407,6 +418,7 @@ class PoplarExecutor(Batching, DeviceState):
             if not self._attached:
                 self.attachToDevice()
         self._setup.host_gaps_seconds = self._host_gaps
+        self._setup.host_gaps_skipped = self._host_gaps_skipped
         if most is not None and self._setup.calls + 1 >= most:
             self._setup.calls += 1
             self._last_call_start = time.time()
@@ -445,14 +457,15 @@ class PoplarExecutor(Batching, DeviceState):
         for leaf in tree_flatten(result)[0]:
             if isinstance(leaf, torch.Tensor):
                 leaf.backward = no_backward
-        self._last_call_end = (time.perf_counter(), time.thread_time())
+        _activity[0] += 1
+        self._last_call_end = (time.perf_counter(), time.thread_time(), _activity[0])
         return result
 
     def _popviz_host_work_starts(self) -> None:
         """Called by popviz's capture hooks after their own work following a call, so that the
         host work measured between calls is the script's alone."""
         if self._last_call_end is not None:
-            self._last_call_end = (time.perf_counter(), time.thread_time())
+            self._last_call_end = (time.perf_counter(), time.thread_time(), self._last_call_end[2])
 
     def _train(self, micro: list, outputs: Outputs, d: int, g: int, r: int,
                act: _progress.Activity | None = None) -> None:

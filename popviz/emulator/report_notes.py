@@ -37,12 +37,13 @@ def notes(setup: EngineSetup) -> tuple[str, ...]:
     )
 
 
-def with_host_gaps(config: ModelConfig, gaps: Sequence[tuple[float, float]]
+def with_host_gaps(config: ModelConfig, gaps: Sequence[tuple[float, float]], skipped: int = 0
                     ) -> tuple[ModelConfig, tuple[str, ...]]:
     """The script's host work between calls, as measured: ``options.emulator`` gets
     ``host_seconds_between_calls`` (mean CPU time of the calling thread: the work that cannot overlap
     a synchronous call), ``host_wall_seconds_between_calls`` (mean wall time, waits included) and
-    ``host_gaps_measured``; plus a note."""
+    ``host_gaps_measured``; plus a note (saying how many gaps were ``skipped``: another model
+    compiled or ran in them)."""
     gaps = [(w, c) for w, c in gaps if math.isfinite(w) and math.isfinite(c) and w >= 0 and c >= 0]
     if not gaps:
         return config, ()
@@ -53,7 +54,9 @@ def with_host_gaps(config: ModelConfig, gaps: Sequence[tuple[float, float]]
     config = dataclasses.replace(config, options={**config.options, "emulator": emulator})
     return config, (
         f"The script's own host work between calls, measured (not estimated) over {len(gaps)} gap"
-        f"{'s' if len(gaps) != 1 else ''}: {cpu * 1e3:,.2f} ms of CPU in the thread that calls the model, "
+        f"{'s' if len(gaps) != 1 else ''}"
+        + (f" ({skipped} more left out: another model compiled or ran in them)" if skipped else "")
+        + f": {cpu * 1e3:,.2f} ms of CPU in the thread that calls the model, "
         f"{wall * 1e3:,.2f} ms of wall time (waits for data-loader workers included) per call. PopTorch's "
         "calls are synchronous, so that thread's work runs between calls on an IPU host too: the throughput "
         "table's 'as the loop runs' figure adds it to each estimated call. The wall time's waits depend on "
