@@ -409,3 +409,24 @@ def test_legends_on_the_callers_axes_sit_beside_them_and_zero_categories_are_lef
     mine.suptitle("my grid")
     plot.tiles(bert["training"], ax=mine.add_subplot())
     assert mine.get_suptitle() == "my grid"
+
+
+def test_a_memory_category_keeps_its_colour_whatever_the_sizes():
+    from popviz.plot._style import MEMORY_COLOURS, memory_colours
+
+    small_weights = memory_colours(["temporaries", "weights", "codeAndExchange"])
+    big_weights = memory_colours(["weights", "codeAndExchange", "temporaries"])
+    assert small_weights == big_weights == {"weights": MEMORY_COLOURS[0], "temporaries": MEMORY_COLOURS[1],
+                                            "codeAndExchange": MEMORY_COLOURS[2]}
+    assert memory_colours(["vertexCode", "variable", "controlCode"]) == {
+        "controlCode": MEMORY_COLOURS[0], "variable": MEMORY_COLOURS[1], "vertexCode": MEMORY_COLOURS[2]}
+    # drawn: the legend's colour of each category is the one memory_colours gives
+    from matplotlib.colors import to_hex
+
+    fig = plot.memory(popviz.load(SAMPLES / "mnist_pipeline")["training"])
+    box = fig.axes[0].get_legend() or fig.legends[0]
+    legend = {t.get_text(): to_hex(h.get_facecolor()) for t, h in zip(box.get_texts(), box.legend_handles, strict=True)
+              if hasattr(h, "get_facecolor")}
+    expected = memory_colours([c for c in legend if c in ("weights", "optimizerState", "gradientAccumulators",
+                                                          "activationStash", "temporaries", "codeAndExchange")])
+    assert {c: legend[c] for c in expected} == {c: v.lower() for c, v in expected.items()}

@@ -34,7 +34,22 @@ PALETTE: dict[str, str] = {
 """One palette for every figure (category -> colour)."""
 
 MEMORY_COLOURS = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#F0E442", "#D55E00", "#999999")
-"""Memory categories in order of size; the last colour is 'other'."""
+"""Colours of memory categories (:func:`memory_colours`); the last is 'other'."""
+
+KNOWN_MEMORY_CATEGORIES = ("weights", "optimizerState", "gradientAccumulators", "activationStash", "temporaries",
+                           "codeAndExchange")
+"""The emulator's categories, each always drawn in the same colour (docs/emulator.md)."""
+
+
+def memory_colours(categories: list[str]) -> dict[str, str]:
+    """A colour per category that does not depend on the categories' sizes, so one category keeps
+    its colour from figure to figure: the emulator's own in a fixed order, any other (libpva's)
+    in the order of their names, after them."""
+    known = [c for c in KNOWN_MEMORY_CATEGORIES if c in categories]
+    ordered = sorted(categories, key=lambda c: (KNOWN_MEMORY_CATEGORIES.index(c), "") if c in known
+                     else (len(KNOWN_MEMORY_CATEGORIES), c))
+    palette = MEMORY_COLOURS[:-1]
+    return {c: palette[k % len(palette)] for k, c in enumerate(ordered)}
 
 MAX_BARS_PER_IPU = 3000
 """When an IPU has more steps than this, the timeline is drawn from this many time bins per IPU,

@@ -61,5 +61,5 @@ def host_io(report: Report, ax: Axes | None = None) -> Figure:
     inputs = m.get("input_bytes_per_call")
     sub = f"\ninputs {_fmt_bytes(inputs)} per call" if inputs else ""  # a second line: the title fits the figure
     what = "output bytes per call by output mode" if sized else "outputs per call by output mode (sizes not recorded)"
-    ax.set_title(_title(report, what) + sub, fontsize="medium")
+    ax.set_title(_title(report, what) + sub, fontsize="medium", wrap=True)
     return fig

@@ -22,6 +22,7 @@ from popviz.plot._style import (
     _figure,
     _title,
     beside,
+    memory_colours,
     new_figure,
     takes_report,
 )
@@ -84,8 +85,9 @@ def memory(report: Report, ax: Axes | None = None) -> Figure:
         handles.append(Patch(facecolor=colour, label=label, **style))
         bottom = [b + v for b, v in zip(bottom, values, strict=True)]
 
-    for colour, cat in zip(MEMORY_COLOURS, shown_cats, strict=False):
-        stack((frame[cat] / mib).tolist(), colour, cat[:-len("_bytes")])
+    colours = memory_colours([c[:-len("_bytes")] for c in shown_cats])
+    for cat in shown_cats:
+        stack((frame[cat] / mib).tolist(), colours[cat[:-len("_bytes")]], cat[:-len("_bytes")])
     if other:
         stack((frame[other].sum(axis=1) / mib).tolist(), MEMORY_COLOURS[-1], f"other ({len(other)} categories)")
     if not cats:  # no categories: one bar of the total
@@ -124,7 +126,7 @@ def memory(report: Report, ax: Axes | None = None) -> Figure:
         fig.legend(handles=handles, loc="outside right center", fontsize="small", frameon=False)
     else:
         beside(ax, handles)
-    ax.set_title(_title(report, "memory per IPU by category"))
+    ax.set_title(_title(report, "memory per IPU by category"), wrap=True)
     return fig
 
 
@@ -216,5 +218,5 @@ def tiles(report: Report, ipu: int | None = None, ax: Axes | None = None) -> Fig
         if keys:
             ax.legend(handles=keys, loc="upper left", bbox_to_anchor=(0.0, -0.02), ncol=len(keys), frameon=False,
                       fontsize="small")
-        ax.set_title(f"{title}\n{ax.get_title()}", fontsize="small")
+        ax.set_title(f"{title}\n{ax.get_title()}", fontsize="small", wrap=True)
     return fig

@@ -110,5 +110,5 @@ def stages(report: Report, ax: Axes | None = None) -> Figure:
     ax.set_ylim(0, cycles.max() * 1.3)
     ratio = cycles.max() / mean if mean else float("nan")
     what = "IPU (stages share IPUs)" if by_ipu else "stage"
-    ax.set_title(_title(report, f"cycles per {what} (slowest / mean = {ratio:.2f})"))
+    ax.set_title(_title(report, f"cycles per {what} (slowest / mean = {ratio:.2f})"), wrap=True)
     return fig

@@ -130,7 +130,7 @@ def timeline(report: Report, ax: Axes | None = None, *, run: int | None = None) 
                            for c in sorted(seen)])
     what = f"{len(frame):,} steps" + (f"; {MAX_BARS_PER_IPU:,} time bins per IPU, each stacked by what it ran"
                                       if binned else "")
-    ax.set_title(_title(report, f"execution trace of one call, {what}"))
+    ax.set_title(_title(report, f"execution trace of one call, {what}"), wrap=True)
     return fig
 
 
@@ -169,5 +169,5 @@ def breakdown(report: Report, ax: Axes | None = None) -> Figure:
     ax.set_xlim(0, 100)
     ax.set_xlabel("share of the call's cycles (%)")
     _legend(fig, ax, own, ax.get_legend_handles_labels()[0])
-    ax.set_title(_title(report, "where each IPU's time goes"))
+    ax.set_title(_title(report, "where each IPU's time goes"), wrap=True)
     return fig
