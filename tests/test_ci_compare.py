@@ -139,6 +139,24 @@ def test_missing_engines_and_metrics_are_listed_not_crashed_on():
     assert not c.failed
 
 
+def test_an_engine_with_metrics_missing_from_new_fails_the_gate():
+    """A validation model that is no longer built (or that --calls 1 stopped before) is a lost
+    engine, never a pass; an engine only in NEW is listed."""
+    base = side({"pipeline.imbalance_ratio": 1.1}) + side({"throughput.samples_per_second": 100.0}, name="inference")
+    new = side({"pipeline.imbalance_ratio": 1.1}) + side({"throughput.samples_per_second": 100.0}, name="eval")
+    c = compare(base, new, [])
+    assert c.failed and c.lost == ["engine inference ran in BASE and is missing from NEW"]
+    assert c.only_base == ["inference"] and c.quiet_only_base == [] and c.only_new == ["eval"]
+    assert c.headline() == "popviz: FAIL: engine inference ran in BASE and is missing from NEW"
+    from popviz.ci import render
+
+    assert "only in base" not in render.markdown(c).lower()
+    assert 'message="engine inference ran in BASE and is missing from NEW"' in render.junit(c)
+    # nothing on both sides: bad input (exit 2), not a failure of every engine
+    with pytest.raises(UsageError, match="no engine is on both sides"):
+        check_gate(compare(base[1:], new[1:], []), [])
+
+
 def test_configuration_changes_come_first():
     c = compare(side({}, config={"gradient_accumulation": 16, "output_mode": "Final"}),
                 side({}, config={"gradient_accumulation": 32, "output_mode": "Final"}), [])

@@ -74,7 +74,8 @@ def test_compare_and_baseline_refuse_a_run_with_no_metrics(never):
     # a run whose engine stopped running fails the gate (exit 1); as a base it compares nothing (exit 2)
     lost = run_cli("compare", str(SAMPLES / "mnist_pipeline"), "out", cwd=tmp)
     assert lost.returncode == 1 and lost.stdout.splitlines()[0] == (
-        "popviz: FAIL: engine training ran in BASE but has no metrics in NEW: never called (RUN001)"), lost.stdout
+        "popviz: FAIL: engine training ran in BASE but has no metrics in NEW: never called (RUN001); "
+        "engine inference ran in BASE and is missing from NEW"), lost.stdout
     assert_one_line_error(run_cli("compare", "out", str(SAMPLES / "mnist_pipeline"), cwd=tmp),
                           "no metric is on both sides", "base: engine training has no metrics: never called (RUN001)")
     assert_one_line_error(run_cli("baseline", "save", "out", "-o", "b.json", cwd=tmp),

@@ -108,6 +108,11 @@ class Comparison:
         return [b for b in self.budgets if not b["ok"]]
 
     @property
+    def quiet_only_base(self) -> list[str]:
+        """Engines only in BASE that no failure in :attr:`lost` names already (they had no metrics)."""
+        return [e for e in self.only_base if f"engine {e} ran in BASE and is missing from NEW" not in self.lost]
+
+    @property
     def failing_findings(self) -> list[dict[str, Any]]:
         return [f for f in self.findings if not f["ignored"]]
 
@@ -233,6 +238,10 @@ def compare(base: list[EngineMetrics], new: list[EngineMetrics], rules: list[Rul
                 v = MOVED
             out.rows.append(Row(eb.label, name, d.unit, vb, vn, spec, v))
         _trade(out.rows, eb.label, rules, resplit=resplit)
+    if any(k in n for k in b):  # with nothing matched at all, check_gate says so (exit 2)
+        for k in b:
+            if k not in n and b[k].metrics:  # it no longer runs, or not under this name: never a pass
+                out.lost.append(f"engine {b[k].label} ran in BASE and is missing from NEW")
     check_unit_rules(rules, {r.metric for r in out.rows})
     return out
 

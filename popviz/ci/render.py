@@ -95,7 +95,7 @@ def console(c: Comparison, *, all_rows: bool = False, file: IO[str] | None = Non
                 con.print(f"{head}: {escape(str(ch['base']))} → {escape(str(ch['new']))}", soft_wrap=True)
     if c.resplit:
         con.print(RESPLIT_NOTE, soft_wrap=False)
-    for label, engines in (("only in base", c.only_base), ("only in new", c.only_new)):
+    for label, engines in (("only in base", c.quiet_only_base), ("only in new", c.only_new)):
         if engines:
             con.print(f"{label}: {escape(', '.join(engines))}")
     if c.unknown_metrics:  # one engine-metric pair per line: never broken inside a pair
@@ -156,7 +156,7 @@ def markdown(c: Comparison, *, all_rows: bool = False) -> str:
         lines.append("")
     if c.resplit:
         lines += [RESPLIT_NOTE[0].upper() + RESPLIT_NOTE[1:] + ".", ""]
-    for label, engines in (("Only in base", c.only_base), ("Only in new", c.only_new)):
+    for label, engines in (("Only in base", c.quiet_only_base), ("Only in new", c.only_new)):
         if engines:
             lines += [f"**{label}:** {md(', '.join(engines))}", ""]
     if c.unknown_metrics:
