@@ -8,6 +8,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
+import popviz
 from popviz import testing
 from popviz.ci.baseline import EngineMetrics
 from popviz.ci.compare import IMPROVED, REGRESSED, SAME, TRADED, WITHIN, check_gate, compare
@@ -16,7 +17,7 @@ from popviz.ci.thresholds import parse_rule, parse_threshold, threshold_for
 from popviz.errors import UsageError
 from popviz.sources.bundle import write_bundle
 
-from conftest import assert_one_line_error, run_cli
+from conftest import SAMPLES, assert_one_line_error, run_cli
 
 TIMING = dict(name="training", mode="training", gradient_accumulation=16, device_iterations=2)
 
@@ -725,3 +726,27 @@ def test_a_change_of_100_percent_or_more_is_whole_percents_everywhere():
     assert Row("t", "m", "bytes", 36.0, 11_434.0, "", REGRESSED).change == "+31,661%"
     assert Row("t", "m", "cycles", 100.0, 199.5, "", REGRESSED).change == "+99.50%"
     assert Row("t", "m", "cycles", 100.0, 0.0, "", IMPROVED).change == "-100%"
+
+
+def test_a_directory_holding_several_captures_is_not_one_side(tmp_path):
+    """capture --new-run into a directory with an earlier capture makes a timestamped run inside it:
+    a side of compare (or a baseline) made of both would gate the old run. Refused, naming the
+    newest; a directory with exactly one capture below it is read as that run (its engines keep
+    their names), and analyse still reads several runs together."""
+    import shutil
+
+    sample = SAMPLES / "mnist_pipeline"
+    shutil.copytree(sample, tmp_path / "runs")
+    record = json.loads((sample / "popviz-run.json").read_text())
+    shutil.copytree(sample, tmp_path / "runs" / "20261125-122911")
+    (tmp_path / "runs" / "20261125-122911" / "popviz-run.json").write_text(
+        json.dumps({**record, "started_at": "2026-11-25T12:29:11+00:00"}))
+    for args in (("compare", str(sample), "runs"), ("baseline", "save", "runs", "-o", "b.json"),
+                 ("check", "runs", "--fail-on", "error")):
+        assert_one_line_error(run_cli(*args, cwd=tmp_path), "runs holds 2 captured runs",
+                              "the newest is runs/20261125-122911")
+    assert len(popviz.load(tmp_path / "runs")) == 4  # analysed together, run by run
+    shutil.copytree(sample, tmp_path / "fresh" / "20261125-123211")
+    proc = run_cli("compare", str(sample), "fresh", cwd=tmp_path)
+    assert proc.returncode == 0 and proc.stdout.startswith("popviz: OK"), proc.stdout + proc.stderr
+    assert sorted(r.label for r in popviz.load(tmp_path / "fresh")) == ["inference", "training"]

@@ -63,7 +63,7 @@ def from_reports(path: str | os.PathLike[str]) -> list[EngineMetrics]:
     from popviz.ci.metrics import configuration, engine_metrics
     from popviz.sources.discover import load
 
-    result = analyse(load(path))
+    result = analyse(load(path, single_run=True))  # one run: a side, a baseline, a history entry
     return [EngineMetrics(name=e.report.name, instance=e.report.instance, source=e.report.provenance.source,
                           estimated=bool(e.report.provenance.estimated), config=configuration(e),
                           metrics=engine_metrics(e),

@@ -221,8 +221,40 @@ def _mark_not_reached(engine: EngineDir, report: Report) -> Report:
     return report.replace(config=dataclasses.replace(report.config, options=options))
 
 
-def load(path: str | os.PathLike[str]) -> ReportSet:
-    """Every engine found under ``path`` (a report directory, an engine directory or a bundle).
+def _capture_run(root: Path, engine: EngineDir) -> Path | None:
+    """The directory of the single-process capture run holding ``engine``: its nearest ancestor,
+    ``root`` included, with a ``popviz-run.json`` of no PopRun instance (None: not captured)."""
+    for here in (engine.path, *engine.path.parents):
+        if here != engine.path:
+            record = read_run_record(here / RUN_FILE)
+            if record is not None and record.get("instance") is None:
+                return here
+        if here == root:
+            return None
+    return None
+
+
+def one_run(root: Path, engines: list[EngineDir], single: bool) -> Path:
+    """The directory to read: a directory holding exactly one capture run, below it (``capture
+    --new-run`` into a new directory), is read as that run, so its engines keep their names. With
+    ``single`` (a side of compare, a baseline, a history entry), a directory holding several
+    captures (``--new-run`` makes a timestamped run inside an earlier one; ``popviz-runs/`` holds
+    one per capture) is refused, naming the newest: their engines would be gated as one run."""
+    runs = {_capture_run(root, e) for e in engines}
+    captured = sorted((r for r in runs if r is not None),
+                      key=lambda r: (str((read_run_record(r / RUN_FILE) or {}).get("started_at", "")), r.name))
+    if single and len(captured) > 1:
+        listed = ", ".join(shown(r) for r in captured[:3]) + (f" and {len(captured) - 3} more" if len(captured) > 3 else "")
+        raise UsageError(f"{shown(root)} holds {len(captured)} captured runs ({listed}); pass one of them "
+                         f"(the newest is {shown(captured[-1])})")
+    if len(runs) == 1 and captured and captured[0] != root:
+        return captured[0]
+    return root
+
+
+def load(path: str | os.PathLike[str], *, single_run: bool = False) -> ReportSet:
+    """Every engine found under ``path`` (a report directory, an engine directory or a bundle);
+    ``single_run``: refuse a directory holding several capture runs (:func:`one_run`).
 
     Raises a :class:`popviz.errors.PopvizError` subclass with a one-line message naming the file
     when something cannot be read.
@@ -233,6 +265,10 @@ def load(path: str | os.PathLike[str]) -> ReportSet:
         raise UsageError("the report path is empty; pass a report directory or bundle (\".\" for the current "
                          "directory)")
     engines = find_engines(Path(path))
+    if Path(path).is_dir() and len(engines) > 0:
+        run = one_run(Path(path), engines, single_run)
+        if run != Path(path):
+            path, engines = run, find_engines(run)
     reports = []
     for k, e in enumerate(engines, 1):
         if len(engines) > 1:
