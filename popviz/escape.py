@@ -45,6 +45,14 @@ def term(value: object) -> str:
     return "".join(REPLACEMENT if _unprintable(c) else c for c in text)
 
 
+def status_line(value: object) -> str:
+    """A message popviz writes on stderr from inside a script's process (the emulator's progress,
+    the capture hooks' and launcher's lines) around names the script chose (``modelName``, block
+    names, its command line): each line :func:`term`, and no line a GitHub Actions workflow command
+    (those outputs go to a CI log as they are, without the CLI's guarded streams)."""
+    return defuse_commands(term_lines(value))
+
+
 def term_lines(value: object) -> str:
     """Like :func:`term`, but line breaks (``\\n``) are kept: for multi-line text popviz wrote
     itself around names (captions), each line safe."""

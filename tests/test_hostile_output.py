@@ -457,3 +457,30 @@ def test_backticks_in_a_name_stay_text_in_markdown(tmp_path):
     write_bundle(testing.pipeline_report([1000, 1000, 1300, 900], name="N`q`"), tmp_path / "r" / "e")
     md = run_cli("analyse", str(tmp_path / "r"), "--markdown").stdout
     assert "N\\`q\\`" in md and "N`q`" not in md
+
+
+def test_a_hostile_model_name_in_captures_own_lines(tmp_path):
+    """The emulator's progress and capture's summary are written from inside the script's process
+    and by the launcher, not through the CLI's guarded streams: a ``modelName`` or a command line
+    with line breaks, ESC and workflow commands reaches the CI log as one defused line."""
+    pytest.importorskip("torch")
+    import sys
+
+    from conftest import run_cli
+
+    (tmp_path / "train.py").write_text(
+        "import sys, torch, poptorch\n"
+        "m = torch.nn.Linear(2, 2)\n"
+        "o = poptorch.Options()\n"
+        "o.modelName(sys.argv[1])\n"
+        "poptorch.inferenceModel(m, o)(torch.zeros(1, 2))\n")
+    name = "x\n::error ::evil\n##[warning]w\x1b[2J"
+    proc = run_cli("capture", "-o", "out", "--emulate", "--", sys.executable, "train.py", name, cwd=tmp_path,
+                   env={"OMP_NUM_THREADS": "1"}, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    both = proc.stdout + proc.stderr
+    assert not [line for line in both.splitlines() if escape.is_command_line(line)], both
+    assert "\x1b" not in both, both
+    assert "estimated report of 'x\\n::error ::evil\\n# #[warning]w\\x1b[2J' written" in both
+    finished = [line for line in both.splitlines() if "finished (exit code 0" in line]
+    assert len(finished) == 1 and finished[0].startswith(f"popviz capture: {sys.executable} train.py")

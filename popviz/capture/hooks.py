@@ -84,7 +84,9 @@ _LATENCY_GETTERS = (("getHostIpuLatency", "host_ipu_latency_seconds"),
 
 def _warn(message: str) -> None:
     with contextlib.suppress(Exception):
-        print(f"popviz capture: {message}", file=sys.stderr, flush=True)
+        from popviz.escape import status_line
+
+        print(status_line(f"popviz capture: {message}"), file=sys.stderr, flush=True)
 
 
 def _now() -> str:

@@ -61,6 +61,7 @@ from popviz.capture.rundir import (
 )
 from popviz.childproc import SignalForwarder, exit_status, find_command
 from popviz.errors import PopvizError, UsageError, shown
+from popviz.escape import status_line as esc_status
 from popviz.model.numbers import wall_seconds
 
 TEE_JOIN_SECONDS = 2.0
@@ -223,7 +224,7 @@ def summary_lines(run: Mapping[str, Any], root: Path) -> list[str]:
 
     code = run.get("exit_code")
     what = f"killed by {run['signal']}" if run.get("signal") else f"exit code {code}"
-    line = run["command_line"]  # long commands end at a word: never "--gradie..."
+    line = esc.term(run["command_line"])  # one line; long commands end at a word: never "--gradie..."
     cmd = line if len(line) <= 60 else line[:57].rsplit(" ", 1)[0] + " ..."
     lines = [f"popviz capture: {cmd} finished ({what}, "
              f"{run.get('duration_seconds', 0):.1f} s)"]
@@ -337,7 +338,7 @@ def run_capture(command: Sequence[str], *, output: str | None = None, new_run: b
 
     def say(line: str) -> None:
         with contextlib.suppress(OSError, ValueError):
-            err.write((line + "\n").encode())
+            err.write((esc_status(line) + "\n").encode())
             err.flush()
 
     bootstrap: Path | None = None

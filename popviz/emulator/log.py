@@ -25,7 +25,9 @@ def set_level(level: str | int) -> None:
 
 def _emit(level: int, message: str) -> None:
     if level >= _state["level"]:
-        print(f"popviz emulator: {message}", file=sys.stderr, flush=True)
+        from popviz.escape import status_line
+
+        print(status_line(f"popviz emulator: {message}"), file=sys.stderr, flush=True)
 
 
 def warn(message: str) -> None:

@@ -108,7 +108,7 @@ def claim(directory: Path, name: str, build: Callable[[], Report], token: object
     _history[directory] = token
     engine.write()
     if engine.written:
-        log.note(f"estimated report of '{name}' written to {shown(directory)}")
+        log.note(f"estimated report of {name!r} written to {shown(directory)}")
     return engine
 
 

@@ -20,6 +20,8 @@ import threading
 import time
 from typing import Any
 
+from popviz.escape import status_line
+
 ENV = "POPVIZ_PROGRESS"
 MODES = ("rich", "plain", "off")
 HEARTBEAT_SECONDS = 4.0
@@ -38,7 +40,7 @@ def mode() -> str:
 
 
 def line(message: str) -> None:
-    print(f"popviz emulator: {message}", file=sys.stderr, flush=True)
+    print(status_line(f"popviz emulator: {message}"), file=sys.stderr, flush=True)
 
 
 class Activity:
@@ -55,7 +57,7 @@ class Activity:
 
     def describe(self) -> str:
         part = f", micro-batch {min(self.done + 1, self.total)} of {self.total}" if self.total else ""
-        return f"{self.text}{part} ({time.monotonic() - self.started:.0f} s)"
+        return status_line(f"{self.text}{part} ({time.monotonic() - self.started:.0f} s)")
 
     def __enter__(self) -> Activity:
         return self
@@ -89,7 +91,8 @@ class Reporter:
             return
         with self.lock:
             if self._progress is not None:
-                self._progress.console.print(f"popviz emulator: {message}", markup=False, highlight=False)
+                self._progress.console.print(status_line(f"popviz emulator: {message}"), markup=False,
+                                             highlight=False)
             else:
                 line(message)
             self.last_line = time.monotonic()

@@ -173,6 +173,18 @@ def _figure(ax: Axes | None, size: tuple[float, float]) -> tuple[Figure, Axes]:
     return fig, fig.add_subplot()
 
 
+def set_title(ax: Axes, text: str, fontsize: str = "large") -> None:
+    """``ax``'s title, its lines wrapped to the figure's width (matplotlib's own ``wrap=True``
+    measures the text as mathtext, which a name with ``$`` breaks)."""
+    import textwrap
+
+    from matplotlib.font_manager import FontProperties
+
+    points = FontProperties(size=fontsize).get_size_in_points()
+    width = max(20, int(ax.figure.get_figwidth() * 72 / (points * 0.58)))  # ~0.58 em per character
+    ax.set_title("\n".join(textwrap.fill(line, width) or line for line in text.split("\n")), fontsize=fontsize)
+
+
 def _title(report: Report, what: str) -> str:
     estimated = " (estimated)" if report.provenance and report.provenance.estimated else ""
     return f"{report.label}: {what}{estimated}"

@@ -18,6 +18,7 @@ from popviz.plot._style import (
     _figure,
     _fmt_bytes,
     _title,
+    set_title,
     takes_report,
 )
 
@@ -61,5 +62,5 @@ def host_io(report: Report, ax: Axes | None = None) -> Figure:
     inputs = m.get("input_bytes_per_call")
     sub = f"\ninputs {_fmt_bytes(inputs)} per call" if inputs else ""  # a second line: the title fits the figure
     what = "output bytes per call by output mode" if sized else "outputs per call by output mode (sizes not recorded)"
-    ax.set_title(_title(report, what) + sub, fontsize="medium", wrap=True)
+    set_title(ax, _title(report, what) + sub, fontsize="medium")
     return fig

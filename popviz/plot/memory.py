@@ -24,6 +24,7 @@ from popviz.plot._style import (
     beside,
     memory_colours,
     new_figure,
+    set_title,
     takes_report,
 )
 
@@ -126,7 +127,7 @@ def memory(report: Report, ax: Axes | None = None) -> Figure:
         fig.legend(handles=handles, loc="outside right center", fontsize="small", frameon=False)
     else:
         beside(ax, handles)
-    ax.set_title(_title(report, "memory per IPU by category"), wrap=True)
+    set_title(ax, _title(report, "memory per IPU by category"))
     return fig
 
 
@@ -218,5 +219,5 @@ def tiles(report: Report, ipu: int | None = None, ax: Axes | None = None) -> Fig
         if keys:
             ax.legend(handles=keys, loc="upper left", bbox_to_anchor=(0.0, -0.02), ncol=len(keys), frameon=False,
                       fontsize="small")
-        ax.set_title(f"{title}\n{ax.get_title()}", fontsize="small", wrap=True)
+        set_title(ax, f"{title}\n{ax.get_title()}", fontsize="small")
     return fig

@@ -20,6 +20,7 @@ from popviz.plot._style import (
     _fmt_cycles,
     _title,
     clean,
+    set_title,
     takes_report,
 )
 
@@ -110,5 +111,5 @@ def stages(report: Report, ax: Axes | None = None) -> Figure:
     ax.set_ylim(0, cycles.max() * 1.3)
     ratio = cycles.max() / mean if mean else float("nan")
     what = "IPU (stages share IPUs)" if by_ipu else "stage"
-    ax.set_title(_title(report, f"cycles per {what} (slowest / mean = {ratio:.2f})"), wrap=True)
+    set_title(ax, _title(report, f"cycles per {what} (slowest / mean = {ratio:.2f})"))
     return fig

@@ -21,6 +21,7 @@ from popviz.plot._style import (
     _figure,
     _legend,
     _title,
+    set_title,
     takes_report,
 )
 
@@ -130,7 +131,7 @@ def timeline(report: Report, ax: Axes | None = None, *, run: int | None = None) 
                            for c in sorted(seen)])
     what = f"{len(frame):,} steps" + (f"; {MAX_BARS_PER_IPU:,} time bins per IPU, each stacked by what it ran"
                                       if binned else "")
-    ax.set_title(_title(report, f"execution trace of one call, {what}"), wrap=True)
+    set_title(ax, _title(report, f"execution trace of one call, {what}"))
     return fig
 
 
@@ -169,5 +170,5 @@ def breakdown(report: Report, ax: Axes | None = None) -> Figure:
     ax.set_xlim(0, 100)
     ax.set_xlabel("share of the call's cycles (%)")
     _legend(fig, ax, own, ax.get_legend_handles_labels()[0])
-    ax.set_title(_title(report, "where each IPU's time goes"), wrap=True)
+    set_title(ax, _title(report, "where each IPU's time goes"))
     return fig
