@@ -750,3 +750,14 @@ def test_a_directory_holding_several_captures_is_not_one_side(tmp_path):
     proc = run_cli("compare", str(sample), "fresh", cwd=tmp_path)
     assert proc.returncode == 0 and proc.stdout.startswith("popviz: OK"), proc.stdout + proc.stderr
     assert sorted(r.label for r in popviz.load(tmp_path / "fresh")) == ["inference", "training"]
+
+
+def test_a_misspelt_table_beside_budgets_is_refused(tmp_path):
+    from popviz.ci.thresholds import load_budgets
+
+    path = tmp_path / "b.toml"
+    path.write_text('[budgets]\n"memory.*.used_pct" = "<= 85"\n\n[bugdets]\n"pipeline.imbalance_ratio" = "<= 1.0"\n')
+    with pytest.raises(UsageError, match=r"b.toml: 'bugdets' beside \[budgets\]"):
+        load_budgets(str(path))
+    path.write_text('[budgets]\n"memory.*.used_pct" = "<= 85"\n')
+    assert [b.pattern for b in load_budgets(str(path))] == ["memory.*.used_pct"]

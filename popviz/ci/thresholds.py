@@ -304,6 +304,10 @@ def load_budgets(path: str) -> list[Budget]:
         raise UsageError(f"{shown(p)} does not exist; pass --budget with a TOML file of METRIC = \"<= LIMIT\"")
     doc = _read_toml(p)
     table = doc.get("budgets", doc)
+    if "budgets" in doc and len(doc) > 1:  # [bugdets] beside [budgets] would gate nothing, silently
+        other = next(k for k in doc if k != "budgets")
+        raise UsageError(f"{shown(p)}: {_shown(other)} beside [budgets]; a budgets file holds only [budgets] (or "
+                         "budgets at the top level): move it into [budgets] or remove it")
     if not isinstance(table, dict) or not table:
         raise UsageError(f"{shown(p)} holds no budgets; write lines such as \"memory.*.used_pct\" = \"<= 85\"")
     return [parse_budget(k, v, shown(p)) for k, v in table.items()]
