@@ -33,6 +33,27 @@ def engine(cycles: float, used: float = 1000.0, name: str = "training", estimate
 
 # --------------------------------------------------------------------------- the database
 
+def test_a_run_deleted_by_hand_leaves_rows_that_are_ignored(tmp_path):
+    """The sqlite3 shell has foreign keys off, so DELETE FROM runs leaves that run's engines and
+    metrics behind: they belong to no run and are not read (they made show exit 3)."""
+    import sqlite3
+
+    db = tmp_path / "h.db"
+    for cycles in (1000.0, 5000.0, 1010.0):
+        history.add(db, [engine(cycles)])
+    con = sqlite3.connect(db)
+    with con:
+        con.execute("DELETE FROM runs WHERE id = 2")
+    con.close()
+    h = history.read(db)
+    assert [r.id for r in h.runs] == [1, 3]
+    assert [(r.id, v) for r, v in h.series()[("training", "pipeline.cycles_per_micro_batch")]] == [
+        (1, 1000.0), (3, 1010.0)]
+    assert history.add(db, [engine(1020.0)]).id == 4
+    proc = run_cli("history", "show", "--db", str(db))
+    assert proc.returncode == 0, proc.stderr
+
+
 def test_add_and_read_back_exact_values(tmp_path):
     db = tmp_path / "h.db"
     first = history.add(db, [engine(1000.0)], label="abc123", source="runs/a")

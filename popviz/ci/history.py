@@ -391,8 +391,8 @@ def _read_engines(con: sqlite3.Connection, p: Path, first: int) -> dict[tuple[in
     fail = lambda what: _fail(p, what)  # noqa: E731
     engines: dict[tuple[int, str], EngineMetrics] = {}
     for run_id, engine, name, instance, source, estimated, config in con.execute(
-            "SELECT run_id, engine, name, instance, source, estimated, config FROM engines WHERE run_id >= ?",
-            (first,)):
+            "SELECT run_id, engine, name, instance, source, estimated, config FROM engines WHERE run_id >= ? "
+            "AND run_id IN (SELECT id FROM runs)", (first,)):  # a run deleted by hand can leave its rows
         label = v.name(engine, fail, f"engine of run #{run_id}")
         where = f"engine {label!r} of run #{run_id}"
         if not isinstance(config, str) or len(config) > 16 * 2**20:
