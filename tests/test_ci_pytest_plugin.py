@@ -64,6 +64,11 @@ MODEL = textwrap.dedent('''
 
     def test_nothing_captured(popviz_capture):
         popviz_capture.reports()
+
+
+    @pytest.mark.popviz(budgets={{"pipline.imbalance_ratio": "<= 1.0"}})
+    def test_budget_typo():
+        run_model()
 ''')
 
 
@@ -95,7 +100,9 @@ def test_fixture_budgets_and_baselines_under_the_emulator(pytester):
     pytester.makepyfile(test_model=MODEL.format(hidden=64), test_other=MODEL.format(hidden=64))
     env_args = ("--popviz-emulate", "-p", "no:cacheprovider")
     first = pytester.runpytest_subprocess(*env_args, "test_model.py")
-    assert outcomes(first) == {"passed": 1, "failed": 3}, first.stdout.str()
+    assert outcomes(first) == {"passed": 1, "failed": 4}, first.stdout.str()
+    assert "Traceback" not in first.stdout.str() and "check_budgets" not in first.stdout.str()
+    first.stdout.fnmatch_lines(["*_ test_budget_typo _*", "popviz: budget pipline.imbalance_ratio matches no metric*"])
     first.stdout.fnmatch_lines([
         "*_ test_within_budget_and_baseline _*",
         "popviz: no baseline popviz_baselines/test_model.test_within_budget_and_baseline.json; run pytest "
@@ -110,7 +117,8 @@ def test_fixture_budgets_and_baselines_under_the_emulator(pytester):
     first.stdout.fnmatch_lines(["*_ test_nothing_captured _*",
                                 "popviz: no report to check: *this capture recorded no engine*"])
 
-    update = pytester.runpytest_subprocess(*env_args, "--popviz-update-baselines", "-k", "baseline")
+    # under pytest-xdist the workers write, and the controller lists what they wrote
+    update = pytester.runpytest_subprocess(*env_args, "--popviz-update-baselines", "-k", "baseline", "-n", "2")
     assert outcomes(update) == {"passed": 2}, update.stdout.str()
     update.stdout.fnmatch_lines(["popviz: wrote 2 baseline(s); commit them:",
                                  "  popviz_baselines/test_model.test_within_budget_and_baseline.json",

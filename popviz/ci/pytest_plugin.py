@@ -121,7 +121,8 @@ class PopvizCapture:
             if not parsed:
                 pytest.fail("popviz: assert_budgets() without budgets, and no [tool.popviz.budgets] in "
                             f"{self._request.config.rootpath / 'pyproject.toml'}", pytrace=False)
-        c = Comparison(budgets=check_budgets(self.metrics(), parsed))
+        metrics = self.metrics()
+        c = Comparison(budgets=_guard(lambda: check_budgets(metrics, parsed)))  # a typo: one line, not a traceback
         _fail_if(c)
         return c
 
@@ -242,8 +243,22 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
     return result
 
 
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """On a pytest-xdist worker: hand the baselines it wrote to the controller, which lists them."""
+    output = getattr(session.config, "workeroutput", None)
+    if output is not None:
+        output["popviz_updated"] = list(session.config.stash.get(_UPDATED, []))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    """pytest-xdist's controller: collect what each worker wrote (see pytest_sessionfinish)."""
+    written = getattr(node, "workeroutput", {}).get("popviz_updated", [])
+    node.config.stash.setdefault(_UPDATED, []).extend(p for p in written if isinstance(p, str))
+
+
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
-    updated = config.stash.get(_UPDATED, [])
+    updated = sorted(set(config.stash.get(_UPDATED, [])))
     if updated:
         terminalreporter.write_line(f"popviz: wrote {len(updated)} baseline(s); commit them:")
         for path in updated:
