@@ -77,3 +77,15 @@ def test_profile_without_pva(tmp_path, monkeypatch):
     (tmp_path / "training" / "profile.pop").write_bytes(b"\0" * 4096)
     with pytest.raises(MissingDependencyError, match="needs libpva.*popviz export"):
         popviz.load(tmp_path)
+
+
+def test_a_file_of_an_engine_directory_stands_for_the_directory():
+    """popviz analyse ENGINE/popviz-model.json read the hooks' record alone (no memory, no
+    execution, and a different ramp finding) while the bundle beside it was ignored."""
+    from conftest import SAMPLES
+
+    engine = SAMPLES / "mnist_pipeline" / "training"
+    whole = popviz.load(engine)["training"]
+    for name in ("popviz-model.json", "popviz-report.json"):
+        one = popviz.load(engine / name)["training"]
+        assert one.present == whole.present and one.provenance.estimated

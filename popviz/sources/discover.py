@@ -69,7 +69,13 @@ def find_engines(root: str | Path) -> list[EngineDir]:
         if kind is None:
             raise ReportNotFoundError(f"{shown(root)} is not a report: pass the directory holding "
                                       f"{pva.PROFILE_FILE} or {bundle.METADATA_FILE}")
-        return [EngineDir(root.parent, kind, None, None)]
+        # one of an engine directory's files stands for the directory: read with its other files
+        # (the hooks' popviz-model.json beside a bundle), as when the directory is passed
+        try:
+            parent_kind = _kind(root.parent, set(os.listdir(root.parent)))
+        except OSError:
+            parent_kind = None
+        return [EngineDir(root.parent, parent_kind or kind, None, None)]
     try:
         top = set(os.listdir(root))
     except OSError as exc:
