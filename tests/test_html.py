@@ -113,7 +113,9 @@ def test_long_gains_and_hints_wrap_instead_of_widening_the_page(tmp_path):
     out = tmp_path / "oom.html"
     proc = run_cli("analyse", str(SAMPLES / "oom_model"), "--html", str(out), env={"MPLBACKEND": "Agg"})
     assert proc.returncode == 0, proc.stderr  # findings fail only with --fail-on
-    assert "44% faster than the current split would be" in out.read_text(encoding="utf-8")
+    page = out.read_text(encoding="utf-8")
+    assert "44% faster than the current split would be" in page
+    assert "<code>popviz plan" in page and "`popviz" not in page  # popviz's own command as code, no backticks
     seen = load(out, tmp_path)
     assert seen["overflow_x"] <= 0
 

@@ -116,7 +116,7 @@ def _gain(action) -> str:
 
 
 def _finding(f, gain: str = "", ignored: bool = False) -> str:
-    gain_html = f' <span class="gain">estimated gain: {_e(gain)}</span>' if gain else ""
+    gain_html = f' <span class="gain">estimated gain: {_prose(gain)}</span>' if gain else ""
     return (f'<div class="finding {f.severity}"><div><span class="badge {f.severity}">{f.severity}</span> '
             f"<strong>{_e(f.code)}</strong> {_e(f.title)}{gain_html}"
             + (f' <span class="muted">({_e(text.IGNORED_MARK)})</span>' if ignored else "") + "</div>"
@@ -189,7 +189,7 @@ def _summary(result: Result) -> list[str]:
                    "<th>estimated gain</th></tr></thead><tbody>")
         for label, k, severity, code, title, gain in rows:
             out.append(f'<tr><td>{_e(label)}</td><td class="num">{k}</td><td class="{_e(severity)}">{_e(severity)}'
-                       f"</td><td>{_e(code)}</td><td>{_e(title)}</td><td>{_e(gain) or '–'}</td></tr>")
+                       f"</td><td>{_e(code)}</td><td>{_e(title)}</td><td>{_prose(gain) if gain else '–'}</td></tr>")
         out.append("</tbody></table>")
     for e in result.engines:
         for d in getattr(getattr(e, "plan", None), "decisions", None) or []:
