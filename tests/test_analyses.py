@@ -537,7 +537,8 @@ def test_device_iterations_too_low():
     est.config = dataclasses.replace(est.cfg, options={"emulator": {"small_products_share": 0.95}})
     assert only(host_io.analyse(est), "HIO003").recommendation == (
         "Set opts.deviceIterations(3796) (about 50.0 ms per call); poptorch.DataLoader built with the same options "
-        "then yields batches 3796× larger. The estimate is likely pessimistic (see throughput): calls are shorter "
+        "then yields batches 3796× larger: its dataset must hold at least 3,796 micro-batches (D × G × R), or the "
+        "loader yields no batch at all. The estimate is likely pessimistic (see throughput): calls are shorter "
         "on an IPU, so this is a lower bound.")
 
 
@@ -820,7 +821,8 @@ def test_a_wait_set_by_bytes_gets_byte_levers_not_more_device_iterations():
     # wait as it is, not contradict HIO001
     assert only(out, "HIO003").recommendation == (
         "Set opts.deviceIterations(21) (about 50.0 ms per call); poptorch.DataLoader built with the same options "
-        "then yields batches 5× larger. This spreads each call's fixed cost over more samples; the wait for the "
+        "then yields batches 5× larger: its dataset must hold at least 21 micro-batches (D × G × R), or the loader "
+        "yields no batch at all. This spreads each call's fixed cost over more samples; the wait for the "
         "input bytes (HIO001) stays the same per sample.")
     # two replicas on one host process: more callback threads or PopRun instances help too
     two = only(host_io.analyse(testing.pipeline_report([1000] * 2, replication_factor=2, **kw)), "HIO001")

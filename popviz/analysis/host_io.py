@@ -433,10 +433,13 @@ def _device_iterations(report: Report, o: Collector, seconds: float) -> None:
                 f"(Python, PopTorch, host sync) weighs heavily{measured}")
     if d is not None:
         n = max(d + 1, ceil_exact(d * CALL_DEVICE_SECONDS_TARGET, seconds))
+        g = (report.cfg.gradient_accumulation or 1) if report.cfg.mode == "training" else 1
+        r = report.cfg.replication_factor or 1
         m["recommended_device_iterations"] = n
         rec = (f"Set opts.deviceIterations({n}) (about {_ms(CALL_DEVICE_SECONDS_TARGET)} per call); "
                "poptorch.DataLoader built with the same options then yields batches "
-               f"{n / d:.0f}× larger.")
+               f"{n / d:.0f}× larger: its dataset must hold at least {n * g * r:,} micro-batches (D × G × R), "
+               "or the loader yields no batch at all.")
     else:
         rec = ("Raise opts.deviceIterations(...) so one call runs for at least "
                f"{_ms(CALL_DEVICE_SECONDS_TARGET)}.")

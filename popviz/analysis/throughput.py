@@ -210,7 +210,9 @@ def never_called_finding(report: Report) -> Finding:
         "Make the script call the model at least once. A loop over a poptorch.DataLoader yields no batch when "
         f"the dataset holds fewer samples than one call takes: {takes}; check len(loader) > 0, lower "
         + ("opts.deviceIterations or opts.Training.gradientAccumulation" if c is not None and c.mode == "training"
-           else "opts.deviceIterations") + " or give it more data.")
+           else "opts.deviceIterations") + " or give it more data. Or the code that calls it was never reached: "
+        "Lightning's fit stops before validating when its training loader yields no batch, so check the "
+        "other engines' RUN001 first.")
 
 
 def compile_failed_finding(report: Report) -> Finding:
@@ -220,12 +222,14 @@ def compile_failed_finding(report: Report) -> Finding:
 
     error = " ".join((compile_failed(report) or "").split())
     error = error if len(error) <= 300 else error[:297].rsplit(" ", 1)[0] + " ..."
+    error = error.rstrip(".") or "an error"  # the sentence goes on after it
     return Finding(
         "RUN002", "error", NAME, "The compile failed",
         f"the first call (or compile()) raised: {error}; nothing ran, so there is no memory, execution or "
         "throughput to analyse",
-        "Fix what the error names (the capture's log has the whole traceback); a pipeline finding above may "
-        "already name it (PIPE002: too few micro-batches for the stages; PIPE005: IPUs not a power of two).")
+        "Fix what the error names (the capture's log has the whole traceback). Two of PopTorch's common "
+        "compile errors are explained in docs/findings.md: too few micro-batches for the stages (PIPE002) and "
+        "a number of IPUs that is not a power of two (PIPE005).")
 
 
 def _seconds(value: float) -> str:

@@ -363,8 +363,11 @@ def output_modes(report: Report) -> pd.DataFrame:
     m = analysis_metrics(report, "host_io")
     alternatives = {k: v for k, v in (m.get("alternatives") or {}).items() if v}
     if not alternatives:
-        why = unrun_reason(report) or "record them by running under popviz capture"
-        raise MissingDataError(f"engine '{report.label}' has no recorded output mode and batching ({why})")
+        unrun = unrun_reason(report)
+        if unrun:  # its batching may be recorded: what is missing is what its outputs weigh
+            raise MissingDataError(f"engine '{report.label}' has no output sizes per output mode ({unrun})")
+        raise MissingDataError(f"engine '{report.label}' has no recorded output mode and batching (record them "
+                               "by running under popviz capture)")
     current = m.get("output_mode")
     rows = [{"output_mode": mode, "outputs_per_call": a.get("outputs_per_call"),
              "output_bytes_per_call": a.get("output_bytes_per_call"), "current": mode == current}
