@@ -74,7 +74,8 @@ def test_inference_counts_no_gradient_accumulation():
 def test_unknown_without_execution_or_micro_batch():
     out = analyse(ReportSet([testing.single_ipu_report(execution=False)])).engines[0].outputs["throughput"]
     assert set(out.metrics.values()) == {None}
-    assert out.not_checked[0].reason == "no execution (the compile failed or the profile has none)"
+    assert out.not_checked[0].reason == ("no execution profile was recorded: the engine did not run, or execution "
+                                         "profiling was off")
     bare = analyse(ReportSet([testing.single_ipu_report(with_host_io=False)])).engines[0].outputs["throughput"]
     assert bare.not_checked[0].reason == "the micro-batch size or the call's time is unknown"
 

@@ -146,7 +146,7 @@ def analyse(report: Report) -> AnalysisOutput:
     is reported, and compared by ``compare``/``history``, not judged)."""
     import pandas as pd
 
-    from popviz.model.frames import compile_failed, never_called, not_reached
+    from popviz.model.frames import compile_failed, never_called, no_execution_reason, not_reached
 
     if never_called(report):
         return AnalysisOutput(metrics=empty_metrics(), findings=[never_called_finding(report)])
@@ -158,7 +158,7 @@ def analyse(report: Report) -> AnalysisOutput:
             NAME, "samples per second", f"the engine was not reached: {reason}")])
     t = throughput(report)
     if t is None:
-        reason = ("no execution (the compile failed or the profile has none)" if report.execution is None
+        reason = (no_execution_reason(report) if report.execution is None
                   else "the micro-batch size or the call's time is unknown")
         return AnalysisOutput(metrics=empty_metrics(), not_checked=[NotChecked(NAME, "samples per second", reason)])
     table = pd.DataFrame([{"samples/s": round(t.samples_per_second, 1),
