@@ -180,6 +180,8 @@ def test_compare_shows_relative_changes_coloured_by_direction():
     out = panels["output bytes per call"]  # All, then Final: fewer bytes, better
     assert to_hex(out.patches[1].get_facecolor()) == plot.PALETTE["new"].lower()
     assert out.get_title().endswith("· better")
+    rate = panels["samples / s (the system)"]  # the metric compare gates on: slower, worse
+    assert rate.get_title().endswith("· worse") and rate.patches[0].get_height() > rate.patches[1].get_height()
     # the same report twice: no change flagged
     same = plot.compare(base, base)
     assert {a.get_title().split("\n")[1] for a in same.axes if a.get_visible()} == {"+0.0% · same", "+0.0 pp · same"}

@@ -22,6 +22,7 @@ from popviz.plot._style import (
 )
 
 COMPARE_METRICS: tuple[tuple[str, str], ...] = (
+    ("throughput.samples_per_second", "samples / s (the system)"),
     ("pipeline.cycles_per_micro_batch", "slowest stage, cycles / micro-batch"),
     ("pipeline.imbalance_ratio", "imbalance (slowest / mean stage)"),
     ("pipeline.utilisation_pct", "IPU utilisation %"),
@@ -47,6 +48,8 @@ def key_metrics(report: Report) -> dict[str, float]:
 
 
 def _fmt(name: str, value: float) -> str:
+    if name == "throughput.samples_per_second":
+        return f"{value:,.0f}/s" if value >= 100 else f"{value:,.1f}/s"
     if name.endswith("bytes_per_call"):
         return _fmt_bytes(value)
     if "cycles" in name:
