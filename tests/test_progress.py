@@ -109,3 +109,20 @@ def test_capture_on_a_terminal_draws_heartbeats_over_each_other():
                               + CLEAR  # before stdout's line
                               + CLEAR + b"popviz emulator: the script runs bet..."
                               + CLEAR + b"Warn")
+
+
+def test_the_summary_says_when_calls_stopped_the_script_before_later_models():
+    from pathlib import Path
+
+    from popviz.capture.launcher import summary_lines
+
+    engine = {"path": "training", "files": ["popviz-report.json"],
+              "model": {"mode": "training", "calls": 1, "compile_seconds": 0.2, "poptorch_compile_seconds": 0.1}}
+    run = {"command_line": "python train.py", "exit_code": 0, "duration_seconds": 2.0, "engines": [engine],
+           "emulated": True, "environment": {"POPVIZ_EMULATOR_CALLS": "1"}}
+    lines = summary_lines(run, Path("out"))
+    assert lines[2] == ("  --calls 1 stopped the script at call 1: a model it would build or call after that (a validation "
+                        "model; Lightning's training, after its sanity check's validation calls) is not captured: raise "
+                        "--calls to reach it")
+    full = summary_lines({**run, "environment": {}}, Path("out"))
+    assert not any("--calls" in line for line in full)

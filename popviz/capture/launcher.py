@@ -263,6 +263,12 @@ def summary_lines(run: Mapping[str, Any], root: Path) -> list[str]:
         else:
             desc.append("no popviz-model.json (hooks did not see this executor)")
         lines.append(f"  {e['path']:<{width}}  " + " · ".join(desc))
+    early = not_reached_reason(run)
+    if engines and early and early.startswith("--calls "):
+        n = early.split()[1]
+        lines.append(f"  --calls {n} stopped the script at call {n}: a model it would build or call after that (a "
+                     "validation model; Lightning's training, after its sanity check's validation calls) is not "
+                     "captured: raise --calls to reach it")
     lines.append(f"  log {shown(root / LOG_FILE)} · run record {shown(root / RUN_FILE)}")
     if engines:
         lines.append(f"next: popviz analyse {shown(root)}")
