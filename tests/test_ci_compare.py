@@ -761,3 +761,19 @@ def test_a_misspelt_table_beside_budgets_is_refused(tmp_path):
         load_budgets(str(path))
     path.write_text('[budgets]\n"memory.*.used_pct" = "<= 85"\n')
     assert [b.pattern for b in load_budgets(str(path))] == ["memory.*.used_pct"]
+
+
+def test_the_inputs_per_micro_batch_are_part_of_the_configuration():
+    """A larger micro-batch changes bytes, cycles and throughput: the configuration says why (it
+    listed no change at all). A baseline from before the field existed shows no change."""
+    from popviz.ci.baseline import from_reports
+
+    [training] = [e for e in from_reports(SAMPLES / "mnist_pipeline") if e.name == "training"]
+    assert training.config["inputs"] == "images 8×1×28×28 float32, labels 8 int64"
+    small = {"device_iterations": 4, "inputs": "x 8×1×28×28 float32"}
+    big = {"device_iterations": 4, "inputs": "x 32×1×28×28 float32"}
+    c = compare(side({"pipeline.imbalance_ratio": 1.0}, config=small), side({"pipeline.imbalance_ratio": 1.0}, config=big), [])
+    assert c.config_changes == [{"engine": "training", "field": "inputs", "base": small["inputs"], "new": big["inputs"]}]
+    old = compare(side({"pipeline.imbalance_ratio": 1.0}, config={"device_iterations": 4}),
+                  side({"pipeline.imbalance_ratio": 1.0}, config=big), [])
+    assert old.config_changes == []

@@ -246,6 +246,10 @@ def compare(base: list[EngineMetrics], new: list[EngineMetrics], rules: list[Rul
     return out
 
 
+OPTIONAL_FIELDS = ("inputs",)
+"""Configuration fields older baselines and histories lack: compared only when both sides have them."""
+
+
 def config_changes(engine: str, base: dict[str, Any], new: dict[str, Any]) -> tuple[list[dict[str, Any]], bool]:
     """The configuration changes between two sides of ``engine`` as a comparison lists them
     (``{engine, field, base, new}``, the layers that moved last), and whether the split changed.
@@ -256,6 +260,8 @@ def config_changes(engine: str, base: dict[str, Any], new: dict[str, Any]) -> tu
     for key in sorted(set(base) | set(new)):
         if key == "stages" and renamed_only:
             continue  # the same layers on the same IPUs, in blocks named otherwise: no change
+        if key in OPTIONAL_FIELDS and (key not in base or key not in new):
+            continue  # recorded by a newer popviz only: not a change
         if key != PLACEMENT_FIELD and base.get(key) != new.get(key):
             out.append({"engine": engine, "field": key, "base": base.get(key), "new": new.get(key)})
     if moved:

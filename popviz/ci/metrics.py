@@ -138,8 +138,24 @@ def configuration(engine: EngineResult) -> dict[str, Any]:
         "output_mode": cfg.output_mode,
         "stages": [f"IPU{s.ipu}: {', '.join(s.blocks) or '-'}" for s in cfg.stages],
         "target": (f"{target.architecture} x{target.num_ipus}" if target else None),
+        **({"inputs": inputs} if (inputs := _inputs(r)) else {}),
         **({"layer_ipus": placement} if (placement := _layer_ipus(r)) else {}),
     }
+
+
+MAX_INPUTS_LISTED = 8
+
+
+def _inputs(report: Any) -> str | None:
+    """The host inputs per micro-batch (``x 8×1×28×28 float32, y 8 int64``): a different
+    micro-batch size or input shape explains changes in bytes, cycles and throughput."""
+    tensors = report.host_io.inputs if report.host_io is not None else ()
+    if not tensors:
+        return None
+    text = ", ".join(f"{t.name} {'×'.join(map(str, t.shape)) or 'scalar'} {t.dtype}"
+                     for t in tensors[:MAX_INPUTS_LISTED])
+    more = len(tensors) - MAX_INPUTS_LISTED
+    return (text + (f", +{more} more" if more > 0 else ""))[:500]
 
 
 def _layer_ipus(report: Any) -> dict[str, int] | None:

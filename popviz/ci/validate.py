@@ -125,7 +125,7 @@ def findings(doc: Any, fail: Fail, where: str) -> list[dict[str, str]]:
     return out
 
 
-CONFIG_STRINGS = ("mode", "execution_strategy", "output_mode", "target")
+CONFIG_STRINGS = ("mode", "execution_strategy", "output_mode", "target", "inputs")
 CONFIG_COUNTS = ("device_iterations", "gradient_accumulation", "replication_factor")
 
 
