@@ -777,3 +777,11 @@ def test_the_inputs_per_micro_batch_are_part_of_the_configuration():
     old = compare(side({"pipeline.imbalance_ratio": 1.0}, config={"device_iterations": 4}),
                   side({"pipeline.imbalance_ratio": 1.0}, config=big), [])
     assert old.config_changes == []
+
+
+def test_layer_tables_with_no_layer_in_common_are_named():
+    a = {"layer_ipus": {"l0": 0, "l1": 0, "l2": 1, "l3": 1}}
+    b = {"layer_ipus": {"inp": 0, **{f"layers.{i}": i // 2 for i in range(8)}, "head": 3}}
+    c = compare(side({"pipeline.imbalance_ratio": 1.0}, config=a), side({"pipeline.imbalance_ratio": 1.2}, config=b), [])
+    assert {"engine": "training", "field": "layers (none in common: another model?)",
+            "base": "l0, l1, l2, l3", "new": "inp, layers.0, layers.1, layers.2 and 6 more"} in c.config_changes

@@ -250,6 +250,11 @@ OPTIONAL_FIELDS = ("inputs",)
 """Configuration fields older baselines and histories lack: compared only when both sides have them."""
 
 
+def _names(layers: dict[str, Any], most: int = 4) -> str:
+    names = list(layers)
+    return ", ".join(names[:most]) + (f" and {len(names) - most} more" if len(names) > most else "")
+
+
 def config_changes(engine: str, base: dict[str, Any], new: dict[str, Any]) -> tuple[list[dict[str, Any]], bool]:
     """The configuration changes between two sides of ``engine`` as a comparison lists them
     (``{engine, field, base, new}``, the layers that moved last), and whether the split changed.
@@ -264,6 +269,10 @@ def config_changes(engine: str, base: dict[str, Any], new: dict[str, Any]) -> tu
             continue  # recorded by a newer popviz only: not a change
         if key != PLACEMENT_FIELD and base.get(key) != new.get(key):
             out.append({"engine": engine, "field": key, "base": base.get(key), "new": new.get(key)})
+    la, lb = base.get(PLACEMENT_FIELD), new.get(PLACEMENT_FIELD)
+    if isinstance(la, dict) and isinstance(lb, dict) and la and lb and not la.keys() & lb.keys():
+        out.append({"engine": engine, "field": "layers (none in common: another model?)",
+                    "base": _names(la), "new": _names(lb)})
     if moved:
         out.append({"engine": engine, "field": "layers moved",
                     "base": {k: a for k, a, _ in moved}, "new": {k: b for k, _, b in moved}})
