@@ -7,7 +7,8 @@ passes such text through the function of its channel before printing it:
 - :func:`term` — a terminal (or a pipe to one): control and format characters (C0 and C1
   controls, ESC, DEL, line breaks, bidirectional overrides, lone surrogates) become U+FFFD, so
   no escape sequence (OSC 52 clipboard writes, clear-screen, window titles) reaches the screen
-  and a value stays on one line;
+  and a value stays on one line; ``##[`` (GitHub's older command form) becomes ``# #[`` before
+  a renderer measures the line;
 - :func:`markup` — a rich markup string: :func:`term`, then rich's markup escaped, so that
   ``[link=...]`` or an unbalanced ``[/x]`` is shown, not interpreted;
 - :func:`md` — inline Markdown: :func:`term`, then HTML (``& < >``) and the Markdown that makes
@@ -40,6 +41,8 @@ def term(value: object) -> str:
     printable (C0/C1 controls incl. ESC and DEL, line and paragraph separators, format characters
     such as bidirectional overrides, lone surrogates, unassigned code points) becomes U+FFFD."""
     text = str(value)
+    if _LEGACY_COMMAND in text:  # defused here, before a renderer measures the line (not after)
+        text = text.replace(_LEGACY_COMMAND, "# #[")
     if text.isprintable():
         return text
     return "".join(REPLACEMENT if _unprintable(c) else c for c in text)

@@ -484,3 +484,17 @@ def test_a_hostile_model_name_in_captures_own_lines(tmp_path):
     assert "estimated report of 'x\\n::error ::evil\\n# #[warning]w\\x1b[2J' written" in both
     finished = [line for line in both.splitlines() if "finished (exit code 0" in line]
     assert len(finished) == 1 and finished[0].startswith(f"popviz capture: {sys.executable} train.py")
+
+
+def test_the_older_command_form_is_defused_before_a_line_is_measured():
+    """Defused by the stream after rich laid the line out, ``##[`` grew by one column and pushed a
+    panel's right border out of line; term defuses it first."""
+    assert escape.term("s3\nx##[group]y") == "s3\ufffdx# #[group]y"
+    from rich.cells import cell_len
+    from rich.console import Console
+    from rich.panel import Panel
+
+    con = Console(file=io.StringIO(), width=40, force_terminal=False)
+    con.print(Panel(escape.text("stage 3: s3\nx##[group]y")))
+    out = escape.defuse_commands(con.file.getvalue())
+    assert {cell_len(line) for line in out.splitlines()} == {40}
