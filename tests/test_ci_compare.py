@@ -785,3 +785,20 @@ def test_layer_tables_with_no_layer_in_common_are_named():
     c = compare(side({"pipeline.imbalance_ratio": 1.0}, config=a), side({"pipeline.imbalance_ratio": 1.2}, config=b), [])
     assert {"engine": "training", "field": "layers (none in common: another model?)",
             "base": "l0, l1, l2, l3", "new": "inp, layers.0, layers.1, layers.2 and 6 more"} in c.config_changes
+
+
+def test_budgets_take_the_units_thresholds_take():
+    from popviz.ci.compare import check_budgets
+    from popviz.ci.thresholds import parse_budget
+
+    b = parse_budget("memory.*.used_bytes", "<= 30MiB", "test")
+    assert (b.limit, b.unit, b.text) == (30 * 2**20, "bytes", "<= 30MiB")
+    engines = side({"memory.ipu0.used_bytes": 31 * 2**20, "memory.ipu0.used_pct": 3.5, "time.call_wall_seconds": 0.004})
+    [hit] = check_budgets(engines, [b])
+    assert (hit["metric"], hit["ok"]) == ("memory.ipu0.used_bytes", False)
+    [ms] = check_budgets(engines, [parse_budget("time.call_wall_seconds", "<= 5ms", "test")])
+    assert ms["ok"] and parse_budget("memory.*.used_pct", "<= 85%", "test").limit == 85
+    with pytest.raises(UsageError, match="is in bytes .* but memory.ipu0.used_pct is in percentage points"):
+        check_budgets(engines, [parse_budget("memory.ipu0.used_pct", "<= 30MiB", "test")])
+    with pytest.raises(UsageError, match="unknown unit 'parsecs'"):
+        parse_budget("memory.*.used_bytes", "<= 3parsecs", "test")

@@ -16,7 +16,7 @@ from typing import Any
 
 from popviz.ci.baseline import EngineMetrics, no_metrics_reason, no_metrics_why
 from popviz.ci.metrics import HIGHER_IS_WORSE, PLACEMENT_FIELD, definition, split_change
-from popviz.ci.thresholds import Budget, Rule, check_unit_rules, threshold_for
+from popviz.ci.thresholds import UNIT_WORDS, Budget, Rule, check_unit_rules, threshold_for
 from popviz.errors import UsageError
 
 REGRESSED, IMPROVED, WITHIN, SAME, NEW, GONE, MOVED = "regressed", "improved", "~", "=", "new", "gone", "moved"
@@ -341,6 +341,12 @@ def check_budgets(engines: list[EngineMetrics], budgets: list[Budget]) -> list[d
                     unit = definition(m).unit
                 except KeyError:
                     continue  # a metric this popviz does not know: not checked
+                if budget.unit is not None and budget.unit != unit:
+                    if any(c in budget.pattern for c in "*?["):
+                        continue  # a glob's limit in bytes gates its byte metrics only
+                    raise UsageError(f"budget {budget.pattern} = \"{budget.text}\" is in "
+                                     f"{UNIT_WORDS.get(budget.unit, budget.unit)} but {m} is in "
+                                     f"{UNIT_WORDS.get(unit, unit)}: write the limit in its unit, or as a bare number")
                 if cannot_fail(budget, m):
                     raise UsageError(f"budget {budget.pattern} = \"{budget.text}\" cannot fail for {m} (its values "
                                      "never break it): a gate that cannot fail is not a gate; tighten the limit")

@@ -157,6 +157,8 @@ class Budget:
     op: str
     limit: float
     text: str
+    unit: str | None = None
+    """The unit the limit was written in (``<= 30MiB``: bytes), None for a bare number."""
 
     def holds(self, value: float) -> bool:
         return {"<=": value <= self.limit, "<": value < self.limit, ">=": value >= self.limit,
@@ -167,18 +169,23 @@ def parse_budget(pattern: str, text: Any, origin: str) -> Budget:
     if isinstance(text, dict):  # pipeline.cycles = "..." unquoted: TOML made a table of it
         raise UsageError(f"budget {_shown(pattern)} in {origin} is a table, not a limit: quote a metric name "
                          "that has dots, e.g. \"pipeline.imbalance_ratio\" = \"<= 1.2\"")
-    m = re.fullmatch(r"\s*(<=|>=|<|>|==)\s*(-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)\s*", str(text))
+    m = re.fullmatch(r"\s*(<=|>=|<|>|==)\s*(-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)\s*([A-Za-z%]*)\s*", str(text))
     if not m or isinstance(text, bool):
         raise UsageError(f"budget {pattern} = {text!r} in {origin} must be an operator and a number, "
-                         "e.g. \"<= 85\"")
-    limit = float(m.group(2))
+                         "e.g. \"<= 85\" (a unit may follow: \"<= 30MiB\", \"<= 2ms\")")
+    suffix = m.group(3).lower()
+    if suffix and suffix not in UNITS and suffix != "%":
+        raise UsageError(f"budget {pattern} = {text!r} in {origin} has an unknown unit {m.group(3)!r}; use %, B, "
+                         "KiB, MiB, GiB, KB, MB, GB, cycles, s or ms")
+    kind, scale = ("pct", 1) if suffix in ("%", "pp") else UNITS.get(suffix, (None, 1))
+    limit = float(m.group(2)) * scale
     if not math.isfinite(limit) or abs(limit) > MAX_THRESHOLD:
         raise UsageError(f"budget {pattern} in {origin} has a limit no figure can reach ({m.group(2)[:40]}); "
                          "a gate that cannot fail is not a gate")
     if not _BUDGET_PATTERN.fullmatch(pattern):
         raise UsageError(f"budget {_shown(pattern)} in {origin} is not a metric name or glob (e.g. "
                          "memory.*.used_pct); docs/ci.md lists the names")
-    return Budget(pattern, m.group(1), limit, f"{m.group(1)} {m.group(2)}")
+    return Budget(pattern, m.group(1), limit, f"{m.group(1)} {m.group(2)}{m.group(3)}", kind)
 
 
 _BUDGET_PATTERN = re.compile(r"[a-z0-9_.*?\[\]!{}-]{1,200}")
