@@ -802,3 +802,25 @@ def test_budgets_take_the_units_thresholds_take():
         check_budgets(engines, [parse_budget("memory.ipu0.used_pct", "<= 30MiB", "test")])
     with pytest.raises(UsageError, match="unknown unit 'parsecs'"):
         parse_budget("memory.*.used_bytes", "<= 3parsecs", "test")
+
+
+def test_changes_too_small_for_two_decimals_and_from_zero():
+    from popviz.ci.compare import Row
+
+    assert Row("t", "m", "bytes", 100_000.0, 99_999.0, "1%", WITHIN).change == "-<0.01%"
+    assert Row("t", "m", "pct", 50.0, 50.001, "+1pp", WITHIN).change == "+<0.01pp"
+    assert Row("t", "m", "bytes", 0.0, 5.0, "1%", REGRESSED).change == "from 0"
+    assert Row("t", "m", "bytes", 100.0, 101.0, "1%", WITHIN).change == "+1.00%"
+
+
+def test_markdown_counts_the_unchanged_metrics_and_github_annotates_failing_findings(tmp_path):
+    base = side({"pipeline.imbalance_ratio": 1.1, "memory.max_used_pct": 50.0})
+    new = side({"pipeline.imbalance_ratio": 1.1, "memory.max_used_pct": 60.0},
+               findings=[{"code": "MEM002", "severity": "error", "title": "IPU 0 is nearly full"}])
+    c = compare(base, new, [])
+    assert "1 metric(s) unchanged." in markdown(c)
+    summary = tmp_path / "s.md"
+    proc = run_cli("check", str(SAMPLES / "mnist_pipeline"), "--github", "--fail-on", "info",
+                   env={"GITHUB_STEP_SUMMARY": str(summary)})
+    lines = [x for x in proc.stdout.splitlines() if x.startswith("::error title=popviz finding::")]
+    assert proc.returncode == 1 and lines, proc.stdout

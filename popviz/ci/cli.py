@@ -24,7 +24,8 @@ def add_output_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--summary", action="store_true",
                    help="also append the Markdown to $GITHUB_STEP_SUMMARY (GitHub Actions' job summary)")
     p.add_argument("--github", action="store_true",
-                   help="GitHub Actions: --summary, plus an ::error:: annotation per regression and broken budget "
+                   help="GitHub Actions: --summary, plus an ::error:: annotation per regression, broken budget, "
+                   "lost engine and failing finding "
                    "(on stderr with --json or --markdown, which keep stdout to themselves)")
     p.add_argument("--all", action="store_true", help="list unchanged metrics too")
     p.add_argument("--config", metavar="FILE", type=path_arg,
@@ -74,6 +75,8 @@ def emit(c: Comparison, args: argparse.Namespace) -> int:
                                         f"({b['budget']})", title="popviz budget"), to)
         for lost in c.lost:
             command(gh_command("error", lost, title="popviz engine"), to)
+        for f in c.failing_findings:  # --fail-on: a finding fails the job as a regression does
+            command(gh_command("error", f"{f['engine']} {f['code']}: {f['title']}", title="popviz finding"), to)
     if args.junit:
         from popviz.fileio import write_output
 

@@ -35,6 +35,14 @@ HEADLINE_ITEMS = 6
 """Regressions named in the first line of the output (the table lists them all)."""
 
 
+def _small(value: float, unit: str) -> str | None:
+    """A change too small for two decimals (``-0.00%`` read as no change with a minus sign):
+    ``-<0.01%``; None otherwise."""
+    if 0 < abs(value) < 0.005:
+        return f"{'+' if value > 0 else '-'}<0.01{unit}"
+    return None
+
+
 @dataclass
 class Row:
     engine: str
@@ -51,12 +59,12 @@ class Row:
             return ""
         delta = self.new - self.base
         if self.unit == "pct":
-            return f"{delta:+.2f}pp"
-        if self.base == 0:
-            return "+∞%" if delta > 0 else ("0%" if delta == 0 else "-∞%")
+            return _small(delta, "pp") or f"{delta:+.2f}pp"
+        if self.base == 0:  # no relative change from nothing
+            return "from 0" if delta else "0%"
         relative = delta / abs(self.base) * 100
         # 100% or more: whole percents with separators (+31,663%), as the narrow console table has them
-        return f"{relative:+,.0f}%" if abs(relative) >= 100 else f"{relative:+.2f}%"
+        return f"{relative:+,.0f}%" if abs(relative) >= 100 else (_small(relative, "%") or f"{relative:+.2f}%")
 
     def to_dict(self) -> dict[str, Any]:
         return {"engine": self.engine, "metric": self.metric, "unit": self.unit, "base": self.base, "new": self.new,

@@ -167,6 +167,9 @@ def markdown(c: Comparison, *, all_rows: bool = False) -> str:
         lines += [f"| {md(r.engine)} | {code(r.metric)} | {fmt(r.base, r.unit)} | {fmt(r.new, r.unit)} | {r.change} | "
                   f"{md(r.threshold)} | {_verdict(r.verdict)} |" for r in rows]
         lines.append("")
+    same = sum(r.verdict == "=" for r in c.rows)
+    if same and not all_rows:  # as the console says: a table of changes alone reads as all there was
+        lines += [f"{same} metric(s) unchanged.", ""]
     if c.budgets:
         lines += ["| engine | metric | value | budget | verdict |", "|---|---|---:|---|---|"]
         lines += [f"| {md(b['engine'])} | {code(b['metric'])} | {budget_value(b)} | {md(b['budget'])} | "
