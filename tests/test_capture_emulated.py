@@ -62,7 +62,7 @@ def test_mnist_manifest_and_merged_reports(mnist_capture):
     assert [(s.ipu, s.blocks) for s in cfg.stages] == [(i, (f"B{i + 1}",)) for i in range(4)]
     assert [(t.name, t.direction, t.shape, t.bytes) for t in training.host_io.tensors] == [
         ("images", "input", (8, 1, 28, 28), 8 * 784 * 4), ("labels", "input", (8,), 64),
-        ("output.0", "output", (8, 10), 320), ("output.1", "output", (1,), 4)]
+        ("output.0", "output", (8, 10), 320), ("loss", "output", (1,), 4)]
     assert training.host_io.calls == 2
     assert training.memory is not None and training.execution is not None
     inference = reports["inference"]
@@ -79,7 +79,7 @@ def test_mnist_analyse_shows_what_the_manifest_recorded(mnist_capture):
                    "stage 0 → IPU0: B1", "stage 3 → IPU3: B4",
                    "device iterations 10 · gradient accumulation 10 · replication 1 · output mode All",
                    "in: images 8×1×28×28 float32, labels 8 int64 (24.6 KiB) · out: output.0 8×10 float32, "
-                   "output.1 1 float32 (324 B) per micro-batch · 2 calls",
+                   "loss 1 float32 (324 B) per micro-batch · 2 calls",
                    "inference, PipelinedExecution, 4 stages",
                    "in: x 8×1×28×28 float32 (24.5 KiB) · out: output 8×10 float32 (320 B) per micro-batch"):
         assert needle in text, needle
@@ -205,3 +205,22 @@ def test_a_model_name_with_separators_stays_under_the_report_root(tmp_path):
     assert (engine / "popviz-model.json").is_file() and (engine / "popviz-report.json").is_file()
     report = popviz.load(work / "out")
     assert [r.name for r in report] == ["../../escaped"]
+
+
+def test_the_hooks_generic_output_names_take_the_traces_names():
+    """A full run's hooks see a call's outputs as values (output, output.1); the emulator's trace
+    knows which is the loss. The merged report names them as a --calls 1 run does."""
+    from popviz.model import HostIO, HostTensor
+    from popviz.sources.manifest import _merge_host_io
+
+    trace = HostIO(tensors=(HostTensor("x", "input", (8, 4), "float32", 128),
+                            HostTensor("output.0", "output", (8, 10), "float32", 320),
+                            HostTensor("loss", "output", (), "float32", 4)))
+    hooks = HostIO(tensors=(HostTensor("x", "input", (8, 4), "float32", 128),
+                            HostTensor("output.0", "output", (8, 10), "float32", 320),
+                            HostTensor("output.1", "output", (1,), "float32", 4)), calls=3)
+    merged = _merge_host_io(trace, hooks)
+    assert [(t.name, t.shape) for t in merged.outputs] == [("output.0", (8, 10)), ("loss", (1,))]
+    named = HostIO(tensors=(HostTensor("logits", "output", (8, 10), "float32", 320),
+                            HostTensor("aux", "output", (1,), "float32", 4)))
+    assert [t.name for t in _merge_host_io(trace, named).outputs] == ["logits", "aux"]  # the script's own names

@@ -273,8 +273,8 @@ def test_github_commands_are_only_popvizs_own(label, metric_label, tmp_path_fact
     assert code == 1
     lines = raw.getvalue().splitlines()
     commands = [line for line in lines if line.lstrip().startswith("::")]
-    assert len(commands) == 2  # one regression, one broken budget
-    assert all(re.fullmatch(r"::error title=popviz (regression|budget)::[^\r\n]*", cmd) for cmd in commands)
+    assert len(commands) == 3  # one regression, one broken budget, one failing finding
+    assert all(re.fullmatch(r"::error title=popviz (regression|budget|finding)::[^\r\n]*", cmd) for cmd in commands)
     terminal_safe("\n".join(line for line in lines if line not in commands))
     benign = comparison("eng", "t", "b")
     markdown_like(summary.read_text(encoding="utf-8").rstrip("\n") + "\n",

@@ -12,6 +12,7 @@ Reading runs no code: the file is parsed with :func:`json.loads` and every value
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -270,6 +271,11 @@ def _merge_config(base: ModelConfig | None, top: ModelConfig) -> ModelConfig:
     return ModelConfig(**changes)
 
 
+def _generic(name: str) -> bool:
+    """A name the hooks give an output they know nothing about: ``output`` or ``output.<i>``."""
+    return name == "output" or (name.startswith("output.") and name[len("output."):].isdigit())
+
+
 def _merge_host_io(base: HostIO | None, top: HostIO) -> HostIO:
     if base is None:
         return top
@@ -278,6 +284,16 @@ def _merge_host_io(base: HostIO | None, top: HostIO) -> HostIO:
     tensors = tuple(t for direction in ("input", "output")
                     for t in ([x for x in top.tensors if x.direction == direction]
                               or [x for x in base.tensors if x.direction == direction]))
+    # the hooks see a call's outputs as values (output, output.1, ...); the emulator's trace knows
+    # which one is the loss: the same tensors keep its names, so a full run and a --calls 1 run
+    # name them alike
+    outs = [t for t in tensors if t.direction == "output"]
+    traced = [t for t in base.tensors if t.direction == "output"]
+    if traced and len(outs) == len(traced) and any(a.name != b.name for a, b in zip(outs, traced, strict=True)) \
+            and all((a.dtype, a.bytes) == (b.dtype, b.bytes) and _generic(a.name)
+                    for a, b in zip(outs, traced, strict=True)):  # a scalar loss may be [] or [1]: same bytes
+        tensors = tuple(t for t in tensors if t.direction == "input") + tuple(
+            dataclasses.replace(a, name=b.name) for a, b in zip(outs, traced, strict=True))
     return HostIO(tensors=tensors,
                   calls=top.calls if top.calls is not None else base.calls,
                   compile_seconds=top.compile_seconds if top.compile_seconds is not None
