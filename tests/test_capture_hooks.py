@@ -337,6 +337,9 @@ def test_wrap_without_capture(tmp_path):
     assert proc.stdout.startswith("error: popviz.wrap(executor): no report directory")
     assert manifest(tmp_path / "wrapped" / "inference")["calls"]["count"] == 1
     assert manifest(tmp_path / "profiled" / "inference")["calls"]["count"] == 1
+    # wrapped into a directory with profiling off: said once, when it is wrapped (not for "profiled")
+    assert proc.stderr.count("popviz: wrap: profiling is off for this executor, so wrapped gets its options and "
+                             "call times only") == 1, proc.stderr
 
 
 def test_compile_failure_is_recorded_and_propagates(tmp_path):

@@ -152,6 +152,10 @@ def wrap(executor: Any, report_dir: str | os.PathLike[str] | None = None) -> Any
     root: str | None
     if report_dir is not None:
         root = str(Path(report_dir).resolve())
+        if hooks.STATE.root is None and _profile_dir(executor) is None:
+            _warn(f"wrap: profiling is off for this executor, so {report_dir} gets its options and "
+                 "call times only (no memory, no cycles): wrap it inside `with popviz.capture(dir):`, or "
+                 "turn profiling on (Options.enableProfiling(dir))")
     elif hooks.STATE.root is not None:
         root = None
     else:
