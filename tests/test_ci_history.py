@@ -183,7 +183,9 @@ def test_noisy_metrics_need_three_runs_beyond_the_threshold():
 def test_sparkline():
     assert sparkline([1, 2, 3, 4, 5, 6, 7, 8]) == "▁▂▃▄▅▆▇█"
     assert sparkline([5, 5, 5]) == "▁▁▁"
-    assert sparkline(range(100), width=4) == "▁▃▆█"  # 96..99
+    assert sparkline([1, 1, 1, 4]) == "▁▁▁█"
+    assert sparkline(range(100), width=4) == "▁▁▂▃"  # 96..99: 3%, a third of the 10% full scale
+    assert sparkline([100.0, 100.49, 100.0]) == "▁▁▁"  # a wobble is not a step
 
 
 def test_trends_use_compare_thresholds_and_directions(tmp_path):

@@ -55,14 +55,21 @@ def find_steps(values: Sequence[float], differs: Callable[[float, float], bool],
 
 
 def sparkline(values: Sequence[float], width: int = 24) -> str:
-    """The last ``width`` values as block characters, lowest to highest."""
+    """The last ``width`` values as block characters, lowest to highest, on a scale at least
+    :data:`SPARK_MIN_SPAN` of the largest value tall: a +0.5% wobble stays flat instead of
+    spanning the whole height as a +300% step would."""
     tail = [float(v) for v in values][-width:]
     if not tail:
         return ""
     lo, hi = min(tail), max(tail)
-    if hi == lo:
+    span = max(hi - lo, SPARK_MIN_SPAN * max(abs(lo), abs(hi)))
+    if span == 0:
         return SPARK[0] * len(tail)
-    return "".join(SPARK[min(len(SPARK) - 1, int((v - lo) / (hi - lo) * len(SPARK)))] for v in tail)
+    return "".join(SPARK[min(len(SPARK) - 1, int((v - lo) / span * len(SPARK)))] for v in tail)
+
+
+SPARK_MIN_SPAN = 0.1
+"""The smallest change, relative to the values, that a trend line draws at full height."""
 
 
 # ------------------------------------------------------------------------ trends of a history
