@@ -121,8 +121,7 @@ def test_the_summary_says_when_calls_stopped_the_script_before_later_models():
     run = {"command_line": "python train.py", "exit_code": 0, "duration_seconds": 2.0, "engines": [engine],
            "emulated": True, "environment": {"POPVIZ_EMULATOR_CALLS": "1"}}
     lines = summary_lines(run, Path("out"))
-    assert lines[2] == ("  --calls 1 stopped the script at call 1: a model it would build or call after that (a validation "
-                        "model; Lightning's training, after its sanity check's validation calls) is not captured: raise "
-                        "--calls to reach it")
+    assert lines[2] == ("  --calls 1 stopped the script there: models built or called later (validation; Lightning's "
+                        "training, after its sanity check) are not captured; raise --calls to reach them")
     full = summary_lines({**run, "environment": {}}, Path("out"))
     assert not any("--calls" in line for line in full)

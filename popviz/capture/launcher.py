@@ -266,9 +266,8 @@ def summary_lines(run: Mapping[str, Any], root: Path) -> list[str]:
     early = not_reached_reason(run)
     if engines and early and early.startswith("--calls "):
         n = early.split()[1]
-        lines.append(f"  --calls {n} stopped the script at call {n}: a model it would build or call after that (a "
-                     "validation model; Lightning's training, after its sanity check's validation calls) is not "
-                     "captured: raise --calls to reach it")
+        lines.append(f"  --calls {n} stopped the script there: models built or called later (validation; Lightning's "
+                     "training, after its sanity check) are not captured; raise --calls to reach them")
     lines.append(f"  log {shown(root / LOG_FILE)} · run record {shown(root / RUN_FILE)}")
     if engines:
         lines.append(f"next: popviz analyse {shown(root)}")
