@@ -134,6 +134,14 @@ def plan_from_dict(doc: Any, where: str) -> PlanFile:
     if placements and len(placements) != sum(counts_t):
         raise UsageError(f"{where}: {len(placements)} placements but layers_per_ipu {list(counts_t)} "
                          f"counts {sum(counts_t)} layers; they must agree")
+    if placements:  # layers_per_ipu says in words what the placements do: an edit of one alone is refused
+        expected = [ipu for ipu, n in enumerate(counts_t) for _ in range(n)]
+        actual = [ipu for _, ipu in placements]
+        if actual != expected:
+            k = next(i for i, (a, e) in enumerate(zip(actual, expected, strict=True)) if a != e)
+            raise UsageError(f"{where}: placements disagree with layers_per_ipu {list(counts_t)} (layer "
+                             f"{brief(placements[k][0])} is on IPU {actual[k]}, where the counts put IPU "
+                             f"{expected[k]}); edit both, or write the plan again with popviz plan --write")
     engine = doc.get("engine")
     if engine is not None and not isinstance(engine, str):
         raise UsageError(f"{where}: engine {brief(engine)} is not a string")

@@ -348,3 +348,16 @@ def test_extra_stage_deepens_every_stash():
         assert [s.memory_bytes for s in split.stages] == [21 * depths[0] + 2, 20 * depths[1]]
         best = planner.plan(costs, 2, settings, exact_n=True).best
         assert [s.stash_depth for s in best.stages] == depths
+
+
+def test_a_plan_whose_counts_disagree_with_its_placements_is_refused():
+    """Editing layers_per_ipu alone ran the placements' split while the report named the edit."""
+    doc = plan_doc()
+    doc["layers_per_ipu"] = [2, 2]
+    with pytest.raises(UsageError, match=r"placements disagree with layers_per_ipu \[2, 2\] \(layer 'body.1' is on "
+                                         r"IPU 1, where the counts put IPU 0\)"):
+        plan_from_dict(doc, "p.json")
+    doc = plan_doc()
+    doc["placements"][0]["ipu"] = 1  # not contiguous: body.0 on IPU 1, then body.1 on IPU 1 ...
+    with pytest.raises(UsageError, match="placements disagree"):
+        plan_from_dict(doc, "p.json")
