@@ -373,7 +373,11 @@ def test_hostile_layer_names_are_data(tmp_path):
     proc = run_cli("plan", str(path))
     assert proc.returncode == 0, proc.stderr
     assert "\x1b" not in proc.stdout
-    assert "  model.get_submodule(\"odd-name.\\\"x\") = poptorch.BeginBlock(" in proc.stdout
+    assert '  model["odd-name"]["\\"x"] = poptorch.BeginBlock(model["odd-name"]["\\"x"], ipu_id=1)' in proc.stdout
+    import ast
+
+    for line in json.loads(run_cli("plan", str(path), "--json").stdout)["code"]["begin_block"]:
+        ast.parse(line)  # every line is Python
 
 
 def test_calibrating_a_report_without_measured_stages_is_one_line(tmp_path):

@@ -49,13 +49,17 @@ def ceil_exact(numerator: float, denominator: float) -> int:
 
 
 def module_expr(path: str, root: str = "model") -> str:
-    """``encoder.layer.3`` -> ``model.encoder.layer[3]``."""
+    """``encoder.layer.3`` -> ``model.encoder.layer[3]``; a part that is not an identifier is a
+    key (``blocks.block-0`` -> ``model.blocks["block-0"]``, an ``nn.ModuleDict``'s), so the
+    expression can be assigned to (``get_submodule(...) = ...`` is not Python)."""
+    import keyword
+
     out = root
     for part in path.split("."):
         if part.isdigit():
             out += f"[{part}]"
-        elif part.isidentifier():
+        elif part.isidentifier() and not keyword.iskeyword(part):
             out += f".{part}"
         else:
-            return f"{root}.get_submodule({json.dumps(path)})"
+            out += f"[{json.dumps(part)}]"
     return out

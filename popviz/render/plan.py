@@ -224,7 +224,10 @@ def sections(plan: LayerPlan, rerun: str | None = None, plan_path: str | None = 
         block.append(code["auto_round_num_ipus"])
     if code["pipeline_depth"]:
         block.append(code["pipeline_depth"])
-    out += [("code", block), ("text", ["optimum-graphcore:"]), ("code", [code["ipu_config"]])]
+    out += [("code", block),
+            ("text", ["(layers placed with poptorch.Block(..., ipu_id=k) or Stage(...).ipu(k) instead: give the same "
+                      "layers those IPUs there)", "optimum-graphcore:"]),
+            ("code", [code["ipu_config"]])]
     if rerun:
         where = (f" (the command recorded in {rerun_from}: read it before running it)" if rerun_from else "")
         first = ("before editing the model" if plan.proposed is None or plan.proposed.fills_pipeline else
