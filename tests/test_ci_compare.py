@@ -824,3 +824,17 @@ def test_markdown_counts_the_unchanged_metrics_and_github_annotates_failing_find
                    env={"GITHUB_STEP_SUMMARY": str(summary)})
     lines = [x for x in proc.stdout.splitlines() if x.startswith("::error title=popviz finding::")]
     assert proc.returncode == 1 and lines, proc.stdout
+
+
+def test_a_new_split_that_is_faster_trades_its_imbalance():
+    base_cfg = {"layer_ipus": {f"l{i}": i // 2 for i in range(8)}}
+    new_cfg = {"layer_ipus": {f"l{i}": i for i in range(8)}}
+    base = side({"pipeline.imbalance_ratio": 1.27, "throughput.samples_per_second": 100.0}, config=base_cfg)
+    new = side({"pipeline.imbalance_ratio": 1.64, "throughput.samples_per_second": 136.0}, config=new_cfg)
+    c = compare(base, new, [])
+    assert {r.metric: r.verdict for r in c.rows} == {"pipeline.imbalance_ratio": TRADED,
+                                                     "throughput.samples_per_second": IMPROVED}
+    assert not c.failed
+    same_split = compare(side({"pipeline.imbalance_ratio": 1.27, "throughput.samples_per_second": 100.0}),
+                         side({"pipeline.imbalance_ratio": 1.64, "throughput.samples_per_second": 136.0}), [])
+    assert same_split.failed  # the same split: an imbalance that grew is a regression

@@ -301,6 +301,8 @@ def _trade(rows: list[Row], engine: str, rules: list[Rule], resplit: bool = Fals
     if IMPROVED not in speed or REGRESSED in speed:
         return
     names = [*SHARE_METRICS]
+    if resplit:  # slowest / mean over another set of stages (8 IPUs instead of 4): the speed decides
+        names.append("pipeline.imbalance_ratio")
     for name, limit in zip(FILL_METRICS, (IPU_FULL_FRAC, TILE_FULL_FRAC), strict=True):
         fill = mine.get(name)
         if resplit and fill is not None and fill.new is not None and fill.new <= 100 * limit:
