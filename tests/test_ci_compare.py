@@ -838,3 +838,36 @@ def test_a_new_split_that_is_faster_trades_its_imbalance():
     same_split = compare(side({"pipeline.imbalance_ratio": 1.27, "throughput.samples_per_second": 100.0}),
                          side({"pipeline.imbalance_ratio": 1.64, "throughput.samples_per_second": 136.0}), [])
     assert same_split.failed  # the same split: an imbalance that grew is a regression
+
+
+def test_headline_figures_gone_from_new_fail_and_other_gone_rows_are_listed():
+    base = side({"pipeline.cycles_per_micro_batch": 1000.0, "throughput.samples_per_second": 50.0,
+                 "memory.max_used_pct": 40.0, "time.call_wall_seconds": 0.2})
+    new = side({"memory.max_used_pct": 40.0})  # a compile that failed: memory only
+    c = compare(base, new, [])
+    assert c.failed and c.lost == [
+        "engine training has no pipeline.cycles_per_micro_batch, throughput.samples_per_second in NEW"]
+    only_wall = compare(base, side({k: v for k, v in base[0].metrics.items() if k != "time.call_wall_seconds"}), [])
+    assert not only_wall.failed and {r.verdict for r in only_wall.rows} >= {"gone"}
+
+
+def test_bytes_per_call_follow_the_batching_and_the_speed_decides():
+    """HIO003 advises a larger D: the bytes one call carries grow with it, which is no regression
+    (an output mode that returns more still is)."""
+    metrics = lambda k: {"host_io.input_bytes_per_call": 8448.0 * k,  # noqa: E731
+                         "throughput.samples_per_second": 29_400.0 * (1.3 if k > 1 else 1)}
+    c = compare(side(metrics(1), config={"device_iterations": 2}), side(metrics(4), config={"device_iterations": 8}), [])
+    assert {r.metric: r.verdict for r in c.rows} == {"host_io.input_bytes_per_call": "moved",
+                                                     "throughput.samples_per_second": IMPROVED}
+    assert not c.failed
+    mode = compare(side(metrics(1), config={"device_iterations": 2, "output_mode": "Final"}),
+                   side(metrics(4), config={"device_iterations": 8, "output_mode": "All"}), [])
+    assert mode.failed
+
+
+def test_layers_removed_or_added_are_a_configuration_change():
+    a = {"layer_ipus": {"layers.0": 0, "layers.1": 0, "layers.2": 1, "layers.3": 1}}
+    b = {"layer_ipus": {"layers.0": 0, "layers.1": 0, "layers.2": 1}}
+    c = compare(side({"pipeline.imbalance_ratio": 1.0}, config=a), side({"pipeline.imbalance_ratio": 1.2}, config=b), [])
+    assert {"engine": "training", "field": "layers (only in base → only in new)", "base": "layers.3",
+            "new": "none"} in c.config_changes

@@ -226,6 +226,8 @@ def compare(base: list[EngineMetrics], new: list[EngineMetrics], rules: list[Rul
             out.estimated.append({"engine": eb.label, "base": eb.estimated, "new": en.estimated})
         changes, resplit = config_changes(eb.label, eb.config, en.config)
         out.config_changes += changes
+        rebatched = {c["field"] for c in changes} & BATCHING_FIELDS and not any(
+            c["field"] == "output_mode" for c in changes)
         if resplit:
             out.resplit.append(eb.label)
         for name in dict.fromkeys((*eb.unknown_metrics, *en.unknown_metrics)):
@@ -244,7 +246,12 @@ def compare(base: list[EngineMetrics], new: list[EngineMetrics], rules: list[Rul
             v, spec = verdict(name, vb, vn, rules)
             if resplit and v in (REGRESSED, IMPROVED) and PLACED_METRIC.match(name):
                 v = MOVED
+            if rebatched and v in (REGRESSED, IMPROVED) and name in PER_CALL_METRICS:
+                v = MOVED
             out.rows.append(Row(eb.label, name, d.unit, vb, vn, spec, v))
+        gone = [r.metric for r in out.rows if r.engine == eb.label and r.verdict == GONE and r.metric in HEADLINE_METRICS]
+        if gone:  # the figures the gate is about, no longer produced (an out-of-memory compile): never a pass
+            out.lost.append(f"engine {eb.label} has no {', '.join(gone)} in NEW")
         _trade(out.rows, eb.label, rules, resplit=resplit)
     if any(k in n for k in b):  # with nothing matched at all, check_gate says so (exit 2)
         for k in b:
@@ -253,6 +260,15 @@ def compare(base: list[EngineMetrics], new: list[EngineMetrics], rules: list[Rul
     check_unit_rules(rules, {r.metric for r in out.rows})
     return out
 
+
+HEADLINE_METRICS = ("pipeline.cycles_per_micro_batch", "pipeline.call_cycles_per_micro_batch",
+                    "throughput.samples_per_second", "memory.max_used_pct")
+"""Figures whose disappearance from NEW fails a comparison (an engine that no longer runs to the
+end); the others are listed as gone."""
+PER_CALL_METRICS = ("host_io.input_bytes_per_call", "host_io.output_bytes_per_call")
+"""What one call carries: it scales with the samples a call takes, so with a new D, G, R or
+micro-batch (and the same output mode) its change is marked moved, and the speed decides."""
+BATCHING_FIELDS = {"device_iterations", "gradient_accumulation", "replication_factor", "inputs"}
 
 OPTIONAL_FIELDS = ("inputs",)
 """Configuration fields older baselines and histories lack: compared only when both sides have them."""
@@ -278,9 +294,14 @@ def config_changes(engine: str, base: dict[str, Any], new: dict[str, Any]) -> tu
         if key != PLACEMENT_FIELD and base.get(key) != new.get(key):
             out.append({"engine": engine, "field": key, "base": base.get(key), "new": new.get(key)})
     la, lb = base.get(PLACEMENT_FIELD), new.get(PLACEMENT_FIELD)
-    if isinstance(la, dict) and isinstance(lb, dict) and la and lb and not la.keys() & lb.keys():
-        out.append({"engine": engine, "field": "layers (none in common: another model?)",
-                    "base": _names(la), "new": _names(lb)})
+    if isinstance(la, dict) and isinstance(lb, dict) and la and lb:
+        if not la.keys() & lb.keys():
+            out.append({"engine": engine, "field": "layers (none in common: another model?)",
+                        "base": _names(la), "new": _names(lb)})
+        elif la.keys() != lb.keys():  # layers removed or added explain the cycles that changed
+            out.append({"engine": engine, "field": "layers (only in base → only in new)",
+                        "base": _names({k: 0 for k in la if k not in lb}) or "none",
+                        "new": _names({k: 0 for k in lb if k not in la}) or "none"})
     if moved:
         out.append({"engine": engine, "field": "layers moved",
                     "base": {k: a for k, a, _ in moved}, "new": {k: b for k, _, b in moved}})
