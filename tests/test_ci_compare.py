@@ -569,7 +569,10 @@ def test_github_annotations_go_to_stderr_when_stdout_is_json_or_markdown(tmp_pat
         assert proc.returncode == alone.returncode == 1
         assert proc.stdout == alone.stdout  # the JSON or Markdown, whole and alone
         assert annotation in proc.stderr.splitlines()
-        assert all(line.startswith("::error title=popviz regression::") for line in proc.stderr.splitlines())
+        # the annotations, and the headline for a log whose stdout went to a file
+        assert all(line.startswith(("::error title=popviz regression::", "popviz: FAIL: regression in training"))
+                   for line in proc.stderr.splitlines())
+        assert alone.stderr.startswith("popviz: FAIL: regression in training pipeline.cycles_per_micro_batch")
     json.loads(run_cli("compare", str(base), str(worse), "--json", "--github", env=env).stdout)
     console = run_cli("compare", str(base), str(worse), "--github", env=env)
     assert annotation in console.stdout.splitlines() and console.stderr == ""
@@ -871,3 +874,18 @@ def test_layers_removed_or_added_are_a_configuration_change():
     c = compare(side({"pipeline.imbalance_ratio": 1.0}, config=a), side({"pipeline.imbalance_ratio": 1.2}, config=b), [])
     assert {"engine": "training", "field": "layers (only in base → only in new)", "base": "layers.3",
             "new": "none"} in c.config_changes
+
+
+def test_a_glob_budget_in_a_unit_none_of_its_metrics_has_is_bad_input():
+    from popviz.ci.compare import check_budgets
+    from popviz.ci.thresholds import parse_budget
+
+    engines = side({"memory.ipu0.used_pct": 3.5, "memory.max_used_pct": 3.5})
+    with pytest.raises(UsageError, match=r'budget memory.\*_pct = "<= 30MiB" is in bytes .* but the metrics it '
+                                         r"matches are in percentage points"):
+        check_budgets(engines, [parse_budget("memory.*_pct", "<= 30MiB", "test")])
+
+
+def test_check_with_only_fail_on_says_what_it_checked():
+    proc = run_cli("check", str(SAMPLES / "bert_planned"), "--fail-on", "error")
+    assert proc.returncode == 0 and proc.stdout.splitlines()[0] == "popviz: OK: no finding at the --fail-on severity"

@@ -235,6 +235,9 @@ def test_cli_add_show_and_compare_against_history(bundles, tmp_path):
     for label in ("c1", "c2", "c3"):
         history.add(db, base, label=label)
     proc = run_cli("history", "add", str(bundles["slow"]), "--db", "perf.db", "--label", "c4", cwd=tmp_path)
+    assert "same label" not in proc.stderr
+    again = run_cli("history", "add", str(bundles["slow"]), "--db", str(tmp_path / "copy.db"), "--label", "c3")
+    assert "same label" not in again.stderr  # a new file
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr == "popviz: added run #4 (c4) to perf.db: 1 engine(s), 19 metric(s)\n"
     show = run_cli("history", "show", "--db", str(db), "pipeline.*")
@@ -526,3 +529,12 @@ def test_compare_says_how_to_use_a_history(tmp_path, bundles):
         f"popviz: error: {db} is a SQLite file, not a report or a baseline; to compare a run with a history, pass "
         f"popviz compare --against-history {db} NEW")
     assert_one_line_error(run_cli("compare"), "compare needs BASE and NEW")
+
+
+def test_a_label_added_again_is_noted(bundles, tmp_path):
+    db = tmp_path / "h.db"
+    first = run_cli("history", "add", str(bundles["slow"]), "--db", str(db), "--label", "c7")
+    second = run_cli("history", "add", str(bundles["slow"]), "--db", str(db), "--label", "c7")
+    assert first.returncode == second.returncode == 0
+    assert "same label" not in first.stderr
+    assert "popviz: note: run #1 (c7) has the same label 'c7'; both are kept" in second.stderr

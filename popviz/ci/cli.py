@@ -56,6 +56,10 @@ def emit(c: Comparison, args: argparse.Namespace) -> int:
         sys.stdout.write(render.markdown(c, all_rows=args.all))
     else:
         render.console(c, all_rows=args.all)
+    if (args.json or args.markdown) and c.failed:  # stdout may go to a file: the job's log says why
+        from popviz.escape import term
+
+        print(term(c.headline()), file=sys.stderr)
     if args.summary or args.github:
         from popviz.fileio import append_text
 

@@ -155,6 +155,10 @@ class Comparison:
             f", {fills} memory fill(s) under {IPU_FULL_FRAC:.0%} traded for a faster split" if fills else "")
         if not self.rows and self.budgets:
             return f"popviz: OK: {len(self.budgets)} budget(s) hold"
+        if not self.rows and self.findings:  # check --fail-on without budgets: nothing was compared
+            return f"popviz: OK: no failing finding ({len(self.findings)} ignored)"
+        if not self.rows and self.base_label is None and not self.budgets:
+            return "popviz: OK: no finding at the --fail-on severity"
         held = f", {len(self.budgets)} budget(s) hold" if self.budgets else ""
         both = sum(r.base is not None and r.new is not None for r in self.rows)
         return f"popviz: OK: no regression ({both} metric(s) compared{extra}){held}"
@@ -365,6 +369,7 @@ def check_budgets(engines: list[EngineMetrics], budgets: list[Budget]) -> list[d
     out = []
     for budget in budgets:
         hits = 0
+        other_units: set[str] = set()
         for e in engines:
             matched = [m for m in sorted(e.metrics, key=_metric_order) if fnmatch.fnmatchcase(m, budget.pattern)]
             for m in matched:
@@ -374,6 +379,7 @@ def check_budgets(engines: list[EngineMetrics], budgets: list[Budget]) -> list[d
                     continue  # a metric this popviz does not know: not checked
                 if budget.unit is not None and budget.unit != unit:
                     if any(c in budget.pattern for c in "*?["):
+                        other_units.add(unit)
                         continue  # a glob's limit in bytes gates its byte metrics only
                     raise UsageError(f"budget {budget.pattern} = \"{budget.text}\" is in "
                                      f"{UNIT_WORDS.get(budget.unit, budget.unit)} but {m} is in "
@@ -391,6 +397,11 @@ def check_budgets(engines: list[EngineMetrics], budgets: list[Budget]) -> list[d
                 hits += 1
                 out.append({"engine": e.label, "metric": m, "unit": unit, "value": value,
                             "budget": budget.text, "ok": bool(math.isfinite(value) and budget.holds(value))})
+        if not hits and other_units:  # "memory.*_pct" = "<= 30MiB": a typo, not a metric the run lacks
+            words = ", ".join(sorted(UNIT_WORDS.get(u, u) for u in other_units))
+            raise UsageError(f"budget {budget.pattern} = \"{budget.text}\" is in "
+                             f"{UNIT_WORDS.get(budget.unit or '', budget.unit)} but the metrics it matches are in "
+                             f"{words}: write the limit in their unit, or as a bare number")
         if not hits and _names_a_metric(budget.pattern):
             # a real metric the run lacks (an out-of-memory compile has no cycles): the gate fails
             for e in engines:

@@ -58,18 +58,37 @@ def run(args: argparse.Namespace) -> int:
                      "popviz history show --db FILE")
 
 
+def _runs_labelled(db: str, label: str | None) -> list[str]:
+    """The titles of the runs already in ``db`` with ``label`` (none without one, or a new file)."""
+    from pathlib import Path
+
+    from popviz.ci import history
+    from popviz.errors import PopvizError
+
+    if not label or not Path(db).exists():
+        return []
+    try:
+        return [r.title for r in history.read(db).runs if r.label == label]
+    except PopvizError:  # no runs yet: nothing to repeat
+        return []
+
+
 def _add(args: argparse.Namespace) -> int:
     from popviz.ci import history
     from popviz.ci.baseline import load_side
     from popviz.errors import shown
+    from popviz.escape import term
     from popviz.ui import status
 
     _precheck(args.db)
     with status(f"reading {args.report}"):
         engines = load_side(args.report)
+    earlier = _runs_labelled(args.db, args.label)
     run = history.add(args.db, engines, label=args.label, source=str(args.report))
+    if earlier:  # a CI job run again adds the same commit twice: its medians then count it twice
+        print(term(f"popviz: note: run {earlier[-1]} has the same label {args.label!r}; both are kept (a re-run "
+                   "job?), and --against-history's median counts both"), file=sys.stderr)
     count = sum(len(e.metrics) for e in engines)
-    from popviz.escape import term
 
     print(term(f"popviz: added run {run.title} to {shown(args.db)}: {len(engines)} engine(s), {count} metric(s)"),
           file=sys.stderr)
