@@ -885,3 +885,8 @@ def test_three_ipus_without_auto_round_is_an_error():
     assert "PIPE005" not in codes(pipeline.analyse(report.replace(config=on)))
     assert "PIPE005" not in codes(pipeline.analyse(report))  # not recorded: a profile from hardware
     assert isinstance(cfg, ModelConfig)
+    # one stage on IPU2 (--split layers_per_ipu=0,0,8): IPUs 0 to 2 are still needed, and refused
+    lone = dataclasses.replace(off, stages=(dataclasses.replace(cfg.stages[0], ipu=2),))
+    out = pipeline.analyse(report.replace(config=lone))
+    assert only(out, "PIPE005").title.startswith("3 IPUs: PopTorch reserves IPUs in powers of two")
+    assert [n.reason for n in out.not_checked][0].startswith("the model runs on IPU2")

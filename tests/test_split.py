@@ -126,7 +126,7 @@ def test_split_of_an_untied_model_puts_the_head_last(monkeypatch):
     report = ex.popvizReport()
     assert report.target.ipus_per_replica == 4
     assert any(n.endswith("PopTorch reserves IPUs in powers of two: the script needs opts.autoRoundNumIPUs(True) "
-                          "for 3 IPUs, which this estimate assumes (4 reserved, 1 idle).")
+                          "for 3 IPUs, which this estimate assumes (4 reserved, 1 more than the split names).")
                for n in report.provenance.notes)
 
 

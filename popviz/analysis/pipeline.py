@@ -143,6 +143,8 @@ def analyse(report: Report) -> AnalysisOutput:
     if len(cfg.stage_ipus) <= 1:
         where = f"IPU{cfg.stage_ipus[0]}" if cfg.stage_ipus else "one IPU"
         how = "with no execution strategy" if strategy is None else f"({strategy}, every stage there)"
+        if cfg.stage_ipus:  # one stage on IPU2 still needs IPUs 0 to 2 reserved
+            _power_of_two(report, o)
         o.skip("pipeline checks", f"the model runs on {where} {how}: there are no stages to balance "
                "and no pipeline to fill")
         return o.out

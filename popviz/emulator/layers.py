@@ -240,7 +240,8 @@ def prepare(model: torch.nn.Module) -> Structure:
     rounded = reserved_ipus(plan.ipus)
     if rounded != plan.ipus:
         note += (f" PopTorch reserves IPUs in powers of two: the script needs opts.autoRoundNumIPUs(True) for "
-                 f"{plan.ipus} IPUs, which this estimate assumes ({rounded} reserved, {rounded - plan.ipus} idle).")
+                 f"{plan.ipus} IPUs, which this estimate assumes ({rounded} reserved, {rounded - plan.ipus} more than "
+                 "the split names).")
     return dataclasses.replace(structure, split=mapping, split_note=note)
 
 
