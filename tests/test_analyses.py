@@ -889,4 +889,4 @@ def test_three_ipus_without_auto_round_is_an_error():
     lone = dataclasses.replace(off, stages=(dataclasses.replace(cfg.stages[0], ipu=2),))
     out = pipeline.analyse(report.replace(config=lone))
     assert only(out, "PIPE005").title.startswith("3 IPUs: PopTorch reserves IPUs in powers of two")
-    assert [n.reason for n in out.not_checked][0].startswith("the model runs on IPU2")
+    assert out.not_checked[0].reason.startswith("the model runs on IPU2")
