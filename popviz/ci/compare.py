@@ -118,7 +118,8 @@ class Comparison:
     @property
     def quiet_only_base(self) -> list[str]:
         """Engines only in BASE that no failure in :attr:`lost` names already (they had no metrics)."""
-        return [e for e in self.only_base if f"engine {e} ran in BASE and is missing from NEW" not in self.lost]
+        return [e for e in self.only_base
+                if not any(x.startswith(f"engine {e} ran in BASE and is missing from NEW") for x in self.lost)]
 
     @property
     def failing_findings(self) -> list[dict[str, Any]]:
@@ -260,7 +261,9 @@ def compare(base: list[EngineMetrics], new: list[EngineMetrics], rules: list[Rul
     if any(k in n for k in b):  # with nothing matched at all, check_gate says so (exit 2)
         for k in b:
             if k not in n and b[k].metrics:  # it no longer runs, or not under this name: never a pass
-                out.lost.append(f"engine {b[k].label} ran in BASE and is missing from NEW")
+                twins = [n[j].label for j in n if j not in b and n[j].config == b[k].config]
+                out.lost.append(f"engine {b[k].label} ran in BASE and is missing from NEW"
+                                + (f" (renamed {twins[0]}? the same configuration is there)" if len(twins) == 1 else ""))
     check_unit_rules(rules, {r.metric for r in out.rows})
     return out
 
