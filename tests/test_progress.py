@@ -125,3 +125,21 @@ def test_the_summary_says_when_calls_stopped_the_script_before_later_models():
                         "training, after its sanity check) are not captured; raise --calls to reach them")
     full = summary_lines({**run, "environment": {}}, Path("out"))
     assert not any("--calls" in line for line in full)
+
+
+def test_a_calls_limit_no_executor_reached_stopped_nothing():
+    """--calls 5 with 1 training and 4 inference calls: the limit is per executor, so the script ran
+    to its end and no line says otherwise."""
+    from pathlib import Path
+
+    from popviz.capture.launcher import summary_lines
+
+    def engine(name, calls):
+        return {"path": name, "files": ["popviz-report.json"],
+                "model": {"mode": name, "calls": calls, "compile_seconds": 0.2, "poptorch_compile_seconds": 0.1}}
+
+    run = {"command_line": "python train.py", "exit_code": 0, "duration_seconds": 2.0, "emulated": True,
+           "engines": [engine("training", 1), engine("inference", 4)], "environment": {"POPVIZ_EMULATOR_CALLS": "5"}}
+    assert not any("--calls" in line for line in summary_lines(run, Path("out")))
+    run["engines"][1]["model"]["calls"] = 5
+    assert any(line.startswith("  --calls 5 stopped the script there") for line in summary_lines(run, Path("out")))

@@ -72,7 +72,8 @@ def not_reached_reason(doc: dict[str, Any] | None) -> str | None:
         engines = doc.get("engines") if isinstance(doc.get("engines"), list) else []
         made = [e["model"].get("calls") for e in engines if isinstance(e, dict) and isinstance(e.get("model"), dict)]
         counted = [c for c in made if isinstance(c, int) and not isinstance(c, bool)]
-        if not engines or sum(counted) >= int(calls) or len(counted) < len(made):  # the limit was reached
+        # the limit is per executor: it stopped the script when one of them reached its N-th call
+        if not engines or max(counted, default=0) >= int(calls) or len(counted) < len(made):
             return f"--calls {int(calls)} stopped the script before it called this engine"
     if doc.get("signal"):
         return f"the script was killed by {doc['signal']} before it called this engine"
