@@ -418,8 +418,11 @@ def test_a_memory_category_keeps_its_colour_whatever_the_sizes():
 
     small_weights = memory_colours(["temporaries", "weights", "codeAndExchange"])
     big_weights = memory_colours(["weights", "codeAndExchange", "temporaries"])
-    assert small_weights == big_weights == {"weights": MEMORY_COLOURS[0], "temporaries": MEMORY_COLOURS[1],
-                                            "codeAndExchange": MEMORY_COLOURS[2]}
+    assert small_weights == big_weights == {"weights": MEMORY_COLOURS[0], "temporaries": MEMORY_COLOURS[4],
+                                            "codeAndExchange": MEMORY_COLOURS[5]}
+    # plain SGD has no optimizer state: the others keep their colours
+    assert memory_colours(["weights", "optimizerState", "activationStash"])["activationStash"] == \
+        memory_colours(["weights", "activationStash"])["activationStash"] == MEMORY_COLOURS[3]
     assert memory_colours(["vertexCode", "variable", "controlCode"]) == {
         "controlCode": MEMORY_COLOURS[0], "variable": MEMORY_COLOURS[1], "vertexCode": MEMORY_COLOURS[2]}
     # drawn: the legend's colour of each category is the one memory_colours gives

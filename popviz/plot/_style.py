@@ -42,14 +42,15 @@ KNOWN_MEMORY_CATEGORIES = ("weights", "optimizerState", "gradientAccumulators", 
 
 
 def memory_colours(categories: list[str]) -> dict[str, str]:
-    """A colour per category that does not depend on the categories' sizes, so one category keeps
-    its colour from figure to figure: the emulator's own in a fixed order, any other (libpva's)
-    in the order of their names, after them."""
-    known = [c for c in KNOWN_MEMORY_CATEGORIES if c in categories]
-    ordered = sorted(categories, key=lambda c: (KNOWN_MEMORY_CATEGORIES.index(c), "") if c in known
-                     else (len(KNOWN_MEMORY_CATEGORIES), c))
+    """A colour per category that depends neither on the categories' sizes nor on which others
+    are there, so one category keeps its colour from figure to figure: each of the emulator's own
+    has its colour; any other (libpva's) takes the rest in the order of their names."""
     palette = MEMORY_COLOURS[:-1]
-    return {c: palette[k % len(palette)] for k, c in enumerate(ordered)}
+    out = {c: palette[KNOWN_MEMORY_CATEGORIES.index(c)] for c in categories if c in KNOWN_MEMORY_CATEGORIES}
+    others = sorted(c for c in categories if c not in KNOWN_MEMORY_CATEGORIES)
+    free = [c for c in palette if c not in out.values()] or list(palette)
+    out.update({c: free[k % len(free)] for k, c in enumerate(others)})
+    return out
 
 MAX_BARS_PER_IPU = 3000
 """When an IPU has more steps than this, the timeline is drawn from this many time bins per IPU,
