@@ -388,14 +388,20 @@ def test_calibrating_a_report_without_measured_stages_is_one_line(tmp_path):
                           "no measured cycles per stage")
 
 
-def test_several_engines_need_engine(tmp_path):
+def test_training_and_validation_plan_the_training_engine(tmp_path):
     root = tmp_path / "run"
     write_bundle(testing.layered_report(small_layers(), name="training", tiles_per_ipu=1,
                                         gradient_accumulation=16), root / "training")
     inference = small_layers(backward_factor=0.0)
     write_bundle(testing.layered_report(inference, name="inference", mode="inference", tiles_per_ipu=1,
                                         device_iterations=8), root / "inference")
-    assert_one_line_error(run_cli("plan", str(root)), "several engines", "--engine")
+    default = run_cli("plan", str(root), "--json")
+    assert default.returncode == 0 and json.loads(default.stdout)["engine"] == "training"
+    assert default.stderr == ("popviz plan: planning training, the run's training engine (inference too: "
+                              "--engine NAME)\n")
+    write_bundle(testing.layered_report(small_layers(), name="other", tiles_per_ipu=1, gradient_accumulation=16),
+                 root / "other")
+    assert_one_line_error(run_cli("plan", str(root)), "several engines", "--engine")  # two training engines
     proc = run_cli("plan", str(root), "--engine", "inference", "--json")
     doc = json.loads(proc.stdout)
     # inference: forward only, one micro-batch in flight; D = 8 over S = N = 2 slots (3,100 |

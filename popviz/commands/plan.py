@@ -89,6 +89,16 @@ def _pick(reports: ReportSet, engine: str | None, what: str, need_layers: bool) 
     if not candidates:
         raise UsageError(f"{what}: none of its engines ({', '.join(r.label for r in reports)}) has "
                          + NO_LAYERS.removeprefix("has no "))
+    training = [r for r in candidates if r.config is not None and r.config.mode == "training"]
+    if len(training) == 1:  # a run with validation: the split is the training model's, which PopTorch shares
+        import sys
+
+        from popviz.escape import term
+
+        others = ", ".join(r.label for r in candidates if r is not training[0])
+        print(term(f"popviz plan: planning {training[0].label}, the run's training engine ({others} too: "
+                   "--engine NAME)"), file=sys.stderr)
+        return training[0]
     raise UsageError(f"{what} has several engines ({', '.join(r.label for r in candidates)}): "
                      "choose one with --engine NAME")
 
@@ -170,7 +180,7 @@ def run(args: argparse.Namespace) -> int:
 
         check_output(args.write, args.force)
     with status(f"reading {args.path}"):
-        reports = load(args.path)
+        reports = load(args.path, single_run=True)  # one run: its engines, not an older one's
     if args.calibrate:
         report = _pick(reports, args.engine, shown(args.path), need_layers=False)
         if report.layers is not None:
