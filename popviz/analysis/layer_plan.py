@@ -34,7 +34,8 @@ AMP_STEP_FRAC = 0.05
 """Proposed available memory proportions are rounded down to this step."""
 CALIBRATED_NOTE = "calibrated: measured per-stage figures spread by the emulator's per-layer proportions"
 NO_LAYERS = ("has no per-layer costs; record them by running the model under the emulator: "
-             "popviz capture --emulate -o DIR -- python train.py (then popviz plan DIR)")
+             "popviz capture --emulate -o DIR -- python train.py (then popviz plan DIR, or, for a profile "
+             "from an IPU, popviz plan REPORT --calibrate DIR)")
 COMPILE_FAILED_NOTE = "compilation failed: "
 """How a capture records a failed compile among the report's notes (``capture.recorder``)."""
 ERROR_LINE_CHARS = 160
