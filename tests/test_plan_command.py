@@ -303,7 +303,8 @@ def test_findings_name_the_plans_gain(small):
     engine = result.engines[0]
     pipe = next(f for f in engine.findings if f.code == "PIPE001")
     assert pipe.recommendation.endswith(
-        "`popviz plan` finds a split with +13% throughput that fits: layers_per_ipu=[3, 1].")
+        "`popviz plan` finds a split with +13% throughput that fits: layers_per_ipu=[3, 1] with available memory proportions [0.15, 0.6] "
+        "(their slower matmuls are not in that figure).")
     action = next(a for a in engine.plan.actions if a.code == "PIPE001")
     assert action.hint["layers_per_ipu"] == [3, 1]
     assert action.hint["throughput_gain_frac"] == pytest.approx(174_300 / 154_500 - 1)
@@ -458,7 +459,8 @@ def test_memory_findings_name_a_split_that_fits():
         temporary_bytes=[0, 5_000, 5_000, 5_000, 5_000, 0])
     engine = analyse(ReportSet([testing.layered_report(t, tiles_per_ipu=1, gradient_accumulation=16)])).engines[0]
     text = ("`popviz plan` finds a split within 90% of each IPU's memory (the current one is not), at "
-            "-21% throughput: layers_per_ipu=[1, 3].")
+            "-21% throughput: layers_per_ipu=[1, 3] with available memory proportions [0.35, 0.3] "
+        "(their slower matmuls are not in that figure).")
     mem = next(f for f in engine.findings if f.code == "MEM003")
     assert mem.recommendation.endswith(text)
     action = next(a for a in engine.plan.actions if a.code == "MEM003")
@@ -476,7 +478,8 @@ def test_the_hint_on_an_out_of_memory_split_does_not_call_its_modelled_rate_a_ga
     mem = next(f for f in engine.findings if f.code == "MEM001")
     assert mem.recommendation.endswith(
         "`popviz plan` finds a split within 90% of each IPU's memory (the current one does not fit at all), 44% "
-        "faster than the current split would be: layers_per_ipu=[3, 5].")
+        "faster than the current split would be: layers_per_ipu=[3, 5] with available memory proportions [0.05, 0.2] "
+        "(their slower matmuls are not in that figure).")
 
 
 def test_without_a_profile_the_ramp_is_weighed_by_the_estimates_layers_as_plan_does():

@@ -560,6 +560,9 @@ def plan_outcome(report: Report) -> tuple[dict[str, Any] | None, str | None]:
     else:
         text = f"`popviz plan` finds a split with +{100 * change:.0f}% throughput that fits"
     text += f": layers_per_ipu={plan.proposed.layers_per_ipu}"
+    if plan.available_memory_proportion:  # its cycles leave out what the lower proportions cost
+        text += (f" with available memory proportions {plan.available_memory_proportion} (their slower matmuls "
+                 "are not in that figure)")
     return {"command": "popviz plan", "throughput_gain_frac": change, "fits": True,
             "current_fits": plan.current.fits, "layers_per_ipu": plan.proposed.layers_per_ipu,
             "estimated": plan.estimated, "text": text}, None
