@@ -92,8 +92,11 @@ class Comparison:
     """``{engine, base, new}`` (each side's ``estimated`` flag) for every engine compared with an
     estimated side: the output labels those numbers as estimates."""
     lost: list[str] = field(default_factory=list)
-    """``engine training ran in BASE but has no metrics in NEW: never called (RUN001)`` for every
-    engine with metrics in BASE and none in NEW: it no longer runs, which fails the comparison."""
+    """One sentence per engine that ran in BASE and no longer gives its figures in NEW (``engine
+    training ran in BASE but has no metrics in NEW: never called (RUN001)``, ``... is missing from
+    NEW``, ``... has no throughput.samples_per_second in NEW``): each fails the comparison."""
+    missing: list[str] = field(default_factory=list)
+    """Engines with metrics in BASE that are not in NEW (each also a sentence in ``lost``)."""
     no_metrics: list[tuple[str, str]] = field(default_factory=list)
     """``(side, why)`` for every engine on both sides that has no metric on one of them (e.g.
     never called: RUN001)."""
@@ -118,8 +121,7 @@ class Comparison:
     @property
     def quiet_only_base(self) -> list[str]:
         """Engines only in BASE that no failure in :attr:`lost` names already (they had no metrics)."""
-        return [e for e in self.only_base
-                if not any(x.startswith(f"engine {e} ran in BASE and is missing from NEW") for x in self.lost)]
+        return [e for e in self.only_base if e not in self.missing]
 
     @property
     def failing_findings(self) -> list[dict[str, Any]]:
@@ -158,7 +160,7 @@ class Comparison:
             return f"popviz: OK: {len(self.budgets)} budget(s) hold"
         if not self.rows and self.findings:  # check --fail-on without budgets: nothing was compared
             return f"popviz: OK: no failing finding ({len(self.findings)} ignored)"
-        if not self.rows and self.base_label is None and not self.budgets:
+        if not self.rows and self.base_label is None:
             return "popviz: OK: no finding at the --fail-on severity"
         held = f", {len(self.budgets)} budget(s) hold" if self.budgets else ""
         both = sum(r.base is not None and r.new is not None for r in self.rows)
@@ -261,6 +263,7 @@ def compare(base: list[EngineMetrics], new: list[EngineMetrics], rules: list[Rul
     if any(k in n for k in b):  # with nothing matched at all, check_gate says so (exit 2)
         for k in b:
             if k not in n and b[k].metrics:  # it no longer runs, or not under this name: never a pass
+                out.missing.append(b[k].label)
                 twins = [n[j].label for j in n if j not in b and n[j].config == b[k].config]
                 out.lost.append(f"engine {b[k].label} ran in BASE and is missing from NEW"
                                 + (f" (renamed {twins[0]}? the same configuration is there)" if len(twins) == 1 else ""))

@@ -149,13 +149,10 @@ MAX_INPUTS_LISTED = 8
 def _inputs(report: Any) -> str | None:
     """The host inputs per micro-batch (``x 8×1×28×28 float32, y 8 int64``): a different
     micro-batch size or input shape explains changes in bytes, cycles and throughput."""
+    from popviz.model.parts import tensors_text
+
     tensors = report.host_io.inputs if report.host_io is not None else ()
-    if not tensors:
-        return None
-    text = ", ".join(f"{t.name} {'×'.join(map(str, t.shape)) or 'scalar'} {t.dtype}"
-                     for t in tensors[:MAX_INPUTS_LISTED])
-    more = len(tensors) - MAX_INPUTS_LISTED
-    return (text + (f", +{more} more" if more > 0 else ""))[:500]
+    return tensors_text(tensors, MAX_INPUTS_LISTED)[:500] if tensors else None
 
 
 def _layer_ipus(report: Any) -> dict[str, int] | None:

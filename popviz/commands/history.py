@@ -58,21 +58,6 @@ def run(args: argparse.Namespace) -> int:
                      "popviz history show --db FILE")
 
 
-def _runs_labelled(db: str, label: str | None) -> list[str]:
-    """The titles of the runs already in ``db`` with ``label`` (none without one, or a new file)."""
-    from pathlib import Path
-
-    from popviz.ci import history
-    from popviz.errors import PopvizError
-
-    if not label or not Path(db).exists():
-        return []
-    try:
-        return [r.title for r in history.read(db).runs if r.label == label]
-    except PopvizError:  # no runs yet: nothing to repeat
-        return []
-
-
 def _add(args: argparse.Namespace) -> int:
     from popviz.ci import history
     from popviz.ci.baseline import load_side
@@ -80,10 +65,9 @@ def _add(args: argparse.Namespace) -> int:
     from popviz.escape import term
     from popviz.ui import status
 
-    _precheck(args.db)
+    earlier = _precheck(args.db, args.label)
     with status(f"reading {args.report}"):
         engines = load_side(args.report)
-    earlier = _runs_labelled(args.db, args.label)
     run = history.add(args.db, engines, label=args.label, source=str(args.report))
     if earlier:  # a CI job run again adds the same commit twice: its medians then count it twice
         print(term(f"popviz: note: run {earlier[-1]} has the same label {args.label!r}; both are kept (a re-run "
@@ -99,9 +83,10 @@ def _add(args: argparse.Namespace) -> int:
     return 0
 
 
-def _precheck(db: str) -> None:
+def _precheck(db: str, label: str | None = None) -> list[str]:
     """Refuse a --db that is not a history (or holds a figure show and compare would refuse), or
-    cannot be created, before the (slow) analysis."""
+    cannot be created, before the (slow) analysis; return the titles of the runs already labelled
+    ``label``."""
     from pathlib import Path
 
     from popviz.ci import history
@@ -111,10 +96,14 @@ def _precheck(db: str) -> None:
     if p.exists():
         with history.open_db(p, create=True) as con:
             history.check_contents(con, p)
+            if label:
+                return [history.Run(i, label, "").title
+                        for (i,) in con.execute("SELECT id FROM runs WHERE label = ? ORDER BY id", (label,))]
     elif not p.parent.is_dir():
         from popviz.fileio import missing_directory
 
         raise UsageError(f"{missing_directory(p.parent)}; create it first")
+    return []
 
 
 def _show(args: argparse.Namespace) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -181,6 +181,12 @@ class HostTensor:
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "direction": self.direction, "shape": list(self.shape),
                 "dtype": self.dtype, "bytes": self.bytes}
+
+
+def tensors_text(tensors: Sequence[HostTensor], most: int) -> str:
+    """``x 16×1×28×28 float32, y 16 int64``: the first ``most`` tensors, then ``+N more``."""
+    text = ", ".join(f"{t.name} {'×'.join(map(str, t.shape)) or 'scalar'} {t.dtype}" for t in tensors[:most])
+    return text + (f", +{len(tensors) - most} more" if len(tensors) > most else "")
 
 
 @dataclass(frozen=True)

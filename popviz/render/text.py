@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from popviz.model import Report
 from popviz.model.frames import never_called, not_reached
+from popviz.model.parts import tensors_text
 from popviz.units import fmt_bytes
 
 if TYPE_CHECKING:
@@ -218,11 +219,8 @@ def host_tensors_text(inputs, outputs) -> str:  # (Sequence[HostTensor], Sequenc
     for label, tensors in (("in", inputs), ("out", outputs)):
         if not tensors:
             continue
-        named = ", ".join(f"{t.name} {'×'.join(map(str, t.shape)) or 'scalar'} {t.dtype}"
-                          for t in tensors[:MAX_TENSORS_LISTED])
-        if len(tensors) > MAX_TENSORS_LISTED:
-            named += f", +{len(tensors) - MAX_TENSORS_LISTED} more"
-        parts.append(f"{label}: {named} ({fmt_bytes(sum(t.bytes for t in tensors))})")
+        parts.append(f"{label}: {tensors_text(tensors, MAX_TENSORS_LISTED)} "
+                     f"({fmt_bytes(sum(t.bytes for t in tensors))})")
     return " · ".join(parts) + " per micro-batch" if parts else ""
 
 
