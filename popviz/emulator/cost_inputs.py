@@ -36,6 +36,11 @@ class OpCost:
     no temporary copy)."""
     module: str | None = None
     """The layer-level module (:mod:`popviz.emulator.layers`) running it, None outside every one."""
+    activation_grad: bool = True
+    """Some non-parameter input needs a gradient (False for an operation on the model's inputs
+    alone: autodiff grows no gradient towards them)."""
+    weight_grad: bool = True
+    """Some parameter it reads is trainable (False when it reads none, or only frozen ones)."""
 
     @property
     def activation_bytes(self) -> int:

@@ -143,13 +143,27 @@ def weight_stream_cycles(op: OpCost, spec: hw.IpuSpec) -> float:
     return per_element * op.weight_bytes / op.element_bytes / spec.tiles_per_ipu
 
 
+def gradient_share(op: OpCost) -> float:
+    """Share of an operation's full backward that autodiff grows: PopART's autodiff
+    (``transforms/autodiff``) makes gradient ops only towards tensors that need a gradient, so a
+    product reading the model's inputs and a weight computes the weight's gradient alone (half of
+    ``BACKWARD_FACTORS``' two products), one reading a frozen weight the input's gradient alone,
+    and an operation on inputs and frozen weights alone has no backward."""
+    if not (op.activation_grad or (op.weight_bytes and op.weight_grad)):
+        return 0.0
+    if op_kind(op) in ("matmul", "conv") and op.weight_bytes:
+        return (op.activation_grad + op.weight_grad) / 2
+    return 1.0
+
+
 def backward_cycles(op: OpCost, forward: float, spec: hw.IpuSpec) -> float:
     """Backward cycles of one operation: ``BACKWARD_FACTORS[kind]`` × its forward cycles (two
-    matmuls per matmul: input and weight gradients; a gather's backward scatters into a dense
-    gradient of the whole table, so it also touches the table's bytes)."""
+    matmuls per matmul: input and weight gradients) × :func:`gradient_share`; a gather's backward
+    into a trainable table scatters into a dense gradient of the whole table, so it also touches
+    the table's bytes."""
     kind = op_kind(op)
-    cycles = forward * hw.BACKWARD_FACTORS[kind]
-    if kind == "gather" and op.weight_bytes:
+    cycles = forward * hw.BACKWARD_FACTORS[kind] * gradient_share(op)
+    if kind == "gather" and op.weight_bytes and op.weight_grad:
         cycles += op.weight_bytes / (hw.MEMORY_EFFICIENCY * spec.per_cycle(spec.memory_bytes_per_second))
     return cycles
 
@@ -209,13 +223,17 @@ def op_table(m: Measurement, setup: EngineSetup) -> OpTable:
     caps = _caps(m, setup)
     plan = recompute.plan(m, setup)
     fwd, bwd, temp = [], [], []
-    for o, again, live in zip(m.ops, plan.recomputed, plan.live_bytes, strict=True):
+    ops = m.ops
+    if setup.training and not any(o.activation_grad or o.weight_grad for o in ops):
+        # traced with autograd off (nothing said which tensors need gradients): every op's backward
+        ops = [o.replace(activation_grad=True, weight_grad=True) for o in ops]
+    for o, again, live in zip(ops, plan.recomputed, plan.live_bytes, strict=True):
         cap = caps.get(o.segment)
         f = op_cycles(o, spec, cap, setup.half_partials)
         fwd.append(f)
         bwd.append((backward_cycles(o, f, spec) + (f if again else 0.0)) if setup.training else 0.0)
         temp.append(op_temporary_bytes(o, cap if cap is not None else spec.bytes_per_ipu) + live)
-    return OpTable(fwd, bwd, temp, plan, [code_bytes(o, setup.training) for o in m.ops])
+    return OpTable(fwd, bwd, temp, plan, [code_bytes(o, setup.training) for o in ops])
 
 
 @dataclass
@@ -277,7 +295,7 @@ def code_bytes(op: OpCost, training: bool) -> float:
     code per compute set (``CODE_BYTES_PER_OP[kind]``), for its forward and, in training, its
     backward instances (``BACKWARD_CODE_FACTOR``)."""
     per = hw.CODE_BYTES_PER_OP[op_kind(op)]
-    return per * (1 + hw.BACKWARD_CODE_FACTOR if training else 1)
+    return per * (1 + hw.BACKWARD_CODE_FACTOR * gradient_share(op) if training else 1)
 
 
 def block_estimates(m: Measurement, setup: EngineSetup, table: OpTable | None = None) -> list[dict[str, Any]]:

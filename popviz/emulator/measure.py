@@ -119,13 +119,18 @@ class Recorder:
         inputs = _tensors((args, kwargs))
         outputs = _tensors(out)
         in_bytes = weight_bytes = 0
+        activation_grad = weight_grad = False
         for t in inputs:
             nbytes = _nbytes(t)
             in_bytes += nbytes
             key = _key(t)
+            name = self.param_keys.get(key) if key is not None else None
+            if name is None:
+                activation_grad = activation_grad or t.requires_grad
+            else:
+                weight_grad = weight_grad or t.requires_grad
             if key is None:
                 continue
-            name = self.param_keys.get(key)
             if name is not None:
                 weight_bytes += nbytes
                 if name not in self.params:
@@ -153,7 +158,8 @@ class Recorder:
         self.ops.append(OpCost(segment=current, name=str(packet).replace("aten.", ""),
                                flops=flops, element_bytes=elem, in_bytes=in_bytes, out_bytes=out_bytes,
                                matmul=formula is not None, weight_bytes=weight_bytes, block=self._block(),
-                               module=self.units.current if self.units is not None else None))
+                               module=self.units.current if self.units is not None else None,
+                               activation_grad=activation_grad, weight_grad=weight_grad))
         self.recompute.produced([_key(t) for t in outputs], len(self.ops) - 1)
         for t in outputs:
             key = _key(t)
