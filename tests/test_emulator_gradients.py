@@ -74,3 +74,41 @@ def test_a_measurement_without_gradient_information_costs_every_backward():
     assert costmodel.gradient_share(op.replace(activation_grad=True, weight_grad=True)) == 1.0
     no_weights = op.replace(weight_bytes=0, activation_grad=True)
     assert costmodel.gradient_share(no_weights) == 1.0  # two activations: both gradients
+
+
+class TwoStages(torch.nn.Module):
+    """A frozen stage on IPU 0 (its input alone, frozen weights) and a trainable one on IPU 1."""
+
+    def __init__(self, checkpoint: bool = False) -> None:
+        super().__init__()
+        self.frozen = torch.nn.Sequential(torch.nn.Linear(W, W), torch.nn.ReLU(), torch.nn.Linear(W, W))
+        self.head = torch.nn.Sequential(torch.nn.Linear(W, W), torch.nn.ReLU(), torch.nn.Linear(W, W))
+        self.frozen.requires_grad_(False)
+        self.checkpoint = checkpoint
+        poptorch.BeginBlock(self.frozen, "frozen", ipu_id=0)
+        poptorch.BeginBlock(self.head, "head", ipu_id=1)
+
+    def forward(self, x, target):
+        h = self.frozen[0](x)
+        if self.checkpoint:
+            h = poptorch.recomputationCheckpoint(h)
+        y = self.head(self.frozen[2](self.frozen[1](h)))
+        return y, torch.nn.functional.mse_loss(y, target)
+
+
+@pytest.mark.parametrize("checkpoint", [False, True])
+def test_a_frozen_stage_recomputes_and_stashes_nothing(checkpoint):
+    # PopTorch's default Pipeline recomputation exists to feed gradient ops: a stage that grows
+    # none runs its forward once and keeps nothing for the micro-batches in flight
+    model = TwoStages(checkpoint)
+    opts = poptorch.Options()
+    opts.Training.gradientAccumulation(4)
+    ex = poptorch.trainingModel(model, opts, optimizer=poptorch.optim.SGD(model.parameters(), lr=0.1))
+    x = torch.randn(4 * 8, W, generator=torch.Generator().manual_seed(0))
+    ex.compile(x, x.clone())
+    frozen, head = ex.popvizEstimate().stages
+    assert (frozen.backward_cycles, frozen.recompute_cycles, frozen.saved_bytes) == (0, 0, 0)
+    # the last stage is not recomputed (PopART's setFinalFwdStageRecomputation); its first product
+    # reads the frozen stage's output, so it grows its weight's gradient alone
+    assert head.recompute_cycles == 0 and head.backward_cycles > head.forward_cycles
+    assert head.saved_bytes == 4 * (8 * W * 4)  # 4 activations of one micro-batch (8 rows, float32)

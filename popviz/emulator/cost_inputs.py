@@ -43,6 +43,12 @@ class OpCost:
     """Some parameter it reads is trainable (False when it reads none, or only frozen ones)."""
 
     @property
+    def has_backward(self) -> bool:
+        """Autodiff grows a gradient op for it: it reads an activation that needs a gradient or a
+        trainable parameter."""
+        return bool(self.activation_grad or (self.weight_bytes and self.weight_grad))
+
+    @property
     def activation_bytes(self) -> int:
         """Bytes of non-parameter inputs and of outputs."""
         return self.in_bytes - self.weight_bytes + self.out_bytes

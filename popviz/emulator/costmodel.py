@@ -14,6 +14,7 @@ defined in :mod:`popviz.emulator.cost_inputs`.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import math
 from collections.abc import Mapping, Sequence
@@ -149,7 +150,7 @@ def gradient_share(op: OpCost) -> float:
     product reading the model's inputs and a weight computes the weight's gradient alone (half of
     ``BACKWARD_FACTORS``' two products), one reading a frozen weight the input's gradient alone,
     and an operation on inputs and frozen weights alone has no backward."""
-    if not (op.activation_grad or (op.weight_bytes and op.weight_grad)):
+    if not op.has_backward:
         return 0.0
     if op_kind(op) in ("matmul", "conv") and op.weight_bytes:
         return (op.activation_grad + op.weight_grad) / 2
@@ -221,12 +222,12 @@ def op_table(m: Measurement, setup: EngineSetup) -> OpTable:
     blocks and layers)."""
     spec = setup.spec
     caps = _caps(m, setup)
+    if setup.training and not any(o.activation_grad or o.weight_grad for o in m.ops):
+        # traced with autograd off (nothing said which tensors need gradients): every op's backward
+        m = dataclasses.replace(m, ops=[o.replace(activation_grad=True, weight_grad=True) for o in m.ops])
+    ops = m.ops
     plan = recompute.plan(m, setup)
     fwd, bwd, temp = [], [], []
-    ops = m.ops
-    if setup.training and not any(o.activation_grad or o.weight_grad for o in ops):
-        # traced with autograd off (nothing said which tensors need gradients): every op's backward
-        ops = [o.replace(activation_grad=True, weight_grad=True) for o in ops]
     for o, again, live in zip(ops, plan.recomputed, plan.live_bytes, strict=True):
         cap = caps.get(o.segment)
         f = op_cycles(o, spec, cap, setup.half_partials)

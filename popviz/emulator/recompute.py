@@ -26,6 +26,10 @@ What each type recomputes (graphcore/popart ``willow/src/recompute.cpp``,
 * **NormOnly**: only normalisations are recomputed.
 * **None**: nothing; every tensor autograd saves is stashed.
 
+Only operations that grow gradient ops are recomputed (an operation on the inputs and frozen
+weights alone is not: recomputation exists to feed the backward), and a stage that recomputes
+nothing stashes no checkpoint outputs.
+
 A saved tensor need not be stashed when the operation that produced it is recomputed (the
 backward makes it again); it must be when it is a checkpoint's output, a stage input or made by
 an operation that is not recomputed. The recomputed activations of one interval between
@@ -314,6 +318,10 @@ def plan(m: Measurement, setup: EngineSetup) -> RecomputePlan:
         return RecomputePlan(RecomputationType.NONE, note, (False,) * n, plain, (0,) * n)
     explicit = bool(setup.options.get(EXPLICIT_OPTION, False))
     rec, interval = _intervals(m, kind, explicit)
+    # recomputation only feeds gradient ops: an operation autodiff grows none for (on the inputs and
+    # frozen weights alone, as in a frozen first stage) is not run again, and a stage without any
+    # stashes nothing for it
+    rec = [again and o.has_backward for o, again in zip(m.ops, rec, strict=True)]
     if not m.saved_slots:  # per-segment totals only: the cycles are known, what is stashed is not
         return RecomputePlan(kind, f"{note} {sum(rec):,} of {n:,} forward operations recomputed in the "
                              "backward pass.", tuple(rec), plain, (0,) * n)
@@ -342,6 +350,8 @@ def plan(m: Measurement, setup: EngineSetup) -> RecomputePlan:
             live_by_interval[interval[producer]] = live_by_interval.get(interval[producer], 0) + nbytes
             made[producer] += nbytes
     for c in m.checkpoints:  # checkpoint outputs no backward op saved: still needed to recompute
+        if c.segment not in recomputing:
+            continue  # a stage that recomputes nothing (no gradient ops: frozen) needs none
         missing = [(k, b) for k, b in zip(c.keys, c.sizes, strict=False) if (c.segment, k) not in counted]
         if missing:
             stash.append(StashItem(c.segment, c.position, sum(b for _, b in missing)))
