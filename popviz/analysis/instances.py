@@ -14,12 +14,12 @@ others back at every gradient all-reduce; a faster one does not).
 
 from __future__ import annotations
 
-import re
 import statistics
 from collections.abc import Callable
 from typing import Any
 
 from popviz.analysis.findings import AnalysisOutput, Finding, NotChecked
+from popviz.analysis.instance_layout import is_instance, run_of
 from popviz.analysis.thresholds import CALL_TIME_SLOWER_FRAC, CYCLES_HIGHER_FRAC, MEMORY_HIGHER_FRAC
 from popviz.model import Report, ReportSet
 
@@ -93,38 +93,6 @@ def _recommendation(metric: str) -> str:
             "the same way on every rank (no rank-dependent shapes or options), then capture again.")
 
 
-INSTANCE_DIR = re.compile(r"instance-\d+")
-"""How the instances of one PopRun/PopDist run are laid out: ``DIR/instance-<rank>/<engine>``
-(what ``popviz capture`` creates for each rank it finds in the OpenMPI/PMI variables)."""
-
-
-def is_instance(report: Report) -> bool:
-    """True when ``report`` is one instance of a multi-instance (PopRun) run: its directory follows
-    the instance layout, or its capture recorded a rank among several processes. Other
-    subdirectories (``popviz-reports/<run>``, ``sample_reports/<model>``) are separate runs."""
-    if not report.instance:
-        return False
-    last = report.instance.rsplit("/", 1)[-1]
-    if INSTANCE_DIR.fullmatch(last):
-        return True
-    dist = report.cfg.options.get("distributed") if report.has("config") else None
-    if isinstance(dist, dict):
-        n = dist.get("num_processes")
-        return isinstance(n, int) and not isinstance(n, bool) and n > 1
-    return False
-
-
-def run_of(report: Report) -> str | None:
-    """The run a report belongs to: its directory for a separate run, the parent of the instance
-    directories for a PopRun instance (None for the root run)."""
-    if not report.instance:
-        return None
-    if is_instance(report):
-        head = report.instance.rsplit("/", 1)
-        return head[0] if len(head) == 2 else None
-    return report.instance
-
-
 def check(reports: ReportSet) -> dict[str, AnalysisOutput]:
     """Per engine label, the findings of comparing its instance with the other instances of the
     same run. Separate runs in one directory are not instances of each other: never compared."""
@@ -157,11 +125,21 @@ def _check_group(name: str, group: list[Report], instances: list, outputs: dict[
             "written its reports elsewhere (autoReport.directory per instance)."))
     _compare_config(name, group, outs)
     rows: dict[str, dict[str, Any]] = {r.instance or "": {"instance": r.instance} for r in group}
+    emulated = all(r.provenance is not None and r.provenance.estimated for r in group)
     for metric, (get, threshold, label) in FIGURES.items():
         values = {r.label: get(r) for r in group}
         for r in group:
             rows[r.instance or ""][metric] = values[r.label]
         known = {k: v for k, v in values.items() if v is not None}
+        if metric == "median_call_seconds" and any(r.provenance is not None and r.provenance.estimated
+                                                   for r in group):
+            # an estimate's calls ran on the emulator's CPU (or were only estimated): their wall time
+            # says how long this machine took, not how an IPU instance kept up
+            first.not_checked.append(NotChecked(
+                NAME, f"{label} across instances",
+                "estimated by the emulator: its call wall times are this machine's CPU running (or "
+                "skipping) the model, not the IPUs'"))
+            continue
         if len(known) < 2:
             first.not_checked.append(NotChecked(
                 NAME, f"{label} across instances",
@@ -184,13 +162,32 @@ def _check_group(name: str, group: list[Report], instances: list, outputs: dict[
     table = pd.DataFrame(list(rows.values()))
     if "median_call_seconds" in table:
         # an estimate's calls ran on the emulator's CPU: their wall time is not the IPUs' (throughput's call ms)
-        emulated = all(r.provenance is not None and r.provenance.estimated for r in group)
         table["median call ms (emulator's CPU)" if emulated else "median_call_ms"] = (
             table.pop("median_call_seconds") * 1e3)
     first.table = table.dropna(axis=1, how="all")
+    run_rate, first.caption = _run_total(name, group, instances)
     for r in group:
         outs[r.label].metrics = {k: v for k, v in rows[r.instance or ""].items() if k != "instance"}
         outs[r.label].metrics["instances"] = len(group)
+        if run_rate is not None:
+            outs[r.label].metrics["run_samples_per_second"] = run_rate
+
+
+def _run_total(name: str, group: list[Report], instances: list) -> tuple[float | None, str | None]:
+    """The whole run's samples/s of this engine and a sentence saying so: each PopRun instance is
+    one process feeding its own replicas, so the run's rate is the sum of its instances' (None when
+    one is unknown or an instance is missing)."""
+    from popviz.analysis.throughput import throughput
+
+    rates = [throughput(r) for r in group]
+    if len(group) < len(instances) or any(t is None for t in rates):
+        return None, None
+    total = round(sum(t.samples_per_second for t in rates), 1)  # type: ignore[union-attr]
+    replicas = sum(t.replicas for t in rates)  # type: ignore[union-attr]
+    label = "estimated: " if any(t.estimated for t in rates) else ""  # type: ignore[union-attr]
+    return total, (f"{label}the whole run ({name}): {total:,.1f} samples/s over {len(group)} instances and "
+                   f"{replicas} replicas (the sum of the instances' samples/s: each instance feeds its own "
+                   "replicas; metric instances.run_samples_per_second)")
 
 
 def _above(value: float, ref: float) -> str:

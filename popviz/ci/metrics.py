@@ -57,6 +57,8 @@ DEFINITIONS: tuple[MetricDef, ...] = (
     MetricDef("host_io.input_bytes_per_call", "bytes", HIGHER_IS_WORSE, True, "bytes sent to the IPUs per call"),
     MetricDef("throughput.samples_per_second", "samples_per_second", LOWER_IS_WORSE, True,
               "samples per second of the whole system (estimated for emulated reports)"),
+    MetricDef("instances.run_samples_per_second", "samples_per_second", LOWER_IS_WORSE, True,
+              "samples per second of a whole PopRun run: the sum of its instances' (each instance's engine)"),
     MetricDef("time.compile_seconds", "seconds", HIGHER_IS_WORSE, False, "compile time (captured runs)"),
     MetricDef("time.call_wall_seconds", "seconds", HIGHER_IS_WORSE, False,
               "median wall time of an executor call (captured runs)"),
@@ -115,6 +117,7 @@ def engine_metrics(engine: EngineResult) -> dict[str, float]:
     out["host_io.output_bytes_per_call"] = h.get("output_bytes_per_call")
     out["host_io.input_bytes_per_call"] = h.get("input_bytes_per_call")
     out["throughput.samples_per_second"] = (m.get("throughput") or {}).get("samples_per_second")
+    out["instances.run_samples_per_second"] = (m.get("instances") or {}).get("run_samples_per_second")
     host = engine.report.host_io
     if host is not None and not (engine.report.provenance and engine.report.provenance.estimated):
         out["time.compile_seconds"] = host.compile_seconds
