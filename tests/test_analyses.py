@@ -675,6 +675,23 @@ def test_no_move_onto_an_ipu_that_would_then_be_full():
 
 # -------------------------------------------------------------------- host I/O and the options
 
+def test_recomputation_turned_off_by_the_script_is_the_lever_to_undo():
+    # the script set autoRecomputation to None on a 4-IPU pipeline: checkpoints would do nothing,
+    # PopTorch's default (Pipeline) is what it turned off
+    fracs = [2.14, 1.37, 1.01, 0.65]
+    r = testing.pipeline_report([1000] * 4, memory_level="ipu", memory_frac=fracs, estimated=True,
+                                blocks=BERT_BLOCKS)
+    r = r.replace(memory=testing.ipu_memory(r.target, fracs, categories=EMULATOR_CATEGORIES))
+    for value in (0, "RecomputationType.NoRecompute"):
+        off = _with_options(r, {"other": {"popart": {"autoRecomputation": value}}})
+        f = memory.analyse(off).findings[0]
+        assert ("(4) recomputation saves up to about 714,825,824 B (681.7 MiB) of the 1,429,651,649 B (1.3 GiB) "
+                "activation stash: turn recomputation back on: the script sets autoRecomputation to None") in f.recommendation
+        assert "recompute_checkpoint_every_layer" not in f.recommendation
+    pipeline_default = _with_options(r, {"other": {"popart": {"autoRecomputation": 3}}})
+    assert "recompute_checkpoint_every_layer" in memory.analyse(pipeline_default).findings[0].recommendation
+
+
 def _with_options(report, options):
     import dataclasses
 

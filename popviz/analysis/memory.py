@@ -26,6 +26,11 @@ from popviz.analysis.thresholds import (
 from popviz.model import CATEGORY_PREFIX, CATEGORY_SUFFIX, Report
 from popviz.model.frames import unrun_reason
 
+RECOMPUTE_BACK_ON = ("turn recomputation back on: the script sets autoRecomputation to None, so no stage "
+                     "recomputes and recomputationCheckpoint does nothing; remove "
+                     "opts._Popart.set(\"autoRecomputation\", ...) (PopTorch then recomputes each stage of a "
+                     "multi-IPU pipeline) or set it to 3 (Pipeline) or 1 (Standard)")
+
 NAME = "memory"
 OVERFLOWING_TILES_NAMED = 8
 """Overflowing tiles named per IPU (in ``overflowing_tiles`` and MEM001); the rest are counted."""
@@ -268,7 +273,10 @@ def _model_levers(report: Report, rows: list[dict[str, Any]]) -> list[Lever]:
     # already recomputing by the report's layers (checkpoints or PopTorch's pipeline default):
     # nothing more to gain this way, as popviz plan has it
     recomputing = report.layers is not None and planner.recomputes(report.layers)
-    if training and stash and not recomputing:
+    if training and stash and ml.recomputation_turned_off(report):
+        out.append((f"recomputation saves up to about {nbytes(stash // 2)} of the {nbytes(stash)} "
+                    f"activation stash: {RECOMPUTE_BACK_ON}", ml.recompute, True))
+    elif training and stash and not recomputing:
         out.append((f"recomputation saves up to about {nbytes(stash // 2)} of the {nbytes(stash)} "
                     "activation stash: poptorch.recomputationCheckpoint(x) on each layer's output "
                     "(optimum-graphcore: recompute_checkpoint_every_layer)", ml.recompute, True))
@@ -456,7 +464,9 @@ def _levers(report: Report, row: dict[str, Any], rows: list[dict[str, Any]], no_
                    "embedding_serialization_factor; PopTorch: poptorch.serializedMatMul for the "
                    "vocabulary projection)")
     if training and ((nal is not None and nal >= NOT_ALWAYS_LIVE_DOMINANT_FRAC) or stash_dominates):
-        if pipelined:
+        if ml.recomputation_turned_off(report):
+            out.append(RECOMPUTE_BACK_ON)
+        elif pipelined:
             out.append("recompute more: PopTorch already recomputes each pipeline stage; add "
                        "poptorch.recomputationCheckpoint(x) on layer outputs inside "
                        f"the stage{'s' if len(stages) != 1 else ''} on IPU{k}")

@@ -84,6 +84,17 @@ STREAMED = "streamedOptimizerState"
 while that update runs, after the backward, so not together with the operations' temporaries."""
 
 
+def recomputation_turned_off(report: Report) -> bool:
+    """The script set PopART's ``autoRecomputation`` to None (0, ``RecomputationType.NoRecompute``):
+    then a multi-IPU pipeline does not recompute its stages (PopTorch's default) and
+    ``poptorch.recomputationCheckpoint`` has no effect."""
+    from popviz.analysis.host_io import recorded_option
+
+    value = recorded_option(report, "autoRecomputation")
+    return value is not None and str(getattr(value, "value", value)).split(".")[-1].lower() in (
+        "0", "none", "norecompute")
+
+
 def total(cats: Cats) -> int:
     rest = sum(v for k, v in cats.items() if k not in ("temporaries", STREAMED))
     return rest + max(cats.get("temporaries", 0), cats.get(STREAMED, 0))
