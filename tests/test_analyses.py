@@ -542,6 +542,19 @@ def test_device_iterations_too_low():
         "on an IPU, so this is a lower bound.")
 
 
+def test_device_iterations_proposed_are_a_multiple_of_the_return_period():
+    # OutputMode.EveryN(4): PopART refuses a return period that does not divide D
+    import dataclasses
+
+    r = testing.single_ipu_report(5000, mode="inference", device_iterations=7, output_mode="EveryN")
+    r.config = dataclasses.replace(r.cfg, output_return_period=7)
+    out = host_io.analyse(r)
+    n = out.metrics["recommended_device_iterations"]
+    unrounded = math.ceil(7 * 0.05 / out.metrics["call_device_seconds"])  # 50 ms per call
+    assert unrounded % 7 != 0 and n == -(-unrounded // 7) * 7
+    assert f"opts.deviceIterations({n})" in only(out, "HIO003").recommendation
+
+
 def test_run_durations_take_precedence_over_cycles():
     r = testing.single_ipu_report(5000, mode="inference", device_iterations=1)
     runs = pd.DataFrame({"run": [0], "name": ["main"], "duration_seconds": [0.2]})

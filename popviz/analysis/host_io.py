@@ -433,6 +433,9 @@ def _device_iterations(report: Report, o: Collector, seconds: float) -> None:
                 f"(Python, PopTorch, host sync) weighs heavily{measured}")
     if d is not None:
         n = max(d + 1, ceil_exact(d * CALL_DEVICE_SECONDS_TARGET, seconds))
+        period = report.cfg.output_return_period if report.cfg.output_mode == "EveryN" else None
+        if isinstance(period, int) and period > 1:  # PopART refuses a return period that does not divide D
+            n = -(-n // period) * period
         g = (report.cfg.gradient_accumulation or 1) if report.cfg.mode == "training" else 1
         r = report.cfg.replication_factor or 1
         m["recommended_device_iterations"] = n
