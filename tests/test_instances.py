@@ -9,6 +9,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 import popviz
 from popviz import testing
 from popviz.analysis import analyse, instances
@@ -286,3 +288,29 @@ def test_emulated_two_instance_run_is_still_cross_checked(tmp_path):
     table = next(e.outputs["instances"].table for e in popviz.analyse(reports).engines
                  if "instances" in e.outputs and e.outputs["instances"].table is not None)
     assert "median call ms (emulator's CPU)" in table.columns and "median_call_ms" not in table.columns
+
+
+@pytest.mark.parametrize("env,message", [
+    ({"OMPI_COMM_WORLD_RANK": "2", "OMPI_COMM_WORLD_SIZE": "2"},
+     "OMPI_COMM_WORLD_RANK=2 is not a rank of OMPI_COMM_WORLD_SIZE=2 (ranks are 0 to OMPI_COMM_WORLD_SIZE - 1)"),
+    ({"OMPI_COMM_WORLD_RANK": "1"},
+     "OMPI_COMM_WORLD_RANK is set but OMPI_COMM_WORLD_SIZE is not: a launcher sets both (unset "
+     "OMPI_COMM_WORLD_RANK for a single run)"),
+    ({"PMI_RANK": "one", "PMI_SIZE": "2"}, "PMI_RANK='one' and PMI_SIZE='2' must be whole numbers"),
+])
+def test_capture_refuses_a_launcher_environment_that_names_no_rank(tmp_path, env, message):
+    # such a process used to be filed as a single run (rank 2 of 2 wrote instance-2 with no instance)
+    (tmp_path / "train.py").write_text("print('ran')\n")
+    proc = run_cli("capture", "-o", "out", "--", PY, "train.py", cwd=tmp_path, env=env)
+    assert (proc.returncode, proc.stdout) == (2, "")
+    assert proc.stderr == f"popviz: error: launcher environment: {message}\n"
+    assert not (tmp_path / "out").exists()
+
+
+def test_one_rank_of_a_per_rank_capture_points_at_the_run(tmp_path):
+    (tmp_path / "train.py").write_text(textwrap.dedent(RANKED))
+    proc = run_cli("capture", "-o", "out", "--emulate", "--calls", "1", "--", PY, "train.py", cwd=tmp_path,
+                   env={"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2", "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.splitlines()[-1] == ("next: popviz analyse out (every instance, with the cross-instance "
+                                            "checks; out/instance-1 alone has none)")

@@ -234,6 +234,28 @@ def instance_from_env(env: Mapping[str, str] | None = None) -> str | None:
     return None
 
 
+def instance_env_problem(env: Mapping[str, str]) -> str | None:
+    """What is wrong with a launcher's rank variables (a rank that is not a number, a rank without
+    its size, a rank outside it), in one sentence, or None: ``instance_from_env`` would otherwise
+    file such a process as a single run."""
+    for rank_key, size_key in (("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
+                               ("PMI_RANK", "PMI_SIZE")):
+        if rank_key not in env and size_key not in env:
+            continue
+        raw_rank, raw_size = env.get(rank_key), env.get(size_key)
+        if raw_rank is None or raw_size is None:
+            given, missing = (rank_key, size_key) if raw_size is None else (size_key, rank_key)
+            return f"{given} is set but {missing} is not: a launcher sets both (unset {given} for a single run)"
+        try:
+            rank, size = int(raw_rank), int(raw_size)
+        except ValueError:
+            return f"{rank_key}={raw_rank!r} and {size_key}={raw_size!r} must be whole numbers"
+        if size < 1 or not 0 <= rank < size:
+            return f"{rank_key}={rank} is not a rank of {size_key}={size} (ranks are 0 to {size_key} - 1)"
+        return None
+    return None
+
+
 def _redirect_engine_options(root: str, instance: str) -> None:
     """Point this process's autoReport.directory at ``root/instance`` (if it was ``root``), so
     the instances of a multi-instance run do not overwrite each other's profiles."""

@@ -269,7 +269,11 @@ def summary_lines(run: Mapping[str, Any], root: Path) -> list[str]:
         lines.append(f"  --calls {n} stopped the script there: models built or called later (validation; Lightning's "
                      "training, after its sanity check) are not captured; raise --calls to reach them")
     lines.append(f"  log {shown(root / LOG_FILE)} · run record {shown(root / RUN_FILE)}")
-    if engines:
+    if engines and run.get("instance") and root.name == run["instance"]:
+        # one rank of a run whose ranks each ran popviz: the run's directory holds every instance
+        lines.append(f"next: popviz analyse {shown(root.parent)} (every instance, with the cross-instance "
+                     f"checks; {shown(root)} alone has none)")
+    elif engines:
         lines.append(f"next: popviz analyse {shown(root)}")
     return lines
 
@@ -302,6 +306,9 @@ def run_capture(command: Sequence[str], *, output: str | None = None, new_run: b
     base_env = dict(os.environ)
     user_engine = outer_options_removed(parse_json_env(ENGINE_OPTIONS_ENV, base_env), base_env)
     user_pvti = parse_json_env(PVTI_ENV, base_env) if pvti else None
+    problem = hooks.instance_env_problem(base_env)
+    if problem:
+        raise UsageError(f"launcher environment: {problem}")
     instance = hooks.instance_from_env(base_env)
     planned = plan_dir(output, new_run, instance)
     child_env = emulated(dict(base_env)) if emulate else dict(base_env)
