@@ -518,6 +518,21 @@ def test_host_wait_dominated_copies():
     assert m["host_wait_frac"] / m["stream_copy_frac"] > 0.5
 
 
+def test_an_output_that_is_most_of_the_bytes_is_named():
+    # a hidden state returned beside the logits: Final or Sum would lose every prediction; the
+    # lever that keeps them is not returning the hidden state
+    outputs = {"logits": ((8, 3), "float32"), "hidden\n[bold]": ((8, 128, 256), "float32")}
+    r = testing.single_ipu_report(2_000_000, mode="inference", device_iterations=32, output_mode="All",
+                                  outputs=outputs)
+    f = only(host_io.analyse(r), "HIO002")
+    assert f.recommendation.endswith(
+        " Most of it is one output: 'hidden\\n[bold]' (8×128×256 float32) is 1,048,576 B (1.0 MiB) of the "
+        "1,048,672 B (1.0 MiB) returned per micro-batch; if the host does not use it, stop returning it from forward.")
+    even = testing.single_ipu_report(2_000_000, mode="inference", device_iterations=32, output_mode="All",
+                                     outputs={"a": ((1000, 1000), "float32"), "b": ((1000, 200), "float32")})
+    assert "Most of it is one output" not in only(host_io.analyse(even), "HIO002").recommendation  # 83%
+
+
 def test_device_iterations_too_low():
     r = testing.single_ipu_report(5000, mode="inference", device_iterations=1, output_mode="All")
     out = host_io.analyse(r)

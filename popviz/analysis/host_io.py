@@ -208,6 +208,26 @@ def recorded_option_dict(report: Report, key: str) -> dict | None:
     return None
 
 
+DOMINANT_OUTPUT_FRAC = 0.9
+"""An output holding this share of the bytes returned per micro-batch is named by HIO002."""
+
+
+def _dominant_output(report: Report) -> str:
+    """`` Most of it is one output: ...`` when one of several outputs holds
+    ``DOMINANT_OUTPUT_FRAC`` of the bytes per micro-batch (a hidden state returned beside the
+    logits), else ``""``."""
+    outs = [t for t in (report.host_io.outputs if report.host_io is not None else ()) if t.bytes]
+    total = sum(t.bytes for t in outs)
+    if len(outs) < 2 or not total:
+        return ""
+    top = max(outs, key=lambda t: t.bytes)
+    if top.bytes < DOMINANT_OUTPUT_FRAC * total:
+        return ""
+    return (f" Most of it is one output: {top.name!r} ({'×'.join(map(str, top.shape))} {top.dtype}) is "
+            f"{nbytes(top.bytes)} of the {nbytes(total)} returned per micro-batch; if the host does not use "
+            "it, stop returning it from forward.")
+
+
 def _output_finding(report: Report, o: Collector, mode: str, count: int, out_bytes: int | None,
                     d: int, g: int, r: int) -> None:
     if mode not in ("All", "EveryN") or count <= r:
@@ -239,7 +259,8 @@ def _output_finding(report: Report, o: Collector, mode: str, count: int, out_byt
         title = f"OutputMode.{label} moves {nbytes(count * out_bytes)} per call"
         rec = (f"If only the last micro-batch or a total is needed, set opts.outputMode("
                f"poptorch.OutputMode.Final) or poptorch.OutputMode.Sum{save}; if every prediction is "
-               "needed, return less per micro-batch (e.g. argmax or top-k computed on the IPU, float16).")
+               "needed, return less per micro-batch (e.g. argmax or top-k computed on the IPU, float16)."
+               + _dominant_output(report))
     o.find("HIO002", severity, title, evidence, rec)
 
 
@@ -413,7 +434,8 @@ def _copy_finding(report: Report, o: Collector, worst: dict[str, Any], mode: str
             share = (f" (per call {nbytes(in_b)} in, {nbytes(out_b)} out: the "
                      f"{'outputs' if out_b > in_b else 'inputs'} are {pct(max(in_b, out_b) / moved)} of the bytes)")
         rec = (f"The transfers themselves take the time{share}: move fewer bytes — "
-               + (", ".join(levers[:-1]) + ", or " + levers[-1] if len(levers) > 1 else levers[0]) + ".")
+               + (", ".join(levers[:-1]) + ", or " + levers[-1] if len(levers) > 1 else levers[0]) + "."
+               + (_dominant_output(report) if (out_b or 0) > (in_b or 0) else ""))
     o.find("HIO001", "warning", title, evidence, rec)
 
 
