@@ -107,6 +107,7 @@ def test_pipeline_manifest_records_options_stages_blocks_and_calls(pipeline_run)
     model = doc["model"]
     # Linear(4, 8): 32 + 8 parameters; Linear(8, 3): 24 + 3; float32
     assert (model["class"], model["parameters"], model["parameter_bytes"]) == ("Net", 67, 268)
+    assert model["trainable_parameters"] == 67
     assert [(b["name"], b["ipu"], b["parameters"], b["parameter_bytes"]) for b in model["blocks"]] == [
         ("B1", 0, 40, 160), ("B2", 1, 27, 108)]
     calls = doc["calls"]

@@ -4,6 +4,8 @@ with popviz.testing and written as real bundles, through the real CLI where it m
 from __future__ import annotations
 
 import json
+import sys
+import textwrap
 import xml.etree.ElementTree as ET
 
 import pytest
@@ -782,6 +784,37 @@ def test_the_inputs_per_micro_batch_are_part_of_the_configuration():
     assert c.config_changes == [{"engine": "training", "field": "inputs", "base": small["inputs"], "new": big["inputs"]}]
     old = compare(side({"pipeline.imbalance_ratio": 1.0}, config={"device_iterations": 4}),
                   side({"pipeline.imbalance_ratio": 1.0}, config=big), [])
+    assert old.config_changes == []
+
+
+def test_frozen_parameters_are_part_of_the_configuration(tmp_path):
+    """Freezing layers cuts the backward and the optimizer state: the configuration says so (a
+    fine-tuning user saw a regression with no change listed). Older baselines have no such field."""
+    script = tmp_path / "ft.py"
+    script.write_text(textwrap.dedent("""\
+        import sys, torch, poptorch
+        net = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4))
+        if len(sys.argv) > 1:
+            net[0].requires_grad_(False)
+        class WithLoss(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.net = net
+            def forward(self, x, y):
+                out = self.net(x)
+                return out, torch.nn.functional.cross_entropy(out, y)
+        m = poptorch.trainingModel(WithLoss(), poptorch.Options(),
+                                   optimizer=torch.optim.SGD(net.parameters(), lr=0.1))
+        m(torch.randn(8, 64), torch.randint(0, 4, (8,)))
+    """))
+    for out, extra in (("full", []), ("frozen", ["frozen"])):
+        proc = run_cli("capture", "-o", str(tmp_path / out), "--emulate", "--", sys.executable, str(script), *extra)
+        assert proc.returncode == 0, proc.stderr
+    c = run_cli("compare", str(tmp_path / "full"), str(tmp_path / "frozen"), "--json")
+    changes = json.loads(c.stdout)["config_changes"]
+    assert {"engine": "training", "field": "trainable_parameters", "base": 4420, "new": 260} in changes
+    old = compare(side({"pipeline.imbalance_ratio": 1.0}, config={"device_iterations": 4}),
+                  side({"pipeline.imbalance_ratio": 1.0}, config={"device_iterations": 4, "trainable_parameters": 9}), [])
     assert old.config_changes == []
 
 

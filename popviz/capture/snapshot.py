@@ -239,9 +239,11 @@ def _params_of(params: Any) -> tuple[int, int]:
 def model_summary(model: Any) -> dict[str, Any]:
     """Parameter count and bytes, and the BeginBlock markers on the model's modules."""
     summary: dict[str, Any] = {"class": type(model).__name__, "parameters": None,
-                               "parameter_bytes": None, "begin_blocks": []}
+                               "parameter_bytes": None, "trainable_parameters": None, "begin_blocks": []}
     with contextlib.suppress(Exception):
         summary["parameters"], summary["parameter_bytes"] = _params_of(model.parameters())
+        # frozen parameters (requires_grad False) get no gradient, accumulator or optimizer state
+        summary["trainable_parameters"] = _params_of(p for p in model.parameters() if p.requires_grad)[0]
     with contextlib.suppress(Exception):
         for name, module in model.named_modules():
             hook = _begin_block_hook(module)

@@ -280,7 +280,7 @@ PER_CALL_METRICS = ("host_io.input_bytes_per_call", "host_io.output_bytes_per_ca
 micro-batch (and the same output mode) its change is marked moved, and the speed decides."""
 BATCHING_FIELDS = {"device_iterations", "gradient_accumulation", "replication_factor", "inputs"}
 
-OPTIONAL_FIELDS = ("inputs",)
+OPTIONAL_FIELDS = ("inputs", "trainable_parameters")
 """Configuration fields older baselines and histories lack: compared only when both sides have them."""
 
 

@@ -142,8 +142,17 @@ def configuration(engine: EngineResult) -> dict[str, Any]:
         "stages": [f"IPU{s.ipu}: {', '.join(s.blocks) or '-'}" for s in cfg.stages],
         "target": (f"{target.architecture} x{target.num_ipus}" if target else None),
         **({"inputs": inputs} if (inputs := _inputs(r)) else {}),
+        **({"trainable_parameters": n} if (n := _trainable(r)) is not None else {}),
         **({"layer_ipus": placement} if (placement := _layer_ipus(r)) else {}),
     }
+
+
+def _trainable(report: Any) -> int | None:
+    """Trainable parameters as the capture hooks counted them (``requires_grad``): freezing layers
+    explains fewer backward cycles and less optimizer state."""
+    model = report.cfg.options.get("model") if report.has("config") else None
+    n = model.get("trainable_parameters") if isinstance(model, dict) else None
+    return n if isinstance(n, int) and not isinstance(n, bool) and n >= 0 else None
 
 
 MAX_INPUTS_LISTED = 8
