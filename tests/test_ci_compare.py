@@ -749,6 +749,8 @@ def test_a_directory_holding_several_captures_is_not_one_side(tmp_path):
     shutil.copytree(sample, tmp_path / "runs" / "20261125-122911")
     (tmp_path / "runs" / "20261125-122911" / "popviz-run.json").write_text(
         json.dumps({**record, "started_at": "2026-11-25T12:29:11+00:00"}))
+    (tmp_path / "runs" / "popviz-run.json").write_text(  # the earlier capture (whenever the sample was made)
+        json.dumps({**record, "started_at": "2026-11-24T09:00:00+00:00"}))
     for args in (("compare", str(sample), "runs"), ("baseline", "save", "runs", "-o", "b.json"),
                  ("check", "runs", "--fail-on", "error")):
         assert_one_line_error(run_cli(*args, cwd=tmp_path), "runs holds 2 captured runs",
