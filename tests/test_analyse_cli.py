@@ -45,6 +45,9 @@ def test_sample_is_readable_at_80_and_200_columns(columns):
     headers = [line for line in lines if line.startswith(("IPU ", "stage "))]
     assert "IPU  used %  max tile %  tiles >90%  OOM tiles  always live %  top category" in headers
     assert not any(line.strip() in ("%", "live %") for line in lines)
+    # what each percentage is a share of (always live % of used, a reviewer read as of capacity)
+    assert "used = bytes including gaps, % of capacity; always live and top category: % of the IPU's used bytes" in (
+        " ".join(out.split()))
     # time-weighted: IPU3 (the bottleneck) works 85.7% of the time it is not copying; the
     # count bound G/(G+S-1) = 66.7% is not what the trace shows
     assert "ramp efficiency 85.7% time-weighted (S = 7; G = 18 reaches 90%)" in out

@@ -565,7 +565,8 @@ def _table(report: Report, o: Collector, rows: list[dict[str, Any]]) -> None:
     lines = []
     if t is not None:
         lines.append(f"capacity {mib(t.bytes_per_ipu):,.1f} MiB per IPU ({t.tiles_per_ipu:,} tiles × "
-                     f"{t.bytes_per_tile / 1024:,.1f} KiB); used = bytes including gaps")
+                     f"{t.bytes_per_tile / 1024:,.1f} KiB); used = bytes including gaps, % of capacity; "
+                     "always live and top category: % of the IPU's used bytes")
     if not tile:
         lines.append("per-IPU figures only" + (" (estimated)" if report.provenance.estimated else "")
                      + ": tile columns unknown")
