@@ -314,3 +314,22 @@ def test_one_rank_of_a_per_rank_capture_points_at_the_run(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr.splitlines()[-1] == ("next: popviz analyse out (every instance, with the cross-instance "
                                             "checks; out/instance-1 alone has none)")
+
+
+def test_an_instance_that_failed_before_any_engine_is_a_warning(tmp_path):
+    # one rank of a per-rank capture fails before compiling: analysed alone, the run looked whole
+    (tmp_path / "train.py").write_text(textwrap.dedent(RANKED))
+    (tmp_path / "crash.py").write_text(textwrap.dedent("""\
+        import os, runpy, sys
+        if os.environ["OMPI_COMM_WORLD_RANK"] == "1":
+            sys.exit("rank 1: cannot open the data set")
+        runpy.run_path("train.py", run_name="__main__")
+    """))
+    for rank in ("0", "1"):
+        run_cli("capture", "-o", "out", "--emulate", "--calls", "1", "--", PY, "crash.py", cwd=tmp_path,
+                env={"OMPI_COMM_WORLD_RANK": rank, "OMPI_COMM_WORLD_SIZE": "2", "OMP_NUM_THREADS": "1"})
+    warning = ("instance-1 exited with code 1 before any engine was captured, so the run's other instances are "
+               "analysed without it: see out/instance-1/capture.log")
+    assert popviz.load(tmp_path / "out").warnings == [warning.replace("out/", f"{tmp_path / 'out'}/")]
+    doc = json.loads(run_cli("analyse", "out", "--json", cwd=tmp_path).stdout)
+    assert doc["warnings"] == [warning]

@@ -24,7 +24,13 @@ from pathlib import Path
 from popviz.errors import ReportNotFoundError, UsageError, shown
 from popviz.model import Report, ReportSet
 from popviz.sources import attribution, bundle, infer, manifest, pva
-from popviz.sources.runrecord import RUN_FILE, manifest_warning, read_run_record, run_warnings
+from popviz.sources.runrecord import (
+    RUN_FILE,
+    failed_instance_warnings,
+    manifest_warning,
+    read_run_record,
+    run_warnings,
+)
 from popviz.sources.validate import check_report
 
 SKIP_DIRS = {"__pycache__", "node_modules"}
@@ -283,6 +289,8 @@ def load(path: str | os.PathLike[str], *, single_run: bool = False) -> ReportSet
     reports = [_mark_not_reached(e, r) for e, r in zip(engines, reports, strict=True)]
     root = Path(path)
     warnings = run_warnings(root) if root.is_dir() else []
+    if root.is_dir():
+        warnings += failed_instance_warnings(root, {r.instance.rsplit("/", 1)[-1] for r in reports if r.instance})
     for engine, report in zip(engines, reports, strict=True):
         for note in (manifest_warning(engine.path, report.label),
                      stale_profile_warning(root, engine, report.label)):

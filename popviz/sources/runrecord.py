@@ -121,6 +121,34 @@ def run_warnings(root: Path) -> list[str]:
             "incomplete"]
 
 
+def failed_instance_warnings(root: Path, instances_with_engines: set[str]) -> list[str]:
+    """A warning per ``instance-<rank>`` directory of ``root`` whose capture record says its
+    command failed (or never started) and that left no engine: the other instances are analysed
+    without it, and nothing else would say it is missing."""
+    import re
+
+    from popviz.errors import shown
+
+    out = []
+    try:
+        children = sorted((p for p in root.iterdir() if re.fullmatch(r"instance-\d+", p.name) and p.is_dir()),
+                          key=lambda p: int(p.name.split("-")[1]))
+    except OSError:
+        return []
+    for child in children:
+        if child.name in instances_with_engines:
+            continue
+        doc = _read(child / RUN_FILE)
+        if doc is None or doc.get("status") in ("running", "succeeded"):
+            continue
+        code = doc.get("exit_code")
+        how = (f"exited with code {code}" if isinstance(code, int) and code else
+               f"ended {doc.get('status')!s}" + (f" ({doc['signal']})" if doc.get("signal") else ""))
+        out.append(f"{child.name} {how} before any engine was captured, so the run's other instances are "
+                   f"analysed without it: see {shown(child / str(doc.get('log') or 'capture.log'))}")
+    return out
+
+
 def manifest_warning(engine_dir: Path, label: str) -> str | None:
     """A warning when an engine's ``popviz-model.json`` was left ``running`` by a process that is
     gone (its call counts and timings stop at its last update)."""
