@@ -16,7 +16,7 @@ from popviz import testing
 from popviz.analysis import analyse, instances
 from popviz.model import CallStats, HostIO, ReportSet
 
-from conftest import ROOT, run_cli
+from conftest import ROOT, assert_one_line_error, run_cli
 
 PY = sys.executable
 FAKE_ENV = {"PYTHONPATH": str(ROOT / "tests" / "fake_poptorch")}
@@ -333,3 +333,25 @@ def test_an_instance_that_failed_before_any_engine_is_a_warning(tmp_path):
     assert popviz.load(tmp_path / "out").warnings == [warning.replace("out/", f"{tmp_path / 'out'}/")]
     doc = json.loads(run_cli("analyse", "out", "--json", cwd=tmp_path).stdout)
     assert doc["warnings"] == [warning]
+
+
+def test_the_ranks_of_one_new_run_share_its_directory_and_compare_refuses_two_runs(tmp_path):
+    # capture --new-run per rank: rank 1 joins the directory rank 0 just made (it made a second
+    # run, "-2", when both started in one second); a directory holding that and an earlier
+    # per-rank run is two runs for compare
+    (tmp_path / "train.py").write_text(textwrap.dedent(RANKED))
+
+    def capture(*extra):
+        for rank in ("0", "1"):
+            proc = run_cli("capture", "-o", "out", *extra, "--emulate", "--calls", "1", "--", PY, "train.py",
+                           cwd=tmp_path, env={"OMPI_COMM_WORLD_RANK": rank, "OMPI_COMM_WORLD_SIZE": "2",
+                                              "OMP_NUM_THREADS": "1"})
+            assert proc.returncode == 0, proc.stderr
+
+    capture()
+    capture("--new-run")
+    [new] = [p for p in (tmp_path / "out").iterdir() if not p.name.startswith("instance-")]
+    assert sorted(p.name for p in new.iterdir()) == ["instance-0", "instance-1"]
+    assert_one_line_error(run_cli("compare", str(new), "out", cwd=tmp_path), "out holds 2 captured runs",
+                          f"the newest is out/{new.name}")
+    assert run_cli("compare", str(new), str(new), cwd=tmp_path).returncode == 0

@@ -68,10 +68,35 @@ def _check_target(path: Path, new_run: bool) -> None:
                          "--new-run to make a new timestamped run inside it, or -o a new directory")
 
 
-def _unique_child(parent: Path) -> Path:
+JOIN_SECONDS = 30
+"""A rank of a multi-instance run given a new run directory joins one another rank of the same
+launch made this recently (the ranks start within seconds of each other)."""
+
+
+def _joinable(candidate: Path, instance: str) -> bool:
+    """``candidate`` is a run directory another rank of this launch just made: it holds only
+    ``instance-<rank>`` directories, not this one, and was touched in the last ``JOIN_SECONDS``."""
+    import re
+    import time
+
+    try:
+        names = [c.name for c in candidate.iterdir()]
+        fresh = time.time() - candidate.stat().st_mtime < JOIN_SECONDS
+    except OSError:
+        return False
+    return fresh and instance not in names and all(re.fullmatch(r"instance-\d+", n) for n in names)
+
+
+def _unique_child(parent: Path, instance: str | None = None) -> Path:
     """Create and return ``parent/<timestamp>`` (``-2``, ``-3``... when taken): mkdir is atomic,
-    so two captures started at once never get the same directory."""
+    so two captures started at once never get the same directory. A rank of a multi-instance run
+    (``instance``) joins the directory another rank of the same launch has just made instead, so
+    that the ranks' instances form one run."""
     parent.mkdir(parents=True, exist_ok=True)
+    if instance:
+        recent = [c for c in parent.iterdir() if c.is_dir() and _joinable(c, instance)]
+        if recent:
+            return max(recent, key=lambda c: c.stat().st_mtime)
     stamp = timestamp()
     for n in range(1, 1000):
         candidate = parent / (stamp if n == 1 else f"{stamp}-{n}")
@@ -79,6 +104,8 @@ def _unique_child(parent: Path) -> Path:
             candidate.mkdir()
             return candidate
         except FileExistsError:
+            if instance and _joinable(candidate, instance):
+                return candidate
             continue
     raise UsageError(f"{shown(parent)}: cannot create a new run directory (1000 runs this second?)")
 
@@ -107,7 +134,7 @@ def claim_dir(planned: Path, output: str | None, new_run: bool, instance: str | 
 
     Returns the directory; raises UsageError when another capture took it meanwhile."""
     if output is None or new_run:
-        root = _unique_child(planned)
+        root = _unique_child(planned, instance)
     else:
         root = planned
         root.mkdir(parents=True, exist_ok=True)

@@ -241,9 +241,20 @@ def _capture_run(root: Path, engine: EngineDir) -> Path | None:
             record = read_run_record(here / RUN_FILE)
             if record is not None and record.get("instance") is None:
                 return here
+            if record is not None and record.get("instance") == here.name and here != root:
+                return here.parent  # one rank of a per-rank capture: the run is its instances' parent
         if here == root:
             return None
     return None
+
+
+def _started(run: Path) -> str:
+    """When a capture run started (its record's, or its earliest rank's for a per-rank capture)."""
+    record = read_run_record(run / RUN_FILE)
+    if record is not None:
+        return str(record.get("started_at", ""))
+    ranks = [read_run_record(p / RUN_FILE) or {} for p in run.glob("instance-*")]
+    return min((str(r.get("started_at", "")) for r in ranks), default="")
 
 
 def one_run(root: Path, engines: list[EngineDir], single: bool) -> Path:
@@ -253,8 +264,7 @@ def one_run(root: Path, engines: list[EngineDir], single: bool) -> Path:
     captures (``--new-run`` makes a timestamped run inside an earlier one; ``popviz-runs/`` holds
     one per capture) is refused, naming the newest: their engines would be gated as one run."""
     runs = {_capture_run(root, e) for e in engines}
-    captured = sorted((r for r in runs if r is not None),
-                      key=lambda r: (str((read_run_record(r / RUN_FILE) or {}).get("started_at", "")), r.name))
+    captured = sorted((r for r in runs if r is not None), key=lambda r: (_started(r), r.name))
     if single and len(captured) > 1:
         listed = ", ".join(shown(r) for r in captured[:3]) + (f" and {len(captured) - 3} more" if len(captured) > 3 else "")
         raise UsageError(f"{shown(root)} holds {len(captured)} captured runs ({listed}); pass one of them "
