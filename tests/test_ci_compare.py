@@ -795,18 +795,16 @@ def test_frozen_parameters_are_part_of_the_configuration(tmp_path):
     script = tmp_path / "ft.py"
     script.write_text(textwrap.dedent("""\
         import sys, torch, poptorch
-        net = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4))
-        if len(sys.argv) > 1:
-            net[0].requires_grad_(False)
-        class WithLoss(torch.nn.Module):
+        class Net(torch.nn.Module):
             def __init__(self):
                 super().__init__()
-                self.net = net
+                self.a, self.b = torch.nn.Linear(64, 64), torch.nn.Linear(64, 4)
             def forward(self, x, y):
-                out = self.net(x)
+                out = self.b(torch.relu(self.a(x)))
                 return out, torch.nn.functional.cross_entropy(out, y)
-        m = poptorch.trainingModel(WithLoss(), poptorch.Options(),
-                                   optimizer=torch.optim.SGD(net.parameters(), lr=0.1))
+        net = Net()
+        net.a.requires_grad_(len(sys.argv) == 1)  # "frozen": the first layer's weights are frozen
+        m = poptorch.trainingModel(net, poptorch.Options(), optimizer=torch.optim.SGD(net.parameters(), lr=0.1))
         m(torch.randn(8, 64), torch.randint(0, 4, (8,)))
     """))
     for out, extra in (("full", []), ("frozen", ["frozen"])):
