@@ -56,7 +56,7 @@ BERT_PLANNED = "1,4,4,3"
 SAMPLES: tuple[Sample, ...] = (
     Sample("mnist_pipeline", "examples/mnist_pipeline.py", ("--steps", "3"),
            about="Graphcore's pipelined MNIST tutorial: four blocks on four IPUs",
-           findings=("HIO001", "HIO002", "HIO003", "PIPE003")),
+           findings=("HIO001", "HIO002", "HIO003")),
     Sample("cnn_replicated", "examples/cnn_replicated.py", ("--steps", "2"),
            about="a CNN data-parallel over 4 replicas; inference returns every micro-batch (OutputMode.All)",
            findings=("HIO001", "HIO003")),

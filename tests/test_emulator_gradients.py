@@ -112,3 +112,38 @@ def test_a_frozen_stage_recomputes_and_stashes_nothing(checkpoint):
     # reads the frozen stage's output, so it grows its weight's gradient alone
     assert head.recompute_cycles == 0 and head.backward_cycles > head.forward_cycles
     assert head.saved_bytes == 4 * (8 * W * 4)  # 4 activations of one micro-batch (8 rows, float32)
+
+
+class NoGradRegion(torch.nn.Module):
+    """A product run under torch.no_grad() inside a training forward (a reentrant
+    torch.utils.checkpoint runs its function so): whether PopART grows its gradients is not what
+    torch's grad mode says, so it keeps its whole backward."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.first = torch.nn.Linear(W, W)
+        self.last = torch.nn.Linear(W, W)
+
+    def forward(self, x, target):
+        h = self.first(x * 0.5)
+        with torch.no_grad():
+            y = self.last(torch.relu(h))  # relu's output needs no gradient as torch sees it
+        return y, torch.nn.functional.mse_loss(y + h, target)
+
+
+def test_operations_under_no_grad_keep_their_whole_backward(monkeypatch):
+    seen = []
+    real = costmodel.estimate
+    monkeypatch.setattr(costmodel, "estimate", lambda m, setup: seen.append((m, setup)) or real(m, setup))
+    model = NoGradRegion()
+    ex = poptorch.trainingModel(model, poptorch.Options(), optimizer=poptorch.optim.SGD(model.parameters(), lr=0.1))
+    x = torch.randn(32, W, generator=torch.Generator().manual_seed(0))
+    ex.compile(x, x.clone())
+    (m, setup), = seen
+    table = costmodel.op_table(m, setup)
+    rows = [(o.name, f, b) for o, f, b in zip(m.ops, table.forward, table.backward, strict=True)]
+    assert [name for name, _, _ in rows][:4] == ["mul", "addmm", "relu", "addmm"]
+    (_, _, mul_b), (_, f1, b1), _, (_, f2, b2) = rows[:4]
+    factor = hw.BACKWARD_FACTORS["matmul"]
+    assert mul_b == 0 and b1 == f1 * factor / 2  # on the input: known with grad mode on
+    assert b2 == f2 * factor  # under no_grad: not known, so both gradients as before

@@ -382,10 +382,12 @@ def test_stages_tied_for_slowest_are_all_the_bottleneck_and_a_balanced_pipeline_
     assert not plot.stage_cycles(balanced)["bottleneck"].any()
     labels = [t.get_text() for t in plot.stages(balanced).axes[0].texts]
     assert not any("bottleneck" in t for t in labels)
-    mnist = popviz.load(SAMPLES / "mnist_pipeline")["training"]  # stages 0 and 1: 141,444 cycles each
-    assert plot.stage_cycles(mnist)["bottleneck"].tolist() == [True, True, False, False]
+    # stage 1 (141,444 cycles) above stage 2 (140,166); stage 0 (107,087) computes no gradient of the
+    # images its first convolution reads
+    mnist = popviz.load(SAMPLES / "mnist_pipeline")["training"]
+    assert plot.stage_cycles(mnist)["bottleneck"].tolist() == [False, True, False, False]
     ticks = [t.get_text() for t in plot.timeline(mnist).axes[0].get_yticklabels()]
-    assert ticks == ["IPU0  bottleneck", "IPU1  bottleneck", "IPU2", "IPU3"]
+    assert ticks == ["IPU0", "IPU1  bottleneck", "IPU2", "IPU3"]
 
 
 def test_an_out_of_memory_compile_has_no_stage_cycles_and_the_table_says_why():

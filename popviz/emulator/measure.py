@@ -119,7 +119,11 @@ class Recorder:
         inputs = _tensors((args, kwargs))
         outputs = _tensors(out)
         in_bytes = weight_bytes = 0
-        activation_grad = weight_grad = False
+        # which inputs need gradients, as autograd sees them; under torch.no_grad() (a reentrant
+        # torch.utils.checkpoint runs so) that says nothing of what PopART differentiates: unknown,
+        # so the operation keeps its whole backward
+        known = torch.is_grad_enabled()
+        activation_grad = weight_grad = not known
         for t in inputs:
             nbytes = _nbytes(t)
             in_bytes += nbytes
