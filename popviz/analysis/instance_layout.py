@@ -5,13 +5,8 @@ groups by and what other analyses and views ask of one report.
 
 from __future__ import annotations
 
-import re
-
 from popviz.model import Report
-
-INSTANCE_DIR = re.compile(r"instance-\d+")
-"""How the instances of one PopRun/PopDist run are laid out: ``DIR/instance-<rank>/<engine>``
-(what ``popviz capture`` creates for each rank it finds in the OpenMPI/PMI variables)."""
+from popviz.model.names import INSTANCE_DIR
 
 
 def is_instance(report: Report) -> bool:

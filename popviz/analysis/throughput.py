@@ -170,9 +170,11 @@ def analyse(report: Report) -> AnalysisOutput:
     label = "estimated by the emulator's cost model: " if t.estimated else ""
     from popviz.analysis.instance_layout import is_instance, num_instances
 
-    n_inst = num_instances(report) if is_instance(report) else None
-    scope = ("for this PopRun instance" + (f" (one of {n_inst}: the instances analysis adds up the run)"
-                                             if n_inst else "")) if is_instance(report) else "for the whole system"
+    scope = "for the whole system"
+    if is_instance(report):
+        n_inst = num_instances(report)
+        scope = "for this PopRun instance" + (f" (one of {n_inst}: the instances analysis adds up the run)"
+                                              if n_inst else "")
     caption = (f"{label}{t.samples_per_second:,.1f} samples/s {scope}"
                + (f" ({t.replicas} replicas × {t.samples_per_second_per_replica:,.1f})" if t.replicas > 1 else "")
                + f" · one call: {t.samples_per_call:,} samples (micro-batch {t.micro_batch_size} × "

@@ -76,15 +76,16 @@ launch made this recently (the ranks start within seconds of each other)."""
 def _joinable(candidate: Path, instance: str) -> bool:
     """``candidate`` is a run directory another rank of this launch just made: it holds only
     ``instance-<rank>`` directories, not this one, and was touched in the last ``JOIN_SECONDS``."""
-    import re
     import time
+
+    from popviz.model.names import INSTANCE_DIR
 
     try:
         names = [c.name for c in candidate.iterdir()]
         fresh = time.time() - candidate.stat().st_mtime < JOIN_SECONDS
     except OSError:
         return False
-    return fresh and instance not in names and all(re.fullmatch(r"instance-\d+", n) for n in names)
+    return fresh and instance not in names and all(INSTANCE_DIR.fullmatch(n) for n in names)
 
 
 def _unique_child(parent: Path, instance: str | None = None) -> Path:

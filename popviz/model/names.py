@@ -16,6 +16,10 @@ exported to a bundle), popviz's emulator cost model, a bundle written directly b
 (``popviz.testing`` builders, a user's own converter), or only the capture hooks'
 ``popviz-model.json`` (configuration and host I/O, no profile)."""
 
+INSTANCE_DIR = re.compile(r"instance-\d+")
+"""How the instances of one PopRun/PopDist run are laid out: ``DIR/instance-<rank>/<engine>``
+(what ``popviz capture`` creates for each rank it finds in the OpenMPI/PMI variables)."""
+
 OUTPUT_MODES = ("All", "EveryN", "Final", "Sum", "Default")
 EXECUTION_STRATEGIES = (
     "PipelinedExecution",

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from popviz.errors import ReportNotFoundError, UsageError, shown
 from popviz.model import Report, ReportSet
+from popviz.model.names import INSTANCE_DIR
 from popviz.sources import attribution, bundle, infer, manifest, pva
 from popviz.sources.runrecord import (
     RUN_FILE,
@@ -253,7 +254,7 @@ def _started(run: Path) -> str:
     record = read_run_record(run / RUN_FILE)
     if record is not None:
         return str(record.get("started_at", ""))
-    ranks = [read_run_record(p / RUN_FILE) or {} for p in run.glob("instance-*")]
+    ranks = [read_run_record(p / RUN_FILE) or {} for p in run.iterdir() if INSTANCE_DIR.fullmatch(p.name)]
     return min((str(r.get("started_at", "")) for r in ranks), default="")
 
 

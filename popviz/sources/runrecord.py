@@ -125,13 +125,12 @@ def failed_instance_warnings(root: Path, instances_with_engines: set[str]) -> li
     """A warning per ``instance-<rank>`` directory of ``root`` whose capture record says its
     command failed (or never started) and that left no engine: the other instances are analysed
     without it, and nothing else would say it is missing."""
-    import re
-
     from popviz.errors import shown
+    from popviz.model.names import INSTANCE_DIR
 
     out = []
     try:
-        children = sorted((p for p in root.iterdir() if re.fullmatch(r"instance-\d+", p.name) and p.is_dir()),
+        children = sorted((p for p in root.iterdir() if INSTANCE_DIR.fullmatch(p.name) and p.is_dir()),
                           key=lambda p: int(p.name.split("-")[1]))
     except OSError:
         return []
