@@ -22,7 +22,8 @@ transfers are ``StreamCopyBegin`` (waiting for the host), ``StreamCopyMid`` (the
 them one after another, up to the prefetch depth ahead of the IPU): inputs on the first stage's
 IPU for every micro-batch, outputs on the last stage's IPU for every micro-batch the output mode
 returns (All: all; EveryN: those of every N-th device iteration; Final/Sum: one copy at the end
-of the call).
+of the call); tensors anchored with ``opts.anchorTensor`` likewise, each by its own mode, from the
+IPU holding it.
 """
 
 from __future__ import annotations
@@ -76,6 +77,20 @@ class SchedulePlan:
     prefetch_depth: int = 1
     """Inputs the host may prepare before the IPU has taken the previous ones: it starts
     preparing input k when input k - depth has been copied (0: when the IPU asks for it)."""
+    anchor_transfers: Sequence[AnchorTransfer] = ()
+    """Tensors returned with ``opts.anchorTensor``, each copied as its own output mode says."""
+
+
+@dataclass(frozen=True)
+class AnchorTransfer:
+    """One anchored tensor's copy to the host, from the IPU holding it: after every micro-batch
+    (All), every ``return_period``-th iteration (EveryN), or once at the end of the call (Final,
+    Sum)."""
+
+    ipu: int
+    output_mode: str
+    transfer: HostTransfer
+    return_period: int = 1
 
 
 class _Timeline:
@@ -132,12 +147,12 @@ class _HostInputs:
         return self.free
 
 
-def _returned(plan: SchedulePlan, iteration: int, micro: int) -> bool:
-    """Whether the output of this micro-batch is copied to the host right after it is made."""
-    if plan.output_mode == "All":
+def _returned(mode: str, period: int, iteration: int) -> bool:
+    """Whether an output (or anchor) of this micro-batch is copied to the host right after it is made."""
+    if mode == "All":
         return True
-    if plan.output_mode == "EveryN":
-        return (iteration + 1) % plan.output_return_period == 0
+    if mode == "EveryN":
+        return (iteration + 1) % period == 0
     return False
 
 
@@ -173,6 +188,14 @@ def simulate(plan: SchedulePlan) -> pd.DataFrame:
     def output_copy(name: str) -> None:
         tl.host(name, last_ipu, plan.output_transfer)
 
+    def returned_copies(iteration: int) -> None:
+        """The outputs and anchors a micro-batch of this device iteration returns."""
+        if _returned(plan.output_mode, plan.output_return_period, iteration):
+            output_copy("output")
+        for a in plan.anchor_transfers:
+            if _returned(a.output_mode, a.return_period, iteration):
+                tl.host("anchor", a.ipu, a.transfer)
+
     def weight_update() -> None:
         if training:
             tl.run("weightUpdate", "OnTileExecute",
@@ -201,22 +224,19 @@ def simulate(plan: SchedulePlan) -> pd.DataFrame:
                            {stages[stage].ipu: stages[stage].backward_cycles})
                 last = [m for s, m in fwd if s == n - 1]
                 if last:
-                    dev_it = it if training else last[0]
-                    if _returned(plan, dev_it, last[0]):
-                        output_copy("output")
+                    returned_copies(it if training else last[0])
                 exchange([s for s, _ in fwd if s < n - 1] + [s - 1 for s, _ in bwd if s > 0])
             weight_update()
     else:
         iterations = plan.device_iterations
         for it in range(iterations):
-            for m in range(g):
+            for _m in range(g):
                 input_copy()
                 for s, st in enumerate(stages):
                     tl.run(f"stage{s}/forward", "OnTileExecute", {st.ipu: st.forward_cycles})
                     if s < n - 1:
                         exchange([s])
-                if _returned(plan, it, m):
-                    output_copy("output")
+                returned_copies(it)
                 if training:
                     for s in reversed(range(n)):
                         tl.run(f"stage{s}/backward", "OnTileExecute",
@@ -225,8 +245,12 @@ def simulate(plan: SchedulePlan) -> pd.DataFrame:
                             exchange([s - 1])
                 tl.sync(plan.sync_cycles)
             weight_update()
-    if plan.output_mode in ("Final", "Sum"):
-        output_copy("output")
+    final = [a for a in plan.anchor_transfers if a.output_mode in ("Final", "Sum")]
+    if plan.output_mode in ("Final", "Sum") or final:
+        if plan.output_mode in ("Final", "Sum"):
+            output_copy("output")
+        for a in final:
+            tl.host("anchor", a.ipu, a.transfer)
         tl.sync(plan.sync_cycles)
 
     frame = pd.DataFrame(tl.rows, columns=["step", "program", "program_type", "ipu", "cycles",

@@ -43,7 +43,7 @@ def empty_metrics() -> dict[str, Any]:
         "input_bytes_per_call": None, "alternatives": None,
         "stream_copy_frac": None, "host_wait_frac": None, "transfer_frac": None, "stream_copy_ipu": None,
         "ipus": [], "call_device_seconds": None, "recommended_device_iterations": None,
-        "anchored_tensors": None, "inferred": [],
+        "anchored_tensors": None, "anchored_bytes_per_call": None, "inferred": [],
     }
 
 
@@ -165,6 +165,8 @@ def _outputs(report: Report, o: Collector) -> str | None:
             line += f"; Final/Sum: {nbytes(final)}"
     if in_bytes is not None:
         line += f" · inputs {nbytes(d * g * r * in_bytes)} per call"
+    if m.get("anchored_bytes_per_call"):
+        line += f" · anchored tensors {nbytes(m['anchored_bytes_per_call'])} per call"
     return line
 
 
@@ -176,7 +178,9 @@ def _anchored(report: Report, o: Collector, mode: str, d: int, g: int, r: int) -
     anchors = recorded_option_dict(report, "anchored_tensors")
     if not anchors:
         return
-    sizes = {t.name: t.bytes for t in report.host_io.outputs} if report.host_io is not None else {}
+    host = report.host_io
+    # one whole copy each (older bundles: an output of the same name)
+    sizes = {t.name: t.bytes for t in (host.outputs + host.anchors)} if host is not None else {}
     rows = []
     for short, spec in sorted(anchors.items()):
         if not isinstance(spec, list) or len(spec) < 4:
@@ -191,9 +195,14 @@ def _anchored(report: Report, o: Collector, mode: str, d: int, g: int, r: int) -
         rows.append({"name": short, "output_mode": amode, "return_period": p if amode == "EveryN" else None,
                      "copies_per_call": copies, "bytes_per_call": copies * size if size is not None else None})
     o.out.metrics["anchored_tensors"] = rows
-    if any(row["bytes_per_call"] is None for row in rows):
-        o.skip("anchored tensor bytes", "the sizes of tensors anchored with opts.anchorTensor are not "
-               "recorded; their copies per call are in anchored_tensors")
+    unsized = [row["name"] for row in rows if row["bytes_per_call"] is None]
+    o.out.metrics["anchored_bytes_per_call"] = sum(row["bytes_per_call"] or 0 for row in rows) if rows else None
+    if unsized:
+        o.skip("anchored tensor bytes", f"the size of {len(unsized)} of {len(rows)} tensors anchored with "
+               f"opts.anchorTensor is not recorded ({', '.join(unsized[:3])}{', …' if len(unsized) > 3 else ''}): "
+               "not counted in anchored_bytes_per_call; their copies per call are in anchored_tensors"
+               + (" (the emulator sizes parameters and their gradients only)" if report.provenance.estimated
+                  else ""))
 
 
 def recorded_option_dict(report: Report, key: str) -> dict | None:
@@ -413,16 +422,22 @@ def _copy_finding(report: Report, o: Collector, worst: dict[str, Any], mode: str
     else:
         title = f"Host transfers take {pct(c)} of IPU{k}'s cycles"
         m = o.out.metrics
-        in_b, out_b = m.get("input_bytes_per_call"), m.get("output_bytes_per_call")
+        in_b, outs_b = m.get("input_bytes_per_call"), m.get("output_bytes_per_call")
+        anchored = m.get("anchored_bytes_per_call") or 0  # opts.anchorTensor's copies leave the IPU too
+        out_b = (outs_b or 0) + anchored if anchored else outs_b
         moved = (in_b or 0) + (out_b or 0)
         # Shrink a direction only if it moves a real share of the bytes (unknown sizes: offer both).
-        out_matters = out_b is None or not moved or out_b >= HOST_LEVER_MIN_SHARE_FRAC * moved
-        in_matters = in_b is None or not moved or in_b >= HOST_LEVER_MIN_SHARE_FRAC * moved
+        def matters(b: int | None) -> bool:
+            return b is None or not moved or b >= HOST_LEVER_MIN_SHARE_FRAC * moved
+
+        out_matters, in_matters = matters(outs_b), matters(in_b)
         output_levers = []
         if out_matters and mode in ("All", "EveryN"):
             output_levers.append("return fewer outputs (opts.outputMode(poptorch.OutputMode.Final) or Sum"
                                  + (", if the host does not need every prediction" if report.cfg.mode == "inference"
                                     else "") + ")")
+        if anchored and matters(anchored):
+            output_levers.append(_anchor_lever(m))
         if out_matters:
             output_levers.append("return outputs in float16")
         input_levers = _fewer_input_bytes(report) if in_matters else []
@@ -431,12 +446,27 @@ def _copy_finding(report: Report, o: Collector, worst: dict[str, Any], mode: str
         levers = (output_levers + input_levers if (out_b or 0) > (in_b or 0) else input_levers + output_levers)
         share = ""
         if in_b is not None and out_b is not None and moved:
-            share = (f" (per call {nbytes(in_b)} in, {nbytes(out_b)} out: the "
+            of_it = f", {nbytes(anchored)} of it anchored tensors" if anchored else ""
+            share = (f" (per call {nbytes(in_b)} in, {nbytes(out_b)} out{of_it}: the "
                      f"{'outputs' if out_b > in_b else 'inputs'} are {pct(max(in_b, out_b) / moved)} of the bytes)")
         rec = (f"The transfers themselves take the time{share}: move fewer bytes — "
                + (", ".join(levers[:-1]) + ", or " + levers[-1] if len(levers) > 1 else levers[0]) + "."
-               + (_dominant_output(report) if (out_b or 0) > (in_b or 0) else ""))
+               + (_dominant_output(report) if out_matters and (outs_b or 0) > (in_b or 0) else ""))
     o.find("HIO001", "warning", title, evidence, rec)
+
+
+def _anchor_lever(m: dict[str, Any]) -> str:
+    """HIO001's lever for anchored tensors moving a real share of the bytes: the largest ones,
+    anchored less often or not at all."""
+    rows = sorted((r for r in m["anchored_tensors"] or () if r["bytes_per_call"]),
+                  key=lambda r: -r["bytes_per_call"])
+    names = ", ".join(f"{r['name']} ({nbytes(r['bytes_per_call'])} in {r['copies_per_call']:,} "
+                      f"cop{'y' if r['copies_per_call'] == 1 else 'ies'})" for r in rows[:3])
+    often = any(r["output_mode"] in ("All", "EveryN") and r["copies_per_call"] > (m.get("replication_factor") or 1)
+                for r in rows)
+    return (f"anchor fewer tensors with opts.anchorTensor ({names}{', …' if len(rows) > 3 else ''} per call)"
+            + (", or anchor them with poptorch.OutputMode.Final or EveryN(N) (its fourth argument a "
+               "larger period)" if often else ""))
 
 
 def _device_iterations(report: Report, o: Collector, seconds: float) -> None:

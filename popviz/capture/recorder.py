@@ -182,7 +182,7 @@ class Recorder:
         if self.calls <= SAMPLE_FIRST_CALLS or now >= sample_at:
             self.last_sample = now
             self.sampled_calls += 1
-            self._sample_shapes(args, kwargs, output)
+            self._sample_shapes(args, kwargs, output, executor)
             self._sample_poptorch(executor)
             sample_at = now + SAMPLE_INTERVAL_SECONDS
         if self.calls == 1 or now >= self.last_write + REFRESH_SECONDS:
@@ -202,7 +202,23 @@ class Recorder:
             self.counted += n
             del times[:n]
 
-    def _sample_shapes(self, args: tuple, kwargs: dict, output: Any) -> None:
+    def _anchors(self, executor: Any) -> list[dict[str, Any]]:
+        """The tensors anchored with ``opts.anchorTensor``, as the last call returned them
+        (``getAnchoredTensor``); none when PopTorch cannot give one (then the analysis says
+        their size is not recorded)."""
+        names = (self.opts.get("other") or {}).get("anchored_tensors")
+        fn = getattr(type(executor), "getAnchoredTensor", None)
+        out: list[dict[str, Any]] = []
+        if not isinstance(names, dict) or fn is None:
+            return out
+        for short in names:
+            try:
+                out += describe(fn(executor, short), str(short))
+            except Exception:
+                continue
+        return out
+
+    def _sample_shapes(self, args: tuple, kwargs: dict, output: Any, executor: Any = None) -> None:
         key_parts: list = []
         _shape_key(args, key_parts)
         if kwargs:
@@ -216,6 +232,9 @@ class Recorder:
         elif len(self.signatures) < MAX_SIGNATURES:
             self.signatures[key] = {"sampled_calls": 1, "inputs": self._describe_inputs(args, kwargs),
                                     "outputs": describe(output, "output")}
+            anchors = self._anchors(executor) if executor is not None else []
+            if anchors:
+                self.signatures[key]["anchors"] = anchors
         else:
             self.other_sampled_calls += 1
 

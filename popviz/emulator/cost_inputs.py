@@ -108,6 +108,20 @@ class Measurement:
 # ------------------------------------------------------------------------------ engine setup
 
 
+@dataclass(frozen=True)
+class AnchoredTensor:
+    """A tensor returned with ``opts.anchorTensor(short, long, output_mode, period)`` that the
+    emulator can size: a parameter, or its gradient (``Gradient___<name>``)."""
+
+    tensor: HostTensor
+    """Named by its short name, direction ``anchor``: one whole copy."""
+    parameter: str
+    output_mode: str
+    """Its own effective mode (the engine's when it was anchored without one): All, EveryN, Final
+    or Sum."""
+    return_period: int = 1
+
+
 @dataclass
 class EngineSetup:
     """What the executor was configured to do, in the cost model's terms."""
@@ -138,6 +152,7 @@ class EngineSetup:
     auto_round_num_ipus: bool = False
     inputs: Sequence[HostTensor] = ()
     outputs: Sequence[HostTensor] = ()
+    anchors: Sequence[AnchoredTensor] = ()
     options: Mapping[str, Any] = field(default_factory=dict)
     spec: hw.IpuSpec = field(default_factory=hw.spec)
     host: hw.HostLink = field(default_factory=hw.host_link)

@@ -23,8 +23,8 @@ from typing import Any
 
 from popviz._version import __version__
 from popviz.emulator import hardware as hw
-from popviz.emulator import known_errors, recompute, report_notes
-from popviz.emulator.cost_inputs import EngineSetup, Measurement, OpCost, ParamInfo, Segment
+from popviz.emulator import host_transfers, known_errors, recompute, report_notes
+from popviz.emulator.cost_inputs import AnchoredTensor, EngineSetup, Measurement, OpCost, ParamInfo, Segment
 from popviz.model import (
     ExecutionTable,
     HostIO,
@@ -420,27 +420,6 @@ def allreduce_bytes_per_cycle(spec: hw.IpuSpec) -> float:
     return spec.per_cycle(spec.ipu_link_bytes_per_second) * hw.ALLREDUCE_EFFICIENCY
 
 
-def _transfer(nbytes: int, setup: EngineSetup, ipus_per_replica: int, prepare: bool = False):
-    """One micro-batch's host transfer on one replica: the host links of the IPU-M2000s the run
-    uses (one per ``IPUS_PER_HOST_LINK`` IPUs, all processes' replicas together) are shared by
-    its replicas. With ``prepare`` (inputs), the host process's callback threads hand all its
-    local replicas' micro-batch to Poplar first (``HostLink.process_bytes_per_second``)."""
-    from popviz.schedule import HostTransfer
-
-    clock = setup.spec.clock_hz
-    r = setup.replication_factor
-    system = setup.system_replicas
-    links = max(1, math.ceil(ipus_per_replica * system / hw.IPUS_PER_HOST_LINK))
-    per_replica = setup.host.bytes_per_second * min(links, system) / system
-    prepare_cycles = 0
-    if prepare:
-        threads = max(1, min(setup.callback_threads, r))
-        prepare_cycles = int(round(nbytes * r / (setup.host.process_bytes_per_second * threads) * clock))
-    return HostTransfer(wait_cycles=int(round(setup.host.latency_seconds * clock)),
-                        transfer_cycles=int(round(nbytes / per_replica * clock)),
-                        prepare_cycles=prepare_cycles)
-
-
 def schedule_plan(stages: Sequence[StageEstimate], m: Measurement, setup: EngineSetup, ipus: Sequence[int]):
     from popviz.schedule import SchedulePlan, StageWork
 
@@ -461,11 +440,12 @@ def schedule_plan(stages: Sequence[StageEstimate], m: Measurement, setup: Engine
         gradient_accumulation=setup.gradient_accumulation if setup.training else 1,
         device_iterations=setup.device_iterations, output_mode=setup.effective_output_mode,
         output_return_period=setup.output_return_period, copy_cycles=copies,
-        input_transfer=None if synthetic or not setup.inputs else _transfer(in_bytes, setup, len(ipus), prepare=True),
+        input_transfer=None if synthetic or not setup.inputs else host_transfers.transfer(in_bytes, setup, len(ipus), prepare=True),
         prefetch_depth=setup.prefetch_depth,
-        output_transfer=None if synthetic or not setup.outputs else _transfer(out_bytes, setup, len(ipus)),
+        output_transfer=None if synthetic or not setup.outputs else host_transfers.transfer(out_bytes, setup, len(ipus)),
         weight_update_cycles=weight_update_cycles(stages, setup, ipus),
         sync_cycles=hw.SYNC_CYCLES,
+        anchor_transfers=[] if synthetic else host_transfers.anchor_transfers(m, setup, ipus),
     )
 
 
@@ -567,7 +547,8 @@ def build_report(est: Estimate, setup: EngineSetup, *, versions: Mapping[str, st
         memory=est.memory,
         execution=ExecutionTable(est.steps, runs),
         config=config,
-        host_io=HostIO(tensors=tuple(setup.inputs) + tuple(setup.outputs), calls=setup.calls),
+        host_io=HostIO(tensors=tuple(setup.inputs) + tuple(setup.outputs) + tuple(a.tensor for a in setup.anchors),
+                       calls=setup.calls),
         layers=est.layers,
     )
 
@@ -585,5 +566,5 @@ def summary(est: Estimate) -> dict[str, Any]:
     }
 
 
-__all__ = ["MEMORY_CATEGORIES", "EngineSetup", "Estimate", "Measurement", "OpCost", "ParamInfo", "Segment",
+__all__ = ["MEMORY_CATEGORIES", "AnchoredTensor", "EngineSetup", "Estimate", "Measurement", "OpCost", "ParamInfo", "Segment",
            "build_report", "estimate", "op_cycles", "stage_estimates", "summary"]

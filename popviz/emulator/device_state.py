@@ -67,17 +67,24 @@ class DeviceState:
             for name in names:
                 device[name] = host[name].detach().clone()
 
-    def _update_anchors(self) -> None:
+    def _anchored_parameters(self) -> list[tuple[str, str, torch.nn.Parameter, bool]]:
+        """``opts.anchorTensor`` entries the emulator can serve: (short name, parameter name,
+        parameter, whether its gradient is anchored): a parameter by its name, or its gradient
+        as ``Gradient___<name>`` (other PopART tensors have no counterpart on the CPU)."""
         anchors = self._options.anchored_tensors
         if not anchors:
-            return
+            return []
         params = dict(self._user_model.named_parameters())
+        out = []
         for short, (long_name, *_rest) in anchors.items():
             name = long_name.split("Gradient___", 1)[-1]
-            param = params.get(name)
-            if param is None:
-                continue
-            value = param.grad if long_name.startswith("Gradient___") else param
+            if name in params:
+                out.append((short, name, params[name], long_name.startswith("Gradient___")))
+        return out
+
+    def _update_anchors(self) -> None:
+        for short, _name, param, gradient in self._anchored_parameters():
+            value = param.grad if gradient else param
             if value is not None:
                 self._anchor_memory[short] = value.detach().clone()
 
@@ -232,6 +239,11 @@ class DeviceState:
         return names
 
     def getAnchoredTensor(self, short_name: str) -> torch.Tensor:
+        anchored = self._options.anchored_tensors.get(short_name)
+        if short_name not in self._anchor_memory and anchored is not None:
+            raise Error(f"popviz emulator: {short_name!r} anchors {anchored[0]!r}, which the emulator cannot "
+                        "serve: on the CPU it keeps parameters and their gradients (Gradient___<name>) only, "
+                        "not PopART's intermediate tensors (docs/emulator.md)")
         assert short_name in self._anchor_memory, "No tensor with name " + short_name + " found."
         return self._anchor_memory[short_name]
 

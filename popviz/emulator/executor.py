@@ -350,7 +350,8 @@ class PoplarExecutor(Batching, DeviceState):
         locations = o.TensorLocations
         slots, accum_bytes = [], None
         recorded = o.toDict()
-        recorded.pop("anchored_tensors", None)
+        if not recorded.get("anchored_tensors"):
+            recorded.pop("anchored_tensors", None)
         if self._training and self._optimizer is not None:
             slots = _optim.state_slots(self._optimizer)
             accum_type = getattr(self._optimizer, "accum_type", None)
@@ -381,12 +382,28 @@ class PoplarExecutor(Batching, DeviceState):
             accumulator_on_chip=locations.on_chip("accumulator"),
             available_memory_proportion=dict(o.available_memory_proportion),
             synthetic_data=o.synthetic_data, auto_round_num_ipus=o.auto_round_num_ipus or split_rounds,
-            inputs=inputs, outputs=outs, options=recorded, spec=spec, host=host,
+            inputs=inputs, outputs=outs, anchors=self._anchor_setup(), options=recorded, spec=spec, host=host,
             prefetch_depth=runtime_options.prefetch_depth(popart),
             callback_threads=threads,
             processes=max(1, int(o.Distributed.numProcesses)), calls=0,
             extra_notes=(structure.split_note,) if structure is not None and structure.split_note else (),
         )
+
+    def _anchor_setup(self) -> list[costmodel.AnchoredTensor]:
+        """The anchored tensors the emulator can size, each with its own return mode (the
+        engine's when ``anchorTensor`` was given none, as PopTorch does)."""
+        engine_mode = self._output_mode_as_set
+        if engine_mode == "Default":
+            engine_mode = "Final" if self._training else "All"
+        out = []
+        for short, name, param, _gradient in self._anchored_parameters():
+            _long, use_default, raw_mode, period = self._options.anchored_tensors[short][:4]
+            mode = engine_mode if use_default else OutputMode(raw_mode).name
+            if mode == "Default":
+                mode = engine_mode
+            tensor = HostTensor(short, "anchor", tuple(param.shape), dtype_name(param.dtype), nbytes(param))
+            out.append(costmodel.AnchoredTensor(tensor, name, mode, int(period) if mode == "EveryN" else 1))
+        return out
 
     def _report_builder(self, build: Callable[..., Any] = costmodel.build_report) -> Callable[[], Any]:
         """Builds the current report without keeping the executor (or its model) alive."""

@@ -159,21 +159,26 @@ class ModelConfig:
         return d
 
 
+DIRECTIONS = ("input", "output", "anchor")
+
+
 @dataclass(frozen=True)
 class HostTensor:
     """An input or output of the executor, per micro-batch (one of the D·G·R slices along dim 0
-    that one call consumes or returns)."""
+    that one call consumes or returns); or an ``anchor``: a tensor returned with
+    ``opts.anchorTensor(name, ...)``, one whole copy (how many copies a call returns is its own
+    output mode's)."""
 
     name: str
     direction: str
-    """``input`` or ``output``."""
+    """``input``, ``output`` or ``anchor``."""
     shape: tuple[int, ...]
     dtype: str
     bytes: int
 
     def __post_init__(self) -> None:
-        if self.direction not in ("input", "output"):
-            raise ModelError(f"host tensor {self.name!r}: direction must be 'input' or 'output'")
+        if self.direction not in DIRECTIONS:
+            raise ModelError(f"host tensor {self.name!r}: direction must be 'input', 'output' or 'anchor'")
         object.__setattr__(self, "shape", tuple(int(d) for d in self.shape))
         if not isinstance(self.bytes, int) or self.bytes < 0:
             raise ModelError(f"host tensor {self.name!r}: bytes must be a non-negative integer")
@@ -235,6 +240,11 @@ class HostIO:
     @property
     def outputs(self) -> tuple[HostTensor, ...]:
         return tuple(t for t in self.tensors if t.direction == "output")
+
+    @property
+    def anchors(self) -> tuple[HostTensor, ...]:
+        """Tensors returned with ``opts.anchorTensor``, one whole copy each."""
+        return tuple(t for t in self.tensors if t.direction == "anchor")
 
     def stat(self, metric: str) -> CallStats | None:
         return next((c for c in self.call_stats if c.metric == metric), None)

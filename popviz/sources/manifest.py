@@ -232,6 +232,9 @@ def _host_io(check: _Checker, doc: Mapping[str, Any], config: ModelConfig
                     sliced = (shape, nbytes)
                 tensors.append(HostTensor(name=name, direction=direction, shape=sliced[0], dtype=dtype,
                                           bytes=sliced[1]))
+        for t in check.lst(main, "anchors"):  # opts.anchorTensor's, one whole copy each
+            name, shape, dtype, nbytes = _tensor(check, t, "anchor")
+            tensors.append(HostTensor(name=name, direction="anchor", shape=shape, dtype=dtype, bytes=nbytes))
     stats = []
     for s in check.lst(calls, "stats"):
         if not isinstance(s, dict):
@@ -284,6 +287,9 @@ def _merge_host_io(base: HostIO | None, top: HostIO) -> HostIO:
     tensors = tuple(t for direction in ("input", "output")
                     for t in ([x for x in top.tensors if x.direction == direction]
                               or [x for x in base.tensors if x.direction == direction]))
+    # anchors by name: the hooks size those a call returned, the emulator those it can
+    seen = {t.name for t in top.anchors}
+    anchors = top.anchors + tuple(t for t in base.anchors if t.name not in seen)
     # the hooks see a call's outputs as values (output, output.1, ...); the emulator's trace knows
     # which one is the loss: the same tensors keep its names, so a full run and a --calls 1 run
     # name them alike
@@ -294,6 +300,7 @@ def _merge_host_io(base: HostIO | None, top: HostIO) -> HostIO:
                     for a, b in zip(outs, traced, strict=True)):  # a scalar loss may be [] or [1]: same bytes
         tensors = tuple(t for t in tensors if t.direction == "input") + tuple(
             dataclasses.replace(a, name=b.name) for a, b in zip(outs, traced, strict=True))
+    tensors += anchors
     return HostIO(tensors=tensors,
                   calls=top.calls if top.calls is not None else base.calls,
                   compile_seconds=top.compile_seconds if top.compile_seconds is not None

@@ -1,0 +1,51 @@
+"""The host transfers of one call in the cost model's terms: cycles of one micro-batch's input
+or output copy on one replica (the IPU-Machines' host links shared by the run's replicas, the
+host process's threads handing inputs to Poplar), and the copies of anchored tensors."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from popviz.emulator import hardware as hw
+from popviz.emulator.cost_inputs import EngineSetup, Measurement
+
+if TYPE_CHECKING:
+    from popviz.schedule import AnchorTransfer, HostTransfer
+
+
+def transfer(nbytes: int, setup: EngineSetup, ipus_per_replica: int, prepare: bool = False) -> HostTransfer:
+    """One micro-batch's host transfer on one replica: the host links of the IPU-M2000s the run
+    uses (one per ``IPUS_PER_HOST_LINK`` IPUs, all processes' replicas together) are shared by
+    its replicas. With ``prepare`` (inputs), the host process's callback threads hand all its
+    local replicas' micro-batch to Poplar first (``HostLink.process_bytes_per_second``)."""
+    from popviz.schedule import HostTransfer
+
+    clock = setup.spec.clock_hz
+    r = setup.replication_factor
+    system = setup.system_replicas
+    links = max(1, math.ceil(ipus_per_replica * system / hw.IPUS_PER_HOST_LINK))
+    per_replica = setup.host.bytes_per_second * min(links, system) / system
+    prepare_cycles = 0
+    if prepare:
+        threads = max(1, min(setup.callback_threads, r))
+        prepare_cycles = int(round(nbytes * r / (setup.host.process_bytes_per_second * threads) * clock))
+    return HostTransfer(wait_cycles=int(round(setup.host.latency_seconds * clock)),
+                        transfer_cycles=int(round(nbytes / per_replica * clock)),
+                        prepare_cycles=prepare_cycles)
+
+
+def anchor_transfers(m: Measurement, setup: EngineSetup, ipus: Sequence[int]) -> list[AnchorTransfer]:
+    """Each anchored tensor's copy, from the IPU of the stage holding its parameter."""
+    from popviz.schedule import AnchorTransfer
+
+    segment = {p.name: p.segment for p in m.params}
+    out = []
+    for a in setup.anchors:
+        seg = segment.get(a.parameter)
+        ipu = m.segments[seg].ipu if seg is not None and seg < len(m.segments) else None
+        ipu = ipu if ipu in ipus else ipus[-1]
+        out.append(AnchorTransfer(ipu=ipu, output_mode=a.output_mode, return_period=a.return_period,
+                                  transfer=transfer(a.tensor.bytes, setup, len(ipus))))
+    return out
