@@ -171,3 +171,60 @@ def test_mem001_offers_model_half_as_mem005_does_with_the_same_bytes():
     # a float16 model is not offered it
     half = memory.analyse(_report(OOM_FIX, dtype="float16", on_chip=False))
     assert not any("model.half()" in f.recommendation for f in half.findings if f.code == "MEM001")
+
+
+def test_with_the_state_off_chip_an_operations_temporaries_still_halve_down_to_the_streamed_state():
+    """A reviewer's CNN with its optimizer state off chip: its temporaries were a convolution's
+    536,870,912 B, far above the largest tensor's streamed state, and halving the micro-batch
+    freed them too (the emulator: 766,178,560 B, the stash's half and the temporaries' half)."""
+    layers = testing.layer_table([135_382] * 12, names=[f"layers.{i}" for i in range(12)],
+                                 layers_per_ipu=[6, 6], weight_bytes=2 * 268_468_224,
+                                 optimizer_bytes=134_250_496, activation_bytes=524_288,
+                                 temporary_bytes=5_242_880)
+    r = _report(OOM_FIX, dtype="float16", on_chip=False, layers=layers)
+    rows = ml.rows_of(memory.analyse(r).metrics["ipus"])
+    assert ml.temporaries_shrink(r, rows)
+    # stash (786,432 + 2,097,152) / 2, each IPU's temporaries 536,870,912 -> 268,435,456
+    assert ml.apply(rows, [ml.halve_micro_batch(r)]) == 1_441_792 + 2 * 268_435_456 == 538_312_704
+    rec = memory.analyse(r).findings[0].recommendation
+    assert "saves about 538,312,704 B (513.4 MiB) of stash and temporaries" in rec
+    # a state larger than half the temporaries: they halve down to it, not below
+    big = testing.layer_table([135_382] * 12, names=[f"layers.{i}" for i in range(12)],
+                              layers_per_ipu=[6, 6], weight_bytes=2 * 268_468_224,
+                              optimizer_bytes=400_000_000, activation_bytes=524_288, temporary_bytes=5_242_880)
+    r = _report(OOM_FIX, dtype="float16", on_chip=False, layers=big)
+    assert ml.apply(rows, [ml.halve_micro_batch(r)]) == 1_441_792 + 2 * (536_870_912 - 400_000_000)
+
+
+def _one_ipu(cats):
+    r = testing.pipeline_report([1000], strategy=None, memory_level="ipu", estimated=True, execution=False,
+                                inputs={"x": ((16, 8192), "float32")})
+    used = sum(cats.values())
+    row = {"ipu": 0, "total_bytes_including_gaps": used, "total_bytes_excluding_gaps": used,
+           "always_live_bytes": used - cats["activationStash"] - cats["temporaries"],
+           "not_always_live_bytes": cats["activationStash"] + cats["temporaries"],
+           "overflow_bytes": max(0, used - r.target.bytes_per_ipu), **{f"cat_{k}_bytes": v for k, v in cats.items()}}
+    options = {"model": {"parameters": 50_000_000, "parameter_bytes": 200_000_000}, "optimizer": ADAMW}
+    return r.replace(memory=MemoryTable(pd.DataFrame([row]), level="ipu"),
+                     config=dataclasses.replace(r.cfg, options=options))
+
+
+def test_outside_a_pipeline_mem005_and_mem001_offer_the_same_recomputation_and_the_micro_batch():
+    """A single-IPU model recomputes nothing by default and recomputationCheckpoint alone does
+    nothing there: both findings say to enable recomputation, and MEM001 offers halving the
+    micro-batch as MEM005 does (it offered neither, and called the gap impossible to close)."""
+    r = _one_ipu(dict(weights=200_000_000, optimizerState=400_000_000, gradientAccumulators=0,
+                      activationStash=900_000_000, temporaries=500_000_000, codeAndExchange=20_000_000))
+    out = memory.analyse(r)
+    mem005 = next(f for f in out.findings if f.code == "MEM005")
+    mem001 = next(f for f in out.findings if f.code == "MEM001")
+    assert mem005.title == "The model does not fit on 1 IPU: no split of it can"
+    assert mem005.evidence.startswith("the IPU holds 940,572,672 B (897.0 MiB); the model needs "
+                                      "2,020,000,000 B (1.9 GiB) (estimated), 214.8% of it,")
+    enable = ('enable recomputation: opts._Popart.set("autoRecomputation", 1) (outside a multi-IPU pipeline '
+              "PopTorch recomputes nothing by default, and recomputationCheckpoint alone does nothing)")
+    assert enable in mem005.recommendation and enable in mem001.recommendation
+    assert "recomputationCheckpoint(x) on each layer" not in mem005.recommendation
+    assert ("halve the micro-batch size (doubling gradient accumulation or device iterations to keep the batch): "
+            "the activation stash and the temporaries shrink with it (saves about 700,000,000 B (667.6 MiB))"
+            ) in mem001.recommendation

@@ -31,6 +31,10 @@ RECOMPUTE_BACK_ON = ("turn recomputation back on: the script sets autoRecomputat
                      "opts._Popart.set(\"autoRecomputation\", ...) (PopTorch then recomputes each stage of a "
                      "multi-IPU pipeline) or set it to 3 (Pipeline) or 1 (Standard)")
 
+ENABLE_RECOMPUTATION = ("enable recomputation: opts._Popart.set(\"autoRecomputation\", 1) (outside a "
+                        "multi-IPU pipeline PopTorch recomputes nothing by default, and "
+                        "recomputationCheckpoint alone does nothing)")
+
 NAME = "memory"
 OVERFLOWING_TILES_NAMED = 8
 """Overflowing tiles named per IPU (in ``overflowing_tiles`` and MEM001); the rest are counted."""
@@ -182,15 +186,22 @@ def _no_fit(report: Report, o: Collector, rows: list[dict[str, Any]]) -> bool:
     n = len(rows)
     levers = _model_levers(report, rows)
     est = " (estimated)" if report.provenance.estimated else ""
-    o.find("MEM005", "error", f"The model does not fit on {n} IPUs: no split of it can",
-           f"the {n} IPUs hold {nbytes(capacity)}; the model needs {nbytes(total)}{est}, "
-           f"{pct(total / capacity)} of them combined, {nbytes(over)} over; per IPU "
+    o.find("MEM005", "error", f"The model does not fit on {n} IPU{'s' if n != 1 else ''}: no split of it can",
+           (f"the {n} IPUs hold {nbytes(capacity)}" if n != 1 else f"the IPU holds {nbytes(capacity)}")
+           + f"; the model needs {nbytes(total)}{est}, "
+           f"{pct(total / capacity)} of {'them combined' if n != 1 else 'it'}, {nbytes(over)} over; per IPU "
            + ", ".join(f"IPU{r['ipu']} {pct(r['used_pct'] / 100, 0)}" for r in rows)
            + ": moving blocks between these IPUs cannot make it fit",
            f"Free about {nbytes(over)} in total{_more_ipus(report, total)}. Levers, largest saving first: "
            + "; ".join(f"({i}) {text}" for i, (text, _change, _sure) in enumerate(levers, 1)) + "."
            + _closing(report, rows, levers, over))
     return True
+
+
+def _pipelined(cfg: Any) -> bool:
+    """A multi-stage pipeline: PopTorch recomputes its stages by default, and micro-batches are in
+    flight."""
+    return cfg.execution_strategy == "PipelinedExecution" and cfg.num_stages > 1
 
 
 def _more_ipus(report: Report, total: int) -> str:
@@ -226,7 +237,7 @@ def _closing(report: Report, rows: list[dict[str, Any]], levers: list[Lever], ov
             f"{pct(together / over, 0)} of the {nbytes(over)} over: not enough.")
 
 
-def _half_text(report: Report) -> str:
+def _half_text(report: Report, temps_shrink: bool) -> str:
     """The ``model.half()`` lever's words (MEM005's and each IPU's): what it halves and what stays
     float32, conditional when the report does not record the model's precision."""
     training = report.cfg.mode == "training"
@@ -236,7 +247,7 @@ def _half_text(report: Report) -> str:
     cond = ("the model runs in float32: " if ml.precision(report) == "float32" else
             "if the model runs in float32 (the report does not say): ")
     return (f"{cond}model.half() with float16 inputs halves the weights"
-            + (", activation stash and temporaries" if ml.temporaries_scale(report) else " and activation stash")
+            + (", activation stash and temporaries" if temps_shrink else " and activation stash")
             + kept)
 
 
@@ -276,13 +287,16 @@ def _model_levers(report: Report, rows: list[dict[str, Any]]) -> list[Lever]:
     if training and stash and ml.recomputation_turned_off(report):
         out.append((f"recomputation saves up to about {nbytes(stash // 2)} of the {nbytes(stash)} "
                     f"activation stash: {RECOMPUTE_BACK_ON}", ml.recompute, True))
+    elif training and stash and not recomputing and not _pipelined(cfg):
+        out.append((f"recomputation saves up to about {nbytes(stash // 2)} of the {nbytes(stash)} "
+                    f"activation stash: {ENABLE_RECOMPUTATION}", ml.recompute, True))
     elif training and stash and not recomputing:
         out.append((f"recomputation saves up to about {nbytes(stash // 2)} of the {nbytes(stash)} "
                     "activation stash: poptorch.recomputationCheckpoint(x) on each layer's output "
                     "(optimum-graphcore: recompute_checkpoint_every_layer)", ml.recompute, True))
     if stash or temps:
         change = ml.halve_micro_batch(report)
-        what = ("of stash and temporaries" if ml.temporaries_scale(report) else
+        what = ("of stash and temporaries" if ml.temporaries_shrink(report, per_ipu) else
                 "of activation stash (the temporaries hold the largest tensor's optimizer state, which "
                 "does not shrink with the micro-batch)")
         out.append((f"halving the micro-batch size (doubling gradient accumulation or device "
@@ -291,7 +305,8 @@ def _model_levers(report: Report, rows: list[dict[str, Any]]) -> list[Lever]:
     prec = ml.precision(report)
     if per_ipu and prec != "float16":
         change = ml.to_float16(report)
-        out.append((f"{_half_text(report)}: {'about' if prec == 'float32' else 'up to'} "
+        out.append((f"{_half_text(report, ml.temporaries_shrink(report, per_ipu))}: "
+                    f"{'about' if prec == 'float32' else 'up to'} "
                     f"{nbytes(ml.apply(per_ipu, [change]))}", change, prec == "float32"))
     out.sort(key=lambda lev: -(ml.apply(per_ipu, [lev[1]]) if lev[1] else 0))
     if not out:
@@ -408,12 +423,12 @@ def _levers(report: Report, row: dict[str, Any], rows: list[dict[str, Any]], no_
     # Known split of the not-always-live bytes: the available memory proportion governs the
     # temporaries of matmuls/convolutions, not the activation stash (nor an offloaded optimizer
     # state's largest tensor, on chip while its update runs).
-    op_temps = temps if ml.temporaries_scale(report) else 0
+    op_temps = temps if ml.temporaries_shrink(report, [(k, dict(cats))]) else 0
     temps_dominate = temps is None or (nal_bytes > 0 and op_temps >= NOT_ALWAYS_LIVE_DOMINANT_FRAC * nal_bytes)
     stash_dominates = stash is not None and nal_bytes > 0 and stash >= NOT_ALWAYS_LIVE_DOMINANT_FRAC * nal_bytes
     changes: dict[str, ml.Change | None] = {}
     training = cfg.mode == "training"
-    pipelined = cfg.execution_strategy == "PipelinedExecution" and cfg.num_stages > 1
+    pipelined = _pipelined(cfg)
     stages = [s for s in cfg.stages if s.ipu == k]
     out = []
     opt_bytes = cats.get("optimizerState")
@@ -471,7 +486,7 @@ def _levers(report: Report, row: dict[str, Any], rows: list[dict[str, Any]], no_
                        "poptorch.recomputationCheckpoint(x) on layer outputs inside "
                        f"the stage{'s' if len(stages) != 1 else ''} on IPU{k}")
         else:
-            out.append("enable recomputation: opts._Popart.set(\"autoRecomputation\", 1)")
+            out.append(ENABLE_RECOMPUTATION)
         changes[out[-1]] = ml.recompute if stash else None
     if training and pipelined and stages and min(s.index for s in stages) < cfg.num_stages - 1:
         i = min(s.index for s in stages)
@@ -479,8 +494,14 @@ def _levers(report: Report, row: dict[str, Any], rows: list[dict[str, Any]], no_
                    f"{2 * (cfg.num_stages - i) - 1} micro-batches; halve the micro-batch size and "
                    "double gradientAccumulation to keep the global batch")
         changes[out[-1]] = ml.halve_micro_batch(report) if (stash or op_temps) else None
+    elif not pipelined and (stash or op_temps) and ((nal is not None and nal >= NOT_ALWAYS_LIVE_DOMINANT_FRAC)
+                                                    or stash_dominates):
+        out.append("halve the micro-batch size (doubling gradient accumulation or device iterations to keep "
+                   "the batch): the activation stash" + (" and the temporaries" if op_temps else "")
+                   + " shrink with it")
+        changes[out[-1]] = ml.halve_micro_batch(report)
     if cats and ml.precision(report) == "float32":  # as MEM005 offers it (sized only when certain)
-        out.append(_half_text(report))
+        out.append(_half_text(report, bool(op_temps)))
         changes[out[-1]] = ml.to_float16(report)
     if not out:
         out.append(_fallback(report, row, nal, no_fit))

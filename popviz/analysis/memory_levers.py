@@ -17,9 +17,9 @@ What the report records decides what a lever touches:
   not shrink them;
 - whether the temporaries scale with the micro-batch: the emulator's are an operation's operands
   and result (activation-sized) — unless the optimizer state is off chip, when the largest
-  tensor's state is on chip while its update runs and is the larger temporary for a big layer
-  (weight-sized: neither the micro-batch nor the model's dtype shrinks it). Then only the
-  stash is counted.
+  tensor's state is on chip while its update runs and may be the larger temporary for a big
+  layer (weight-sized: neither the micro-batch nor the model's dtype shrinks it). Then the
+  temporaries halve down to that state (sized from the layers), and not at all without layers.
 """
 
 from __future__ import annotations
@@ -131,9 +131,37 @@ def recompute(_ipu: int, cats: Cats) -> Cats:
     return _half(cats, "activationStash")
 
 
+def _activation_sized(report: Report, names: Sequence[str]) -> Change:
+    """Halve ``names`` and the temporaries as far as they are an operation's (activation-sized):
+    with the optimizer state off chip the temporaries category is the larger of the largest
+    operation's working memory and the largest tensor's streamed state, so they halve down to
+    that state (per IPU, :func:`streamed_state`) and no further; without layers to size the state,
+    not at all."""
+    if temporaries_scale(report):
+        return lambda _ipu, cats: _half(cats, *names, "temporaries")
+    streamed = streamed_state(report)
+
+    def change(ipu: int, cats: Cats) -> Cats:
+        new = _half(cats, *names)
+        temps = cats.get("temporaries", 0)
+        if streamed is not None and temps:
+            new["temporaries"] = max(temps - temps // 2, min(temps, streamed.get(ipu, 0)))
+        return new
+    return change
+
+
+def temporaries_shrink(report: Report, rows: Sequence[tuple[int, Cats]]) -> bool:
+    """Whether halving the activations shrinks the temporaries of some IPU of ``rows`` (always
+    when they are activation-sized; with the optimizer state off chip, where an operation's
+    working memory is above the largest tensor's streamed state)."""
+    if temporaries_scale(report):
+        return True
+    streamed = streamed_state(report)
+    return streamed is not None and any(cats.get("temporaries", 0) > streamed.get(ipu, 0) for ipu, cats in rows)
+
+
 def halve_micro_batch(report: Report) -> Change:
-    names = ("activationStash", "temporaries") if temporaries_scale(report) else ("activationStash",)
-    return lambda _ipu, cats: _half(cats, *names)
+    return _activation_sized(report, ("activationStash",))
 
 
 def to_float16(report: Report) -> Change:
@@ -142,11 +170,9 @@ def to_float16(report: Report) -> Change:
     names = ["activationStash"]
     if precision(report) != "float16":
         names.append("weights")
-    if temporaries_scale(report):
-        names.append("temporaries")
     if not accumulators_typed(report):
         names.append("gradientAccumulators")
-    return lambda _ipu, cats: _half(cats, *names)
+    return _activation_sized(report, names)
 
 
 def moved(excess: int) -> Change:
