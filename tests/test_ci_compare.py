@@ -925,3 +925,19 @@ def test_a_glob_budget_in_a_unit_none_of_its_metrics_has_is_bad_input():
 def test_check_with_only_fail_on_says_what_it_checked():
     proc = run_cli("check", str(SAMPLES / "bert_planned"), "--fail-on", "error")
     assert proc.returncode == 0 and proc.stdout.splitlines()[0] == "popviz: OK: no finding at the --fail-on severity"
+
+
+def test_a_new_run_that_does_not_fit_is_said_under_the_headline_without_failing_by_itself():
+    """Two out-of-memory runs compare their memory (progress towards fitting), but the output must
+    not read as a clean bill: NEW's compile still runs out of memory (a reviewer saw only "OK")."""
+    oom = [{"code": "MEM001", "severity": "error", "title": "IPU0 is out of memory"}]
+    base = side({"memory.max_used_pct": 199.2}, findings=oom)
+    c = compare(base, side({"memory.max_used_pct": 177.8}, findings=oom), [])
+    assert not c.failed and c.not_fitting == ["training"]
+    assert text(c).splitlines()[:2] == ["popviz: OK: no regression (1 metric(s) compared, 1 improved)",
+                                        "NEW does not fit its IPUs (the compile runs out of memory): training"]
+    assert "**NEW does not fit its IPUs (the compile runs out of memory): training.**" in markdown(c)
+    assert c.to_dict()["not_fitting"] == ["training"]
+    warning = [{"code": "MEM002", "severity": "warning", "title": "IPU0 is nearly full"}]
+    fits = compare(base, side({"memory.max_used_pct": 95.0}, findings=warning), [])
+    assert fits.not_fitting == [] and "does not fit" not in text(fits)

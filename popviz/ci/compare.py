@@ -100,6 +100,15 @@ class Comparison:
     no_metrics: list[tuple[str, str]] = field(default_factory=list)
     """``(side, why)`` for every engine on both sides that has no metric on one of them (e.g.
     never called: RUN001)."""
+    not_fitting: list[str] = field(default_factory=list)
+    """NEW's engines whose analysis says they do not fit their IPUs (MEM001 or MEM005, errors):
+    said under the headline. It fails only as its figures do (a BASE that ran makes it ``lost``;
+    two runs that both do not fit compare their memory as any other)."""
+
+    def not_fitting_line(self) -> str:
+        """``NEW does not fit its IPUs (the compile runs out of memory): training``, or ""."""
+        return ("NEW does not fit its IPUs (the compile runs out of memory): "
+                + ", ".join(self.not_fitting)) if self.not_fitting else ""
 
     def estimated_line(self) -> str:
         """``estimated (emulator's cost model): training on both sides`` or, mixed, which side is."""
@@ -171,7 +180,7 @@ class Comparison:
                 "config_changes": self.config_changes, "only_base": self.only_base, "only_new": self.only_new,
                 "metrics": [r.to_dict() for r in self.rows], "budgets": self.budgets, "findings": self.findings,
                 "base_label": self.base_label, "resplit": self.resplit, "unknown_metrics": self.unknown_metrics,
-                "estimated": self.estimated, "lost": self.lost}
+                "estimated": self.estimated, "lost": self.lost, "not_fitting": self.not_fitting}
 
 
 def budget_value(b: dict[str, Any]) -> str:
@@ -223,6 +232,8 @@ def compare(base: list[EngineMetrics], new: list[EngineMetrics], rules: list[Rul
                 which = lambda e: "estimated" if e.estimated else "measured"  # noqa: E731
                 raise UsageError(f"engine {eb.label} is {which(eb)} on one side and {which(en)} on the other: "
                                  "the numbers are not comparable; pass --allow-mixed to compare anyway")
+        if any(f.get("code") in ("MEM001", "MEM005") and f.get("severity") == "error" for f in en.findings):
+            out.not_fitting.append(en.label)
         for side, e in (("base", eb), ("new", en)):
             if not e.metrics:
                 out.no_metrics.append((side, no_metrics_reason(e)))

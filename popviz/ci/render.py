@@ -72,6 +72,8 @@ def console(c: Comparison, *, all_rows: bool = False, file: IO[str] | None = Non
         con.print(f"base: {escape(c.base_label)}", soft_wrap=True)
     if c.estimated_line():
         con.print(escape(c.estimated_line()), soft_wrap=True)
+    if c.not_fitting_line():
+        con.print(escape(c.not_fitting_line()), style="red", soft_wrap=True)
     if c.config_changes:
         con.print("configuration changed (explains most metric changes):")
         for ch in c.config_changes:
@@ -145,6 +147,8 @@ def markdown(c: Comparison, *, all_rows: bool = False) -> str:
         lines += [f"Base: {md(c.base_label)}", ""]
     if c.estimated_line():
         lines += [md(c.estimated_line()[0].upper() + c.estimated_line()[1:]) + ".", ""]
+    if c.not_fitting_line():
+        lines += ["**" + md(c.not_fitting_line()) + ".**", ""]
     if c.config_changes:
         lines += ["**Configuration changed** (explains most metric changes):", ""]
         lines += [f"- {code(ch['engine'])} {md(ch['field'])}: " + (
