@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from popviz.analysis import pipeline_gain as pg
 from popviz.analysis._common import ceil_exact, num, pct
 from popviz.analysis.cycles import (
     decompose,
@@ -331,10 +332,11 @@ def _stage_cycles(report: Report, o: Collector, pipelined: bool) -> None:
              utilisation_frac=sum(totals) / (len(ipus) * elapsed) if elapsed else None)
     if sharded:
         m["pipelining_speedup_ratio"] = sum(totals) / biggest
+    updates = weight_update_cycles(report.execution, runs)
     m["cycle_shares"] = decompose(by_type, list(ipus), elapsed,
-                                  weight_update_cycles(report.execution, runs),
+                                  updates,
                                   sync_floor_cycles(report.execution, runs))
-    _call_figures(m, elapsed, calls, mb, None if sharded else biggest - mean)
+    pg.call_figures(m, elapsed, calls, mb, None if sharded else biggest - mean)
     ratio = biggest / mean
     if pipelined and ratio >= IMBALANCE_WARN_RATIO:
         st = stages[b]
@@ -365,35 +367,8 @@ def _stage_cycles(report: Report, o: Collector, pipelined: bool) -> None:
                f"(counted: {' + '.join(COUNTED_TYPES)}){guess}",
                f"Move about {num(round(shed))} {unit} ({pct(shed / values[b], 0)} of its work) out of "
                f"stage {st.index} {where} (optimum-graphcore: layers_per_ipu). "
-               + _balanced_text(m, ratio - 1, "stages") + pessimistic_caution(report, SLOWEST_STAGE_CAUTION))
-
-
-def _call_figures(m: dict, elapsed: float, calls: int, mb: int | None, saved: float | None) -> None:
-    """Cycles per micro-batch of the whole calls and, when balancing would save ``saved`` cycles
-    (slowest − mean, over the counted calls; None when sharded), the whole call's throughput gain:
-    host copies, syncs, the ramp and the weight update stay as they are."""
-    if not (mb and elapsed):
-        return
-    call = m["call_cycles_per_micro_batch"] = elapsed / (calls * mb)
-    per_mb = saved / (calls * mb) if saved is not None else 0.0
-    if 0 < per_mb < call:
-        m["balanced_call_gain_frac"] = call / (call - per_mb) - 1
-
-
-def _gain_pct(frac: float) -> str:
-    """A whole call's gain: one decimal below 10% (+2.2%), none above."""
-    return pct(frac, 1 if frac < 0.1 else 0)
-
-
-def _balanced_text(m: dict, steady: float, what: str) -> str:
-    """The last sentence of PIPE001: the gain in the steady state and, where the profile gives
-    the calls' time, for the whole call."""
-    call = m.get("balanced_call_gain_frac")
-    text = f"Balanced {what} would raise throughput by up to {pct(steady, 0)}"
-    if call is None:
-        return text + "."
-    return (text + f" in the steady state, about +{_gain_pct(call)} for the whole call "
-            "(its host copies, syncs and ramp stay).")
+               + pg.balanced_text(m, ratio - 1, "stages") + pg.update_text(report, st, updates, totals[b])
+               + pessimistic_caution(report, SLOWEST_STAGE_CAUTION))
 
 
 def _shared_names(stages, ipu: int) -> str:
@@ -439,10 +414,11 @@ def _ipu_balance(report: Report, o: Collector, pipelined: bool, shared: list[int
              utilisation_frac=sum(totals) / (len(ipus) * elapsed) if elapsed else None)
     if sharded:
         m["pipelining_speedup_ratio"] = sum(totals) / biggest
+    updates = weight_update_cycles(report.execution, runs)
     m["cycle_shares"] = decompose(by_type, list(ipus), elapsed,
-                                  weight_update_cycles(report.execution, runs),
+                                  updates,
                                   sync_floor_cycles(report.execution, runs))
-    _call_figures(m, elapsed, calls, mb, None if sharded else biggest - mean)
+    pg.call_figures(m, elapsed, calls, mb, None if sharded else biggest - mean)
     names = ", ".join(f"IPU{i} (stages {_shared_names(stages, i)})" for i in shared)
     o.skip("cycles of each stage", f"stages share an IPU: {names}; the profile's cycles are per "
            "IPU, so they cannot be split between those stages: balance is measured per IPU (an IPU "
@@ -472,7 +448,7 @@ def _ipu_balance(report: Report, o: Collector, pipelined: bool, shared: list[int
            f"towards IPU{ipus[to]} ({pct(idle[to], 0)} idle, the least loaded): shift the "
            f"poptorch.BeginBlock(layer, ipu_id=...) boundaries so IPU{ipu} runs fewer layers, keeping "
            f"parts tied to it in place (optimum-graphcore: layers_per_ipu). "
-           + _balanced_text(m, ratio - 1, "IPUs") + pessimistic_caution(report, SLOWEST_STAGE_CAUTION))
+           + pg.balanced_text(m, ratio - 1, "IPUs") + pessimistic_caution(report, SLOWEST_STAGE_CAUTION))
 
 
 def _table(report: Report, o: Collector) -> None:
@@ -517,7 +493,7 @@ def _table(report: Report, o: Collector) -> None:
     if report.cfg.execution_strategy == "PipelinedExecution" and marked:
         call = m.get("balanced_call_gain_frac")
         # What a call gains first: the stages' own gain ignores the host copies, syncs and ramp.
-        parts.append(f"balanced: up to +{_gain_pct(call)} per call (+{pct(m['balanced_gain_frac'], 0)} for the "
+        parts.append(f"balanced: up to +{pg.gain_pct(call)} per call (+{pct(m['balanced_gain_frac'], 0)} for the "
                      "stages alone)" if call is not None else
                      f"balanced: up to +{pct(m['balanced_gain_frac'], 0)} throughput")
     if m["utilisation_frac"] is not None:

@@ -14,6 +14,10 @@ IMBALANCE_WARN_RATIO = 1.2
 """Pipelined stages: warn when the slowest stage's cycles per micro-batch exceed the mean over
 stages by this ratio (balanced stages would then be up to 20% faster)."""
 
+WEIGHT_UPDATE_NOTE_FRAC = 0.2
+"""PIPE001 says how much of the bottleneck stage's cycles are its IPU's weight update when it is
+this share or more (no split of the layers moves it; a streamed optimizer state makes it long)."""
+
 TIE_FRAC = 0.01
 """Stages within this fraction of the slowest stage's cycles are as slow as it (a tie): work is
 then recommended to move towards the least loaded stage, not into a neighbour as busy."""
