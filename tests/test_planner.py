@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import random
+from dataclasses import replace
 
 from popviz.analysis.planner import LayerCost, PlanSettings, evaluate, explain_no_fit, plan
 
@@ -97,9 +98,9 @@ def test_no_fit_explanation() -> None:
 
 
 def test_halving_the_micro_batch_leaves_an_offloaded_optimizers_temporaries() -> None:
-    """With the optimizer state off chip the temporaries hold its largest tensor's state streamed
-    in, weight-sized: halving the micro-batch saves half the stash only (was: half the
-    temporaries too, 257 MiB where MEM001 said 384 KiB)."""
+    """With the optimizer state off chip the temporaries may hold its largest tensor's state
+    streamed in, weight-sized: halving the micro-batch then saves half the stash only (was: half
+    the temporaries too, 257 MiB where MEM001 said 384 KiB)."""
     layers = [LayerCost(f"l{i}", 10, 10, weight_bytes=40, optimizer_bytes=40,
                         activation_bytes=5, temporary_bytes=8) for i in range(4)]
     s = PlanSettings(capacity_bytes=100, headroom_frac=0.9, offload_optimizer=True)
@@ -108,6 +109,23 @@ def test_halving_the_micro_batch_leaves_an_offloaded_optimizers_temporaries() ->
     assert why.levers_bytes["halve_micro_batch"] == 15
     on_chip = explain_no_fit(layers, 2, PlanSettings(capacity_bytes=100, headroom_frac=0.9))
     assert on_chip.levers_bytes["halve_micro_batch"] == 19  # (30 + 8) // 2
+    # an operation's temporaries above the layer's state halve down to it (a reviewer's CNN: its
+    # convolution's 512 MiB were half freed, the state streamed in being far smaller)
+    small_state = [replace(x, optimizer_bytes=2) for x in layers]
+    assert explain_no_fit(small_state, 2, s).levers_bytes["halve_micro_batch"] == 15 + 4  # 8 -> 4
+
+
+def test_float16_lever_halves_the_parameters_and_activations_not_the_accumulators() -> None:
+    """model.half() for a float32 model, as MEM005 sizes it: the parameters, the stash and the
+    temporaries halve; gradient accumulators in PopTorch's float32 accum type stay (``"params"``),
+    or halve too (``"all"``); no lever without ``float16`` (a float16 model, or unknown)."""
+    layers = [LayerCost(f"l{i}", 10, 10, weight_bytes=40, param_bytes=20, optimizer_bytes=40,
+                        activation_bytes=5, temporary_bytes=8) for i in range(4)]
+    s = PlanSettings(capacity_bytes=100, headroom_frac=0.9)
+    assert "float16" not in explain_no_fit(layers, 2, s).levers_bytes
+    # [2, 2]: IPU 0 = half of (30 stash + 8 temporaries) = 19, + 2 x 20 // 2 of parameters
+    assert explain_no_fit(layers, 2, s, float16="params").levers_bytes["float16"] == 19 + 20
+    assert explain_no_fit(layers, 2, s, float16="all").levers_bytes["float16"] == 19 + 40
 
 
 def test_no_fit_levers_that_close_the_gap() -> None:

@@ -64,6 +64,7 @@ def layer_costs(layers: Sequence) -> list[LayerCost]:
             fwd_cycles=x.fwd_cycles + sum(t.fwd_cycles for t in extra),
             bwd_cycles=x.bwd_cycles + sum(t.bwd_cycles for t in extra),
             weight_bytes=sum(t.weight_bytes + getattr(t, "accumulator_bytes", 0) for t in (x, *extra)),
+            param_bytes=sum(t.weight_bytes for t in (x, *extra)),
             optimizer_bytes=x.optimizer_bytes + sum(t.optimizer_bytes for t in extra),
             activation_bytes=x.activation_bytes + sum(t.activation_bytes for t in extra),
             temporary_bytes=temp, other_temporary_bytes=max([t.temporary_bytes for t in extra], default=0),

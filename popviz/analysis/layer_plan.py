@@ -458,8 +458,19 @@ def make_plan(report: Report, *, ipus: int | None = None, max_ipus: int | None =
                              f"rate are at {letter} = {out.proposed.pipeline_stages})")
         out.available_memory_proportion = _amp(out, report, costs)
     elif explain:
-        out.shortfall = planner.explain_no_fit(costs, n, settings)
+        out.shortfall = planner.explain_no_fit(costs, n, settings, float16=_float16(report, settings))
     return out
+
+
+def _float16(report: Report, settings: planner.PlanSettings) -> str | None:
+    """What ``model.half()`` halves of a float32 model's weights (the no-fit lever), as MEM005
+    sizes it: the parameters, and the gradient accumulators too unless the optimizer names their
+    accumulator type (float32 by default in PopTorch); None for a model not known to be float32."""
+    from popviz.analysis.model_precision import accumulators_typed, precision
+
+    if precision(report) != "float32":
+        return None
+    return "params" if settings.training and accumulators_typed(report) else "all"
 
 
 def _amp(out: LayerPlan, report: Report, costs: list[planner.LayerCost]) -> list[float] | None:

@@ -70,6 +70,9 @@ class LayerCost:
     code_bytes: int = 0
     """Code of its operations and updates on its IPU (0 when the table does not record it: then
     all code is in ``PlanSettings.code_bytes``)."""
+    param_bytes: int = 0
+    """Of ``weight_bytes``, the parameters' own (the rest: gradient accumulators): what
+    ``model.half()`` halves when the accumulators keep PopTorch's float32 accum type."""
 
 
 @dataclass(frozen=True)
@@ -374,7 +377,7 @@ MAX_IPUS_SEARCHED = 64
 """The most IPUs the no-fit explanation tries when asking whether more IPUs would fit (a POD64)."""
 REPLICAS_SEARCHED = (2, 4, 8, 16)
 """Replication factors the no-fit explanation tries for sharding the optimizer state."""
-LEVERS = ("offload_optimizer", "recompute", "halve_micro_batch", "more_ipus", "replicas")
+LEVERS = ("offload_optimizer", "recompute", "halve_micro_batch", "float16", "more_ipus", "replicas")
 
 
 @dataclass(frozen=True)
@@ -459,17 +462,29 @@ def least_memory_split(layers: Sequence[LayerCost], n_ipus: int, settings: PlanS
 
 
 def _scaled(layers: Sequence[LayerCost], *, optimizer_div: int = 1, activation_div: int = 1,
-            temporaries: bool = True) -> list[LayerCost]:
-    """``temporaries``: whether the temporaries scale with the activations (not when they hold an
-    offloaded optimizer state streamed in: weight-sized, see analysis.memory_levers)."""
+            temporaries: bool | str = True, weights: str | None = None) -> list[LayerCost]:
+    """``temporaries``: whether the temporaries scale with the activations; ``"floor"``: down to
+    the layer's optimizer state and no further (an offloaded state streamed in for its update,
+    see analysis.memory_levers). ``weights``: ``"params"`` halves the parameters' bytes,
+    ``"all"`` the accumulators' too."""
     temp_div = activation_div if temporaries else 1
-    return [replace(x, optimizer_bytes=x.optimizer_bytes // optimizer_div,
+
+    def temp(x: LayerCost, t: int) -> int:
+        if temporaries != "floor":
+            return t // temp_div
+        return max(t // activation_div, min(t, x.optimizer_bytes))
+
+    def weight(x: LayerCost) -> int:
+        halved = x.param_bytes if weights == "params" else x.weight_bytes if weights == "all" else 0
+        return x.weight_bytes - halved // 2
+    return [replace(x, weight_bytes=weight(x), param_bytes=x.param_bytes - (x.param_bytes // 2 if weights else 0),
+                    optimizer_bytes=x.optimizer_bytes // optimizer_div,
                     activation_bytes=x.activation_bytes // activation_div,
                     # its tied projection's share halves with it (else activation - tail goes negative)
                     tail_activation_bytes=x.tail_activation_bytes // activation_div,
-                    temporary_bytes=x.temporary_bytes // temp_div,
+                    temporary_bytes=temp(x, x.temporary_bytes),
                     recompute_bytes=x.recompute_bytes // activation_div,
-                    other_temporary_bytes=x.other_temporary_bytes // temp_div) for x in layers]
+                    other_temporary_bytes=temp(x, x.other_temporary_bytes)) for x in layers]
 
 
 def _fits(layers: Sequence[LayerCost], n: int, settings: PlanSettings) -> bool:
@@ -483,12 +498,14 @@ def recomputes(layers: Sequence[Any]) -> bool:
 
 
 def explain_no_fit(
-    layers: Sequence[LayerCost], n_ipus: int, settings: PlanSettings
+    layers: Sequence[LayerCost], n_ipus: int, settings: PlanSettings, *, float16: str | None = None
 ) -> Shortfall:
     """For a layer sequence with no fitting split on ``n_ipus``: by how much the split needing
     the least memory misses, and what each lever (offloading the optimizer state, recomputation,
-    half the micro-batch, more IPUs, replicas sharding the optimizer state) saves on its fullest
-    IPU and whether a split fits with that lever alone."""
+    half the micro-batch, float16, more IPUs, replicas sharding the optimizer state) saves on its
+    fullest IPU and whether a split fits with that lever alone. ``float16``: what ``model.half()``
+    halves of the weights of a float32 model (``"params"``, the accumulators keeping float32
+    accum types; ``"all"``), None for no such lever (a float16 model, or its precision unknown)."""
     split = least_memory_split(layers, n_ipus, settings)
     n = len(split.stages)
     worst = max(split.stages, key=lambda st: st.memory_bytes)
@@ -497,9 +514,15 @@ def explain_no_fit(
     act = sum(x.activation_bytes for x in seg)
     tail = sum(x.tail_activation_bytes for x in seg)
     optimizer_used = settings.training and not settings.offload_optimizer
-    # an offloaded optimizer state streamed in is the temporaries then: they do not shrink with
-    # the micro-batch (as analysis.memory_levers has it for MEM001/MEM005)
-    temps_scale = not (settings.training and settings.offload_optimizer)
+    # an offloaded optimizer state streamed in may be the larger temporary then: an operation's
+    # temporaries shrink with the micro-batch down to the layer's state (as analysis.memory_levers
+    # has it for MEM001/MEM005), sized on this split by evaluating it
+    temps_scale = True if not (settings.training and settings.offload_optimizer) else "floor"
+
+    def temps_saved() -> int:
+        """What the worst stage's temporaries shrink by, halved down to the layers' state."""
+        return stage_temporary_bytes(seg, settings) - stage_temporary_bytes(
+            _scaled(seg, activation_div=2, temporaries="floor"), settings)
     recomputing = recomputes(layers)
     levers = [
         Lever("offload_optimizer", opt if optimizer_used else 0,
@@ -512,9 +535,16 @@ def explain_no_fit(
         # half of what the stage's activations take, counted as its memory counts them: a tied
         # projection's (tail) activations are stashed once, not at the stage's depth
         Lever("halve_micro_batch",
-              ((act - tail) * worst.stash_depth + tail + (stage_temporary_bytes(seg, settings) if temps_scale else 0))
-              // 2, _fits(_scaled(layers, activation_div=2, temporaries=temps_scale), n, settings)),
+              ((act - tail) * worst.stash_depth + tail + stage_temporary_bytes(seg, settings)) // 2
+              if temps_scale is True else ((act - tail) * worst.stash_depth + tail) // 2 + temps_saved(),
+              _fits(_scaled(layers, activation_div=2, temporaries=temps_scale), n, settings)),
     ]
+    if float16 is not None:
+        # the weights, the stash and the activation-sized temporaries halve (as halving the
+        # micro-batch does for the last two)
+        halved = _scaled(layers, activation_div=2, temporaries=temps_scale, weights=float16)
+        weights = sum((x.param_bytes if float16 == "params" else x.weight_bytes) // 2 for x in seg)
+        levers.append(Lever("float16", levers[2].saved_bytes + weights, _fits(halved, n, settings)))
     peak = worst.memory_bytes
     top = min(len(layers), MAX_IPUS_SEARCHED)
     more = plan(layers, top, settings).by_ipus if top > n else {}

@@ -8,6 +8,7 @@ from typing import Any
 from popviz import escape
 from popviz.analysis._common import num
 from popviz.analysis.layer_plan import LayerPlan, SplitView, code_dict
+from popviz.analysis.planner import REPLICAS_SEARCHED
 from popviz.model.numbers import reserved_ipus
 from popviz.units import fmt_bytes
 
@@ -24,6 +25,9 @@ LEVER_TEXT = {
                   "optimum: recompute_checkpoint_every_layer=True"),
     "halve_micro_batch": ("halve the micro-batch",
                           "half the DataLoader batch size; double G to keep the global batch"),
+    "float16": ("model.half() with float16 inputs (the model runs in float32)",
+                "model.half(); float16 inputs (the optimizer state and gradient accumulators keep "
+                "PopTorch's float32 accum types)"),
     "more_ipus": ("more IPUs", ""),
     "replicas": ("replicas sharing the optimizer state",
                  "opts.replicationFactor(R) with setOptimizerLocation("
@@ -277,6 +281,8 @@ def no_fit_sections(plan: LayerPlan) -> list[Section]:
         if lv.name == "replicas" and lv.value:
             name = f"{lv.value} replicas sharing the optimizer state ({lv.value} × {n} IPUs)"
             how = how.replace("(R)", f"({lv.value})")
+        elif lv.name == "replicas":
+            name = f"replicas sharing the optimizer state (even {REPLICAS_SEARCHED[-1]}, the most tried)"
         verdict = "fits" if lv.closes_gap else "not enough"
         lines.append(f"- {name}: saves {fmt_bytes(lv.saved_bytes)} ({num(lv.saved_bytes)} bytes): {verdict}")
         if how:
