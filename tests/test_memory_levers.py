@@ -114,7 +114,7 @@ def test_mem005_quotes_the_planners_verdict_on_more_ipus():
     rec = memory.analyse(r).findings[0].recommendation
     assert rec.startswith(
         "Free about 11,082,924,032 B (10.3 GiB) in total; more IPUs alone cannot make it fit: `popviz plan` "
-        "finds no split that fits on up to 12 IPUs (the report's 12 layers are the unit it moves); layers.0 "
+        "finds no split that fits on up to 12 IPUs (it moves the report's 12 layers whole); layers.0 "
         "alone holds 1,073,872,896 B (1.0 GiB) of weights and optimizer state, over an IPU's 90% budget of "
         "846,515,404 B (807.3 MiB). Levers")
     assert "at least 14 IPUs" not in rec

@@ -109,3 +109,10 @@ def returning_heads(layers: Sequence) -> set[str]:
         return set()
     return {x.name for x in layers[movable[-1] + 1:]
             if getattr(x, "ipu", None) == first_ipu and getattr(x, "tied_to", None) is None}
+
+
+def units_text(roles: Sequence[str]) -> str:
+    """``9 layers (12 parts with the others)``: the report's movable layers and all the parts a
+    split places (embeddings, heads...), as ``popviz plan``, PIPE001 and MEM005 all say it."""
+    n = sum(r == "layer" for r in roles)
+    return f"{n} layer{'s' if n != 1 else ''}" + (f" ({len(roles)} parts with the others)" if len(roles) != n else "")

@@ -555,8 +555,8 @@ def plan_outcome(report: Report) -> tuple[dict[str, Any] | None, str | None]:
     change = plan.throughput_change_frac or 0.0
     rescue = not plan.current.fits
     if not (plan.improves or rescue):
-        n = len(plan.layer_names)
-        return None, (f"`popviz plan` finds no faster split of the report's {n} layers that fits (the "
+        units = layer_costs.units_text(plan.layer_roles)
+        return None, (f"`popviz plan` finds no faster split of the report's {units} that fits (the "
                       "current one is the best at layer granularity); split a layer across blocks (a "
                       "BeginBlock inside it) or make the bottleneck's layers cheaper")
     if rescue and any(st.memory_bytes > plan.settings.capacity_bytes for st in plan.current.stages):

@@ -200,8 +200,8 @@ def fewest_ipus(report: Report) -> tuple[int | None, str] | None:
     optimizer = settings.training and not settings.offload_optimizer
     big = max(costs, key=lambda c: c.weight_bytes + (c.optimizer_bytes if optimizer else 0))
     held = big.weight_bytes + (big.optimizer_bytes if optimizer else 0)
-    why = (f"`popviz plan` finds no split that fits on up to {top} IPUs (the report's {len(costs)} layers "
-           f"are the unit it moves)")
+    why = (f"`popviz plan` finds no split that fits on up to {top} IPUs (it moves the report's "
+           f"{layer_costs.units_text([getattr(x, 'role', 'layer') for x in report.layers])} whole)")
     if held > settings.budget_bytes:
         src = next((x for x in report.layers if x.name == big.name), None)
         parts = ["weights", *(["gradient accumulators"] if getattr(src, "accumulator_bytes", 0) else []),

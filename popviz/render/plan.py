@@ -7,6 +7,7 @@ from typing import Any
 
 from popviz import escape
 from popviz.analysis._common import num
+from popviz.analysis.layer_costs import units_text
 from popviz.analysis.layer_plan import LayerPlan, SplitView, code_dict
 from popviz.analysis.planner import REPLICAS_SEARCHED
 from popviz.model.numbers import reserved_ipus
@@ -257,8 +258,7 @@ def no_fit_sections(plan: LayerPlan) -> list[Section]:
     n = len(sf.split.stages)
     worst = max(range(n), key=lambda i: sf.split.stages[i].memory_bytes)
     units = [sum(r == "layer" for r in plan.layer_roles[st.first:st.stop]) for st in sf.split.stages]
-    parts = len(plan.layer_names)
-    lines = [f"no split of the model's {sum(units)} layers ({parts} parts with the others) over {n} "
+    lines = [f"no split of the model's {units_text(plan.layer_roles)} over {n} "
              f"IPU{'s' if n != 1 else ''} fits under {s.headroom_frac:.0%} of each IPU's memory "
              f"({fmt_bytes(s.budget_bytes)}).",
              f"the split needing the least memory (layers_per_ipu {units}) misses by "
