@@ -8,6 +8,7 @@ output per call, EveryN(N) (D/N)·G·R, Final and Sum R. Host tensor sizes are p
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from popviz.analysis._common import ceil_exact, nbytes, pct
@@ -319,6 +320,11 @@ def _stream_copies(report: Report, o: Collector) -> str | None:
         o.skip("device iterations", "no clock frequency (target) or run duration to turn cycles into time")
         return None
     _device_iterations(report, o, seconds)
+    n = m.get("recommended_device_iterations")
+    if n is not None:  # HIO001's lever with HIO003's figure
+        o.out.findings[:] = [dataclasses.replace(f, recommendation=f.recommendation.replace(
+            DEVICE_ITERATIONS_LEVER, f"raise opts.deviceIterations({n}) (HIO003)")) if f.code == "HIO001" else f
+            for f in o.out.findings]
     quiet = [r["ipu"] for r in m["ipus"] if not r["stream_copy_cycles"]]
     return (f"one call keeps the IPUs busy {_ms(seconds)} (mean over {len(runs)} profiled call"
             f"{'s' if len(runs) != 1 else ''}) · waiting = StreamCopyBegin + End, transfer = StreamCopyMid"
@@ -367,6 +373,8 @@ def _fewer_input_bytes(report: Report) -> list[str]:
 
 
 BYTE_BOUND_LEAD = "The host cannot hand over the inputs fast enough:"
+DEVICE_ITERATIONS_LEVER = "raise opts.deviceIterations(...)"
+"""HIO001's lever, given HIO003's figure when HIO003 fires too."""
 
 
 def _byte_bound_levers(report: Report, in_b: int, seconds: float, threads: int) -> str:
@@ -410,7 +418,7 @@ def _copy_finding(report: Report, o: Collector, worst: dict[str, Any], mode: str
     if waiting and byte_bound:
         rec = _byte_bound_levers(report, in_b, seconds, threads)
     elif waiting:
-        steps = ["raise opts.deviceIterations(...) so each call does more work per host round trip"]
+        steps = [f"{DEVICE_ITERATIONS_LEVER} so each call does more work per host round trip"]
         depth = recorded_option(report, "defaultPrefetchBufferingDepth")
         if not (isinstance(depth, (int, float)) and depth >= 3):  # never propose what is already set
             steps.append("prefetch deeper with opts._Popart.set(\"defaultPrefetchBufferingDepth\", 3)")
