@@ -71,6 +71,8 @@ class Recorder:
         self.crossed: set[tuple[int, int]] = set()
         self.boundary_bytes: list[int] = []
         self.saved: dict[tuple[int, int], int] = {}
+        self.pool_indices: dict[int, torch.Tensor] = {}
+        """Max pooling's indices (by key) -> its pooled values, which PopART stashes instead."""
         trace.listeners.append(self._on_block)
         self._trace = trace
         self._placement: BlockPlacement | None = trace.first  # first layers: IPU 0 (blocks.py)
@@ -118,6 +120,9 @@ class Recorder:
         segment = max(current, 0)
         inputs = _tensors((args, kwargs))
         outputs = _tensors(out)
+        if "with_indices" in str(packet) and len(outputs) == 2 and not outputs[1].is_floating_point():
+            # max pooling: autograd keeps the int64 indices, PopART's MaxPoolGrad the pooled output
+            self.pool_indices[_key(outputs[1])] = outputs[0]
         in_bytes = weight_bytes = 0
         # which inputs need gradients, as autograd sees them; under torch.no_grad() (a reentrant
         # torch.utils.checkpoint runs so) that says nothing of what PopART differentiates: unknown,
@@ -174,6 +179,9 @@ class Recorder:
     # -- autograd's saved tensors (the activation stash)
     def pack(self, t: torch.Tensor) -> torch.Tensor:
         key = _key(t)
+        pooled = self.pool_indices.get(key) if key is not None else None
+        if pooled is not None:  # stashed as PopART does: the pooled values, not autograd's int64 indices
+            t, key = pooled, _key(pooled)
         if key is not None and key not in self.param_keys:
             slot = (max(self.segment, 0), self._block(), key)
             self.saved[slot] = max(self.saved.get(slot, 0), _nbytes(t))
@@ -182,6 +190,7 @@ class Recorder:
 
     def result(self) -> Measurement:
         self._alive.clear()
+        self.pool_indices.clear()
         if not self.segments:
             first = next(iter(self._seen.values()), None)
             self.segments.append(Segment(ipu=first.ipu if first else 0, blocks=[]))
