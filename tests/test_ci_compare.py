@@ -133,6 +133,17 @@ def test_time_shares_that_fall_while_the_call_gets_faster_are_traded_not_regress
     assert compare(side(base), side(mixed), []).failed
 
 
+def test_a_larger_stream_copy_share_of_a_faster_call_is_traded():
+    """A reviewer froze most of a model: its calls got 40% faster and the same host copies became
+    a larger share of them, which failed the gate as a host-transfer regression."""
+    base = {"throughput.samples_per_second": 1_000.0, "host_io.stream_copy_pct": 4.0}
+    faster = {"throughput.samples_per_second": 1_400.0, "host_io.stream_copy_pct": 12.0}
+    c = compare(side(base), side(faster), [])
+    assert {r.metric: r.verdict for r in c.rows}["host_io.stream_copy_pct"] == TRADED and not c.failed
+    same_speed = dict(faster, **{"throughput.samples_per_second": 1_000.0})
+    assert compare(side(base), side(same_speed), []).failed  # the copies themselves grew
+
+
 def test_missing_engines_and_metrics_are_listed_not_crashed_on():
     base = side({"pipeline.imbalance_ratio": 1.1}) + side({}, name="inference")
     new = side({"pipeline.imbalance_ratio": 1.1, "memory.max_used_pct": 50.0}) + side({}, name="eval")

@@ -26,9 +26,10 @@ PLACED_METRIC = re.compile(r"^(pipeline\.stage\d+|memory\.ipu\d+)\.")
 FILL_METRICS = ("memory.max_used_pct", "memory.fullest_tile_pct")
 """The fullest IPU's and the fullest tile's fill: traded, not regressed, by a new split that is
 faster and keeps them under the memory analysis's thresholds (:func:`_trade`)."""
-SHARE_METRICS = ("pipeline.ramp_efficiency_pct", "pipeline.utilisation_pct")
+SHARE_METRICS = ("pipeline.ramp_efficiency_pct", "pipeline.utilisation_pct", "host_io.stream_copy_pct")
 """Shares of a call's time: a faster call can have lower ones (it saved more busy time than idle
-time), so they do not fail by default when the call itself got faster (verdict ``traded``)."""
+time), or a higher stream-copy share (its compute shrank, its host copies did not), so they do
+not fail by default when the call itself got faster (verdict ``traded``)."""
 SPEED_METRICS = ("pipeline.call_cycles_per_micro_batch", "throughput.samples_per_second")
 """The call's own speed: either improving beyond its threshold, with neither regressing, trades."""
 HEADLINE_ITEMS = 6
