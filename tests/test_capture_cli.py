@@ -383,3 +383,22 @@ def test_the_summary_shortens_a_long_command_at_a_word():
     first = summary_lines(run, Path("out"))[0]
     assert first == ("popviz capture: python examples/bert_pipeline.py --steps 1 --mlm ... finished "
                      "(exit code 0, 1.0 s)")
+
+
+def test_a_split_the_model_refuses_is_not_followed_by_next_analyse():
+    """--split with counts that do not add up to the model's layers stops the script (exit 2):
+    the summary pointed at `popviz analyse` on a directory with nothing to analyse."""
+    from pathlib import Path
+
+    from popviz.capture.launcher import summary_lines
+
+    refused = {"mode": "training", "calls": 0, "compile_error": "LayerSetupError: --split layers_per_ipu=2,2,2: "
+               "covers 6 layers; the model has 8 at module depth 2"}
+    run = {"command_line": "python train.py", "exit_code": 2, "duration_seconds": 1.0, "emulated": True,
+           "engines": [{"path": "training", "files": ["popviz-model.json"], "model": refused}]}
+    assert summary_lines(run, Path("out"))[-1] == (
+        "next: correct the --split or --layer-depth the error names and capture again (no engine here has a "
+        "report to analyse)")
+    ran = dict(run, engines=[{"path": "training", "files": ["popviz-report.json"], "model": {"mode": "training",
+                                                                                          "calls": 3}}])
+    assert summary_lines(ran, Path("out"))[-1] == "next: popviz analyse out"

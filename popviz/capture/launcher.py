@@ -216,6 +216,11 @@ def _times_text(m: Mapping[str, Any], run: Mapping[str, Any]) -> str:
     return text + f", calls run on the CPU in {wall_seconds(cpu)}"
 
 
+SETUP_ERROR = "LayerSetupError"
+"""How a compile error popviz's own ``--split`` / ``--layer-depth`` raised begins (the emulator's
+``structure.LayerSetupError``): the model was refused before anything was estimated."""
+
+
 def summary_lines(run: Mapping[str, Any], root: Path) -> list[str]:
     """The one-screen summary printed when the run ends."""
     from popviz import escape as esc
@@ -273,6 +278,11 @@ def summary_lines(run: Mapping[str, Any], root: Path) -> list[str]:
         # one rank of a run whose ranks each ran popviz: the run's directory holds every instance
         lines.append(f"next: popviz analyse {shown(root.parent)} (every instance, with the cross-instance "
                      f"checks; {shown(root)} alone has none)")
+    elif engines and all(((e.get("model") or {}).get("compile_error") or "").startswith(SETUP_ERROR)
+                         for e in engines):
+        # popviz's own --split / --layer-depth refused the model: nothing was estimated
+        lines.append("next: correct the --split or --layer-depth the error names and capture again "
+                     "(no engine here has a report to analyse)")
     elif engines:
         lines.append(f"next: popviz analyse {shown(root)}")
     return lines
