@@ -935,3 +935,16 @@ def test_three_ipus_without_auto_round_is_an_error():
     out = pipeline.analyse(report.replace(config=lone))
     assert only(out, "PIPE005").title.startswith("3 IPUs: PopTorch reserves IPUs in powers of two")
     assert out.not_checked[0].reason.startswith("the model runs on IPU2")
+
+
+def test_an_execution_profile_of_zero_cycles_is_skipped_not_divided_by():
+    """Every step at 0 cycles (a damaged profile, a reviewer's hostile copy): host_io divided by the
+    number of runs with compute, zero, and the CLI said "internal error"."""
+    r = testing.pipeline_report([1000] * 2, mode="inference", device_iterations=4)
+    steps = r.execution.steps.copy()
+    steps["cycles"] = 0
+    zero = r.replace(execution=ExecutionTable(steps, r.execution.runs))
+    out = host_io.analyse(zero)
+    assert [n.reason for n in out.not_checked if n.check == "stream-copy share, device time per call"] == [
+        "no run in the execution profile has a step with cycles (every step of it counts 0)"]
+    assert out.metrics["call_device_seconds"] is None and out.metrics["stream_copy_frac"] is None

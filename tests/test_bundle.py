@@ -183,3 +183,17 @@ def test_an_engine_name_of_the_wrong_type_and_an_empty_path_are_named_as_such(tm
         read_bundle(d)
     with pytest.raises(UsageError, match=r'^the report path is empty; pass a report directory or bundle'):
         popviz.load("")
+
+
+def test_negative_total_bytes_are_refused_like_every_other_byte_column(bundle_dir):
+    """The totals end in ``_gaps``, not ``_bytes``: a negative one passed validation and was shown
+    as "-0.5%" used (a reviewer's hostile copy)."""
+    import popviz
+
+    path = bundle_dir / "memory.parquet"
+    frame = pd.read_parquet(path)
+    frame.loc[0, ["total_bytes_including_gaps", "total_bytes_excluding_gaps"]] = -5_000_000
+    frame.to_parquet(path)
+    with pytest.raises(CorruptReportError, match=r"memory.parquet: \w+ memory table column "
+                       r"'total_bytes_including_gaps': bytes must not be negative \(row 0: -5000000"):
+        popviz.load(bundle_dir)

@@ -286,6 +286,10 @@ def _stream_copies(report: Report, o: Collector) -> str | None:
         return None
     totals = cycle_totals(report.execution)
     runs = totals.calls() or [int(r) for r in totals.runs]
+    if not runs:
+        o.skip("stream-copy share, device time per call", "no run in the execution profile has a step "
+               "with cycles (every step of it counts 0)")
+        return None
     part = totals.by_ipu_type(runs)
     types = part["program_type"].astype(str)
     per_ipu = part.groupby("ipu")["cycles"].sum()

@@ -113,7 +113,7 @@ def _memory(c: _Check, report: Report) -> None:
     f = report.memory.frame
     table = f"{report.memory.level} memory table"
     for col in f.columns:
-        if col.endswith("_bytes"):
+        if col.endswith("_bytes") or col.startswith("total_bytes"):  # total_bytes_including_gaps too
             c.first_bad(f, f[col].to_numpy() < 0, table, col, "bytes must not be negative")
     inc = f["total_bytes_including_gaps"].to_numpy()
     c.first_bad(f, f["total_bytes_excluding_gaps"].to_numpy() > inc, table,
