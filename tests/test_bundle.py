@@ -197,3 +197,27 @@ def test_negative_total_bytes_are_refused_like_every_other_byte_column(bundle_di
     with pytest.raises(CorruptReportError, match=r"memory.parquet: \w+ memory table column "
                        r"'total_bytes_including_gaps': bytes must not be negative \(row 0: -5000000"):
         popviz.load(bundle_dir)
+
+
+def test_a_table_the_model_refuses_is_named_by_its_parquet_file(bundle_dir):
+    """NaN cycles in execution.parquet were blamed on popviz-report.json (a reviewer)."""
+    path = bundle_dir / "execution.parquet"
+    frame = pd.read_parquet(path)
+    frame["cycles"] = frame["cycles"].astype("float64")
+    frame.loc[0, "cycles"] = float("nan")
+    frame.to_parquet(path)
+    with pytest.raises(CorruptReportError, match=r"execution.parquet: does not match the bundle format "
+                       r"\(execution steps table column cycles has missing values\)"):
+        read_bundle(bundle_dir)
+
+
+def test_an_emulator_report_that_does_not_say_estimated_is_refused(tmp_path):
+    """Deleting ``provenance.estimated`` from an emulator's bundle showed its figures as measured."""
+    import popviz
+
+    report = testing.pipeline_report([1000, 2000], estimated=True)
+    report = report.replace(provenance=Provenance(source="emulator", tool="popviz", estimated=False))
+    write_bundle(report, tmp_path / "training")
+    with pytest.raises(CorruptReportError, match=r"popviz-report.json: provenance.estimated: must be true for a "
+                       r"report the emulator wrote"):
+        popviz.load(tmp_path / "training")

@@ -437,3 +437,25 @@ def test_a_memory_category_keeps_its_colour_whatever_the_sizes():
     expected = memory_colours([c for c in legend if c in ("weights", "optimizerState", "gradientAccumulators",
                                                           "activationStash", "temporaries", "codeAndExchange")])
     assert {c: legend[c] for c in expected} == {c: v.lower() for c, v in expected.items()}
+
+
+def test_every_report_dataframe_says_where_its_figures_come_from():
+    """A notebook table of an estimated report kept no label once shown or exported (a reviewer):
+    each Report method's DataFrame carries engine, source and estimated in ``attrs``."""
+    estimated = popviz.load(SAMPLES / "mnist_pipeline")["training"]
+    for frame in (estimated.steps(), estimated.stage_cycles(), estimated.ipu_cycles(), estimated.memory_by_ipu(),
+                  estimated.time_shares(), estimated.output_modes()):
+        assert frame.attrs == {"engine": "training", "source": "emulator", "estimated": True}
+    measured = testing.pipeline_report([1000, 2000])
+    assert measured.stage_cycles().attrs["estimated"] is False
+
+
+def test_a_single_report_analysed_in_a_notebook_is_titled_by_its_engine():
+    """``popviz.analyse(training)`` (the docs' notebook call) was headed "popviz analysis of None"."""
+    from popviz.render import markdown
+
+    training = popviz.load(SAMPLES / "mnist_pipeline")["training"]
+    result = popviz.analyse(training)
+    assert "<h1>popviz analysis of <code>training</code></h1>" in result._repr_html_()
+    assert markdown.render(result).startswith("# popviz analysis of `training`")
+    assert "None" not in result._repr_html_().split("</h1>")[0]

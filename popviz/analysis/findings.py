@@ -161,6 +161,12 @@ class Result:
     def findings(self) -> list[Finding]:
         return [f for e in self.engines for f in e.findings]
 
+    @property
+    def title(self) -> str:
+        """What the analysis is of: the directory read, else (a Report analysed in a notebook)
+        its engines' names."""
+        return self.root if self.root is not None else ", ".join(e.report.label for e in self.engines) or "no engine"
+
     def _repr_html_(self) -> str:
         from popviz.render.html import notebook
 

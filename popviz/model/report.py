@@ -80,41 +80,47 @@ class Report:
         return notebook(self)
 
     # What each figure of popviz.plot draws, as a DataFrame (popviz/model/frames.py documents the columns).
+    def _labelled(self, frame: pd.DataFrame) -> pd.DataFrame:
+        """``frame`` with where its figures come from in ``frame.attrs`` (``engine``, ``source``,
+        ``estimated``): an estimated report's tables say so wherever they are passed on."""
+        frame.attrs.update(engine=self.label, source=self.provenance.source, estimated=self.provenance.estimated)
+        return frame
+
     def steps(self, run: int | None = None) -> pd.DataFrame:
         """One executor call's steps in time order per IPU, with start/end cycles and category."""
         from popviz.model import frames
-        return frames.steps(self, run)
+        return self._labelled(frames.steps(self, run))
 
     def stage_cycles(self) -> pd.DataFrame:
         """Cycles per micro-batch of each pipeline stage, its idle % and the bottleneck."""
         from popviz.model import frames
-        return frames.stage_cycles(self)
+        return self._labelled(frames.stage_cycles(self))
 
     def ipu_cycles(self) -> pd.DataFrame:
         """Cycles per micro-batch of each IPU running pipeline stages (the balance measured per
         IPU when stages share one), its stages, idle % and the bottleneck."""
         from popviz.model import frames
-        return frames.ipu_cycles(self)
+        return self._labelled(frames.ipu_cycles(self))
 
     def memory_by_ipu(self) -> pd.DataFrame:
         """Bytes per IPU: used, capacity, used %, gaps and one column per memory category."""
         from popviz.model import frames
-        return frames.memory_by_ipu(self)
+        return self._labelled(frames.memory_by_ipu(self))
 
     def tile_memory(self) -> pd.DataFrame:
         """Bytes and used % of every tile."""
         from popviz.model import frames
-        return frames.tile_memory(self)
+        return self._labelled(frames.tile_memory(self))
 
     def time_shares(self) -> pd.DataFrame:
         """Per IPU, % of the calls' cycles in compute, exchange, sync/idle, host copy and other."""
         from popviz.model import frames
-        return frames.time_shares(self)
+        return self._labelled(frames.time_shares(self))
 
     def output_modes(self) -> pd.DataFrame:
         """Outputs and output bytes per call under each output mode, the current one marked."""
         from popviz.model import frames
-        return frames.output_modes(self)
+        return self._labelled(frames.output_modes(self))
 
     def __repr__(self) -> str:
         return (f"Report(name={self.label!r}, source={self.provenance.source!r}, "

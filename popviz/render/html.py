@@ -204,7 +204,7 @@ def _summary(result: Result) -> list[str]:
 def render(result: Result, *, figures: bool | tuple[str, ...] = True, standalone: bool = True) -> str:
     """The page (``standalone``) or an HTML fragment (for notebooks) of an analysis result;
     ``figures`` is True (all), False (none) or the names of the figures to draw."""
-    body = [f"<h1>popviz analysis of <code>{_e(result.root)}</code></h1>",
+    body = [f"<h1>popviz analysis of <code>{_e(result.title)}</code></h1>",
             f'<p class="muted">popviz {_e(__version__)} · analyses: {_e(", ".join(result.analyses))}</p>',
             *(f'<p class="warning">warning: {_e(w)}</p>' for w in result.warnings),
             *_summary(result)]
@@ -214,7 +214,7 @@ def render(result: Result, *, figures: bool | tuple[str, ...] = True, standalone
         return f'<div class="popviz"><style>{CSS}</style>{"".join(body)}</div>'
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
-            f"<title>popviz: {_e(result.root)}</title><style>{CSS}</style></head><body>\n"
+            f"<title>popviz: {_e(result.title)}</title><style>{CSS}</style></head><body>\n"
             + "\n".join(body) + "\n</body></html>\n")
 
 

@@ -63,7 +63,7 @@ def _engine(engine: EngineResult, ignored: frozenset[str] = frozenset()) -> list
 
 
 def render(result: Result) -> str:
-    lines = [f"# popviz analysis of {escape.md_code(result.root)}", ""]
+    lines = [f"# popviz analysis of {escape.md_code(result.title)}", ""]
     if result.warnings:
         lines += [*(f"- ⚠️ **warning** {_esc(w)}" for w in result.warnings), ""]
     lines += ["**Summary**", "", *(f"- {_prose(line)}" for line in text.summary_lines(result)), ""]

@@ -7,9 +7,11 @@ every value is checked against the model before a Report is built.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -142,6 +144,17 @@ class _Reader:
             raise self.fail(f"field {key!r} must be a JSON {'object' if kind is dict else 'value'}")
         return value
 
+    @contextlib.contextmanager
+    def naming(self, file_name: Any) -> Iterator[None]:
+        """A table's values refused by the model: named with the Parquet file they came from
+        (a table already read, so ``file_name`` is a valid name)."""
+        try:
+            yield
+        except (ModelError, TypeError, ValueError, OverflowError) as exc:
+            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise self.fail(f"does not match the bundle format ({first[:200]})",
+                            path=self.directory / str(file_name)) from None
+
     def table(self, file_name: Any, rows: Any, what: str, optional: tuple[str, ...] = ()):
         """The table in ``file_name`` as a DataFrame. ``optional`` columns that hold no value at
         all are left out (the model fills them with nulls far faster than pandas converts them)."""
@@ -194,13 +207,15 @@ class _Reader:
             memory = None
             if mem_meta is not None:
                 frame = self.table(mem_meta.get("file"), mem_meta.get("rows"), "memory")
-                memory = MemoryTable(frame, level=mem_meta.get("level", "tile"))
+                with self.naming(mem_meta.get("file")):
+                    memory = MemoryTable(frame, level=mem_meta.get("level", "tile"))
             execution = None
             if exe_meta is not None:
                 steps = self.table(exe_meta.get("steps_file"), exe_meta.get("rows"), "execution",
                                    optional=("start_cycle",))
                 runs = self.table(exe_meta.get("runs_file"), None, "runs")
-                execution = ExecutionTable(steps, runs)
+                with self.naming(exe_meta.get("steps_file")):
+                    execution = ExecutionTable(steps, runs)
             return Report(
                 name=name,
                 provenance=Provenance(**prov),

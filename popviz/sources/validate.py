@@ -75,6 +75,9 @@ def check_report(report: Report, where: Path | str,
     p = report.provenance
     if not isinstance(p.estimated, bool):
         raise c.fail("provenance.estimated", f"must be true or false, got {p.estimated!r}")
+    if p.source == "emulator" and not p.estimated:  # never shown as measured
+        raise c.fail("provenance.estimated", "must be true for a report the emulator wrote (source "
+                     "\"emulator\"): its figures are estimates")
     if not isinstance(p.tool, str):
         raise c.fail("provenance.tool", f"must be a string, got {p.tool!r}")
     if p.captured_at is not None and not isinstance(p.captured_at, str):
