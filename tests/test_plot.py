@@ -185,7 +185,11 @@ def test_compare_shows_relative_changes_coloured_by_direction():
     # the same report twice: no change flagged
     same = plot.compare(base, base)
     assert {a.get_title().split("\n")[1] for a in same.axes if a.get_visible()} == {"+0.0% · same", "+0.0 pp · same"}
-    assert fig.get_suptitle() == "training → training: key metrics"
+    assert fig.get_suptitle() == "training → training: key metrics"  # in-memory reports: no run to name
+    # read from two runs: the figure says which is base and which new (a reviewer could not tell)
+    even, planned = (popviz.load(SAMPLES / n)["training"] for n in ("bert_even_split", "bert_planned"))
+    assert plot.compare(even, planned).get_suptitle() == (
+        "training: base bert_even_split → new bert_planned: key metrics (estimated)")
     assert plot.key_metrics(new)["pipeline.imbalance_ratio"] == pytest.approx(6062.5 / ((3 * 3031.25 + 6062.5) / 4))
 
 

@@ -114,5 +114,19 @@ def compare(base: Report, new: Report, ax: Axes | None = None, *, allow_differen
         for side in ("top", "right", "left"):
             panel.spines[side].set_visible(False)
     estimated = any(r.provenance and r.provenance.estimated for r in (base, new))
-    fig.suptitle(f"{base.label} → {new.label}: key metrics" + (" (estimated)" if estimated else ""))
+    runs = [_run_name(r) for r in (base, new)]
+    which = (f"{base.label}: base {runs[0]} → new {runs[1]}" if None not in runs and runs[0] != runs[1]
+             else f"{base.label} → {new.label}")
+    fig.suptitle(f"{which}: key metrics" + (" (estimated)" if estimated else ""))
     return fig
+
+
+def _run_name(report: Report) -> str | None:
+    """The run directory an engine was read from (``gpt_train`` for ``gpt_train/training``), so
+    the figure says which run is base and which new; None when the report has no path."""
+    from pathlib import Path
+
+    if not report.path:
+        return None
+    path = Path(report.path)
+    return (path.parent.name if path.name == report.name else path.name) or None
