@@ -84,14 +84,17 @@ emphasis, links and images, table cells, headings, strike-through."""
 
 def md(value: object, *, starts_line: bool = False) -> str:
     """``value`` as inline Markdown text (GitHub-flavoured): one line (:func:`term`), HTML
-    characters as entities (no tag from a file is ever rendered), and the characters that make
+    characters as entities (no tag from a file is ever rendered; ``&`` only where a character
+    reference could start), and the characters that make
     Markdown structure backslash-escaped, so a name cannot open a link, a code span, a table cell
     or a heading. ``starts_line``: the value begins a line, so a leading ``-``, ``+``, ``>``, ``#``,
     ``1.`` cannot make a list, a quote or a heading either."""
     out = []
     text = term(value)
     for i, c in enumerate(text):
-        if c in _HTML:
+        if c == "&" and not (i + 1 < len(text) and (text[i + 1].isalnum() or text[i + 1] == "#")):
+            out.append(c)  # "sync & copies": no character reference can start here ("&amp;" shows raw)
+        elif c in _HTML:
             out.append(_HTML[c])
         elif c == "_" and 0 < i < len(text) - 1 and text[i - 1].isalnum() and text[i + 1].isalnum():
             out.append(c)  # inside a word (qa_outputs, used_pct) "_" never makes emphasis

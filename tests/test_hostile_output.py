@@ -498,3 +498,13 @@ def test_the_older_command_form_is_defused_before_a_line_is_measured():
     con.print(Panel(escape.text("stage 3: s3\nx##[group]y")))
     out = escape.defuse_commands(con.file.getvalue())
     assert {cell_len(line) for line in out.splitlines()} == {40}
+
+
+def test_markdown_escapes_an_ampersand_only_where_a_character_reference_could_start():
+    """``sync & inter-IPU copies`` printed as ``sync &amp; inter-IPU copies`` in the raw Markdown
+    (a reviewer); ``&amp;``, ``&#60;`` or ``&lt;`` from a file must still not become characters."""
+    from popviz import escape
+
+    assert escape.md("sync & inter-IPU copies") == "sync & inter-IPU copies"
+    assert escape.md("a&") == "a&"
+    assert escape.md("&amp; &#60; &lt;script&gt;") == "&amp;amp; &amp;#60; &amp;lt;script&amp;gt;"

@@ -144,3 +144,13 @@ def test_html_force_replaces_a_file_but_not_a_directory(tmp_path):
     (tmp_path / "dir.html").mkdir()
     proc = run_cli("analyse", str(SAMPLES / "oom_compile"), "--html", str(tmp_path / "dir.html"), "--force")
     assert_one_line_error(proc, "dir.html exists and is not a regular file")
+
+
+def test_an_html_finding_without_an_estimate_does_not_say_estimated_gain_twice():
+    from popviz.analysis.findings import Finding
+    from popviz.render.html import _finding
+
+    f = Finding("HIO003", "warning", "host_io", "Device iterations too low", "evidence", "recommendation")
+    assert "estimated gain: gain not estimated" not in _finding(f, "gain not estimated")
+    assert '<span class="gain">gain not estimated</span>' in _finding(f, "gain not estimated")
+    assert '<span class="gain">estimated gain: up to +26%</span>' in _finding(f, "up to +26%")

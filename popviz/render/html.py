@@ -116,7 +116,8 @@ def _gain(action) -> str:
 
 
 def _finding(f, gain: str = "", ignored: bool = False) -> str:
-    gain_html = f' <span class="gain">estimated gain: {_prose(gain)}</span>' if gain else ""
+    label = "" if gain.startswith("gain ") else "estimated gain: "  # never "estimated gain: gain not estimated"
+    gain_html = f' <span class="gain">{label}{_prose(gain)}</span>' if gain else ""
     return (f'<div class="finding {f.severity}"><div><span class="badge {f.severity}">{f.severity}</span> '
             f"<strong>{_e(f.code)}</strong> {_e(f.title)}{gain_html}"
             + (f' <span class="muted">({_e(text.IGNORED_MARK)})</span>' if ignored else "") + "</div>"
