@@ -170,6 +170,23 @@ def test_no_fit_with_optimizer_state_names_offloading_and_replicas(tmp_path):
     assert "- 2 replicas sharing the optimizer state (2 × 2 IPUs): saves 195.3 KiB (200,000 bytes): fits" in out
 
 
+def test_no_fit_levers_code_fits_80_columns(tmp_path):
+    # each lever's how-to is one line of code per statement, broken after its first "(" when
+    # longer than 78 characters: no terminal wraps a name in the middle at 80 columns
+    layers = small_layers(optimizer_bytes=[0, 200_000, 200_000, 200_000, 200_000, 0])
+    path = tmp_path / "adam"
+    write_bundle(testing.layered_report(layers, tiles_per_ipu=1, gradient_accumulation=16), path)
+    proc = run_cli("plan", str(path), env={"COLUMNS": "80"})
+    assert proc.returncode == 1
+    lines = proc.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    start = lines.index("  opts.replicationFactor(2)")
+    assert lines[start + 1:start + 3] == [
+        "  opts.TensorLocations.setOptimizerLocation(",
+        "      poptorch.TensorLocationSettings().useReplicatedTensorSharding(True))"]
+    assert "  half the DataLoader batch size, double G to keep the global batch" in lines
+
+
 def test_write_plan_file_and_never_overwrite(small, tmp_path):
     dest = tmp_path / "plan.json"
     proc = run_cli("plan", str(small), "--write", str(dest))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import textwrap
 from typing import Any
 
 from popviz import escape
@@ -25,13 +26,13 @@ LEVER_TEXT = {
                   "poptorch.recomputationCheckpoint(...) on each layer's output; "
                   "optimum: recompute_checkpoint_every_layer=True"),
     "halve_micro_batch": ("halve the micro-batch",
-                          "half the DataLoader batch size; double G to keep the global batch"),
+                          "half the DataLoader batch size, double G to keep the global batch"),
     "float16": ("model.half() with float16 inputs (the model runs in float32)",
-                "model.half(); float16 inputs (the optimizer state and gradient accumulators keep "
+                "model.half() and float16 inputs (the optimizer state and gradient accumulators keep "
                 "PopTorch's float32 accum types)"),
     "more_ipus": ("more IPUs", ""),
     "replicas": ("replicas sharing the optimizer state",
-                 "opts.replicationFactor(R) with setOptimizerLocation("
+                 "opts.replicationFactor(R); opts.TensorLocations.setOptimizerLocation("
                  "poptorch.TensorLocationSettings().useReplicatedTensorSharding(True))"),
 }
 
@@ -285,9 +286,25 @@ def no_fit_sections(plan: LayerPlan) -> list[Section]:
             name = f"replicas sharing the optimizer state (even {REPLICAS_SEARCHED[-1]}, the most tried)"
         verdict = "fits" if lv.closes_gap else "not enough"
         lines.append(f"- {name}: saves {fmt_bytes(lv.saved_bytes)} ({num(lv.saved_bytes)} bytes): {verdict}")
-        if how:
-            lines.append(f"  {how}")
+        for part in how.split("; ") if how else ():
+            lines += _code_lines(part)
     return out
+
+
+CODE_WIDTH = 78
+"""A lever's code line longer than this (80 columns, indented) breaks after its first ``(``: still
+Python to paste, and no terminal wraps it mid-name."""
+
+
+def _code_lines(part: str) -> list[str]:
+    """One part of a lever's how-to: code (``opts...``) broken after its first ``(`` when long,
+    words wrapped."""
+    if len(part) <= CODE_WIDTH:
+        return [f"  {part}"]
+    if part.startswith(("opts.", "poptorch.")) and "(" in part:
+        cut = part.index("(") + 1
+        return [f"  {part[:cut]}", f"      {part[cut:]}"]
+    return textwrap.wrap(part, CODE_WIDTH + 2, initial_indent="  ", subsequent_indent="  ")
 
 
 def markdown(plan: LayerPlan, rerun: str | None = None, plan_path: str | None = None, *,
