@@ -41,6 +41,10 @@ class OpCost:
     alone: autodiff grows no gradient towards them)."""
     weight_grad: bool = True
     """Some parameter it reads is trainable (False when it reads none, or only frozen ones)."""
+    dims: tuple[int, ...] = ()
+    """A product's or convolution's shape as PopLibs plans it (:func:`product_dims`): ``(groups,
+    positions, in channels per group, out channels per group, kernel elements)``; empty for every
+    other operation (and for measurements made before it was recorded)."""
 
     @property
     def has_backward(self) -> bool:

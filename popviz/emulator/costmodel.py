@@ -82,13 +82,35 @@ def op_kind(op: OpCost) -> str:
     return "elementwise"
 
 
-def amp_rate(op: OpCost, spec: hw.IpuSpec, half_partials: bool) -> float:
+def peak_rate(op: OpCost, spec: hw.IpuSpec, half_partials: bool) -> float:
     """Peak FLOPs per cycle of the whole IPU for this operation's precision: float32, float16
     with float32 partials (half the float16 peak) or float16 with half partials (the peak)."""
     rate = spec.flops_per_cycle(op.element_bytes)
     if op.element_bytes == 2 and not half_partials:
         rate /= hw.HALF_PARTIALS_SPEEDUP
     return rate
+
+
+def amp_rate(op: OpCost, spec: hw.IpuSpec, half_partials: bool) -> float:
+    """FLOPs per cycle of the whole IPU this product or convolution can reach: the peak for its
+    precision (:func:`peak_rate`) times the share its channels fill (:func:`channel_utilisation`)."""
+    return peak_rate(op, spec, half_partials) * channel_utilisation(op, spec, half_partials)
+
+
+def channel_utilisation(op: OpCost, spec: hw.IpuSpec, half_partials: bool) -> float:
+    """Share of the AMP's peak a product's or convolution's channels fill (1 without a recorded
+    shape): input channels per group padded to ``AMP_INPUT_CHANNEL_GRAIN``, output channels to the
+    conv units, and never below PopLibs' vector-MAC vertices (``VECTOR_MACS_PER_TILE_CYCLE``), which
+    it uses where the AMP would mostly compute padding (depthwise convolutions)."""
+    if len(op.dims) != 5:
+        return 1.0
+    _, _, cin, cout, _ = op.dims
+    eb = 2 if op.element_bytes <= 2 else 4
+    peak_macs = peak_rate(op, spec, half_partials) / spec.tiles_per_ipu / 2
+    grain = hw.AMP_INPUT_CHANNEL_GRAIN[eb]
+    units = max(1, round(peak_macs / grain))
+    filled = cin / (math.ceil(cin / grain) * grain) * cout / (math.ceil(cout / units) * units)
+    return max(filled, min(1.0, hw.VECTOR_MACS_PER_TILE_CYCLE[eb] / peak_macs)) if cin and cout else 1.0
 
 
 def amp_efficiency(op: OpCost, spec: hw.IpuSpec, half_partials: bool = False) -> float:

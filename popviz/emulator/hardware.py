@@ -263,6 +263,23 @@ HALF_PARTIALS_SPEEDUP = 2.0
 operands (the AMP units accumulate twice as fast in float16 on Mk2). Float32 operands are
 unaffected. Known error: the gain shrinks for small or exchange-bound ops."""
 
+AMP_INPUT_CHANNEL_GRAIN = {2: 4, 4: 2}
+"""Input channels (per convolution group) each AMP conv unit loads per cycle, by element bytes
+(float16: 4, float32: 2): the AMP vertices need a product's or convolution's input channels in
+groups of this size, padding the rest (PopLibs ``lib/poplin/ConvVertexType.cpp``: an AMP candidate's
+``inChansPerGroup`` is a multiple of ``convInputLoadElems``). The output channels go in groups of the
+conv units (peak MACs per tile cycle over this grain: 16 for float16 with half partials on a Mk2,
+8 with float partials, 8 for float32). PopLibs ranks its vertex candidates by
+``maxMACsPerCycle x (1 - paddingRatio)`` (``sortConvVertexTypeCandidates``); the cost model runs a
+product at that share of the peak (:func:`popviz.emulator.costmodel.channel_utilisation`), so a
+convolution on 1 input channel and 5 output channels in float32 runs at (1/2) x (5/8) of it. Whole
+multiples of the grains (every transformer and ResNet layer but the first) are unaffected."""
+VECTOR_MACS_PER_TILE_CYCLE = {2: 4, 4: 2}
+"""MACs per tile cycle of PopLibs' vector-MAC convolution vertices (HMAC, VMAC: the 64-bit data
+path's width, 4 float16 or 2 float32 values; ``getMaxMACsPerCyclePerTile`` in
+``lib/poplin/ConvModel.cpp``), which PopLibs uses where the AMP's channel groups would be mostly
+padding: depthwise convolutions (one channel per group) run at this rate, not the AMP's."""
+
 SMALL_PRODUCT_ELEMENTS = 50_000
 """Matmuls and convolutions whose activations (non-parameter inputs and output) hold fewer
 elements than this are "small products": the cost model charges them ``AMP_HALF_CYCLES`` /

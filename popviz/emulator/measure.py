@@ -42,6 +42,45 @@ def _tensors(tree: Any) -> list[torch.Tensor]:
     return [t for t in tree_flatten(tree)[0] if isinstance(t, torch.Tensor)]
 
 
+_PRODUCTS = {"mm": (0, 1), "addmm": (1, 2), "bmm": (0, 1), "baddbmm": (1, 2)}
+_CONVOLUTIONS = {"convolution", "_convolution", "conv1d", "conv2d", "conv3d"}
+
+
+def product_dims(name: str, args: tuple, out: Any) -> tuple[int, ...]:
+    """A product's or convolution's shape as PopLibs plans it (PopLibs lowers a matmul to a
+    convolution: rows are its positions, the contraction its input channels, the columns its
+    output channels, a batched product's batch its groups): ``(groups, positions, in channels per
+    group, out channels per group, kernel elements)``; empty when the arguments are not the
+    expected tensors."""
+    try:
+        if name in _PRODUCTS:
+            a, b = (args[i] for i in _PRODUCTS[name])
+            if a.dim() == 2 and b.dim() == 2:
+                return (1, int(a.shape[0]), int(a.shape[1]), int(b.shape[1]), 1)
+            if a.dim() == 3 and b.dim() == 3:
+                return (int(a.shape[0]), int(a.shape[1]), int(a.shape[2]), int(b.shape[2]), 1)
+            return ()
+        if name in _CONVOLUTIONS:
+            weight, result = args[1], out if isinstance(out, torch.Tensor) else None
+            if result is None or weight.dim() < 3:
+                return ()
+            groups = int(args[8]) if len(args) > 8 and name in ("convolution", "_convolution") else (
+                int(args[6]) if len(args) > 6 else 1)
+            transposed = bool(args[6]) if len(args) > 6 and name in ("convolution", "_convolution") else False
+            kernel = 1
+            for k in weight.shape[2:]:
+                kernel *= int(k)
+            positions = int(result.shape[0])
+            for d in result.shape[2:]:
+                positions *= int(d)
+            out_channels = int(result.shape[1]) // max(groups, 1)
+            in_channels = (int(weight.shape[0]) // max(groups, 1)) if transposed else int(weight.shape[1])
+            return (groups, positions, in_channels, out_channels, kernel)
+    except (AttributeError, IndexError, TypeError, ValueError):
+        return ()
+    return ()
+
+
 class Recorder:
     """Collects a :class:`Measurement` while one forward pass runs."""
 
@@ -164,11 +203,13 @@ class Recorder:
                 flops = 0.0
         ref = outputs[0] if outputs else (inputs[0] if inputs else None)
         elem = ref.element_size() if ref is not None and ref.is_floating_point() else 4
-        self.ops.append(OpCost(segment=current, name=str(packet).replace("aten.", ""),
+        name = str(packet).replace("aten.", "")
+        self.ops.append(OpCost(segment=current, name=name,
                                flops=flops, element_bytes=elem, in_bytes=in_bytes, out_bytes=out_bytes,
                                matmul=formula is not None, weight_bytes=weight_bytes, block=self._block(),
                                module=self.units.current if self.units is not None else None,
-                               activation_grad=activation_grad, weight_grad=weight_grad))
+                               activation_grad=activation_grad, weight_grad=weight_grad,
+                               dims=product_dims(name, args, out) if formula is not None else ()))
         self.recompute.produced([_key(t) for t in outputs], len(self.ops) - 1)
         for t in outputs:
             key = _key(t)
