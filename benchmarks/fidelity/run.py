@@ -11,7 +11,8 @@ it, a memory total, whether it fits) and the error printed: ``(estimate - hardwa
 Rows whose own source says they measure something else are listed below the table ("not used for
 calibration") with their estimate and error, outside the median. The figures and their sources are in
 ``shared/reference/hardware-figures.md`` (ids A1, B9, ...); T1, a public trace from outside it, is
-quoted at its case below. The last line is the median of the
+quoted at its case below, and the held-out figures from outside it (E1, E2, G1, G2, H1-H6, I1) at
+theirs. The last line is the median of the
 absolute errors. To add a figure: write the script, then add a ``Case`` below with the figure's
 id, what to measure and its value.
 """

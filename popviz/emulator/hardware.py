@@ -123,8 +123,9 @@ of 9,000-18,000 gives B9 +3 to −15%, B3 +17 to +5%, B5 +38 to +15%, P1 −6 to
 cost of B10 and P1, and B10 would lose its "likely pessimistic" note, so 9,000 stays. Checked
 again once only the gradients autodiff grows were counted (``BACKWARD_FACTORS``): over
 6,000-18,000 the mean absolute error of B9, B3, B5, P1 and B10's trace is 17-20%, lowest (17.2%)
-at 12,000 and 18.2% at 9,000, a flat optimum, so 9,000 stays (B9 +8%, B5 +45%). The same
-CNN on SDK 3.0 (E1, held out) is +60%: eight runs of it on SDKs 2.4-3.0 agree at ~32,500 items/s
+at 12,000 and 18.2% at 9,000, a flat optimum, so 9,000 stays (B9 +8%, B5 +45%; +4% and +40% since
+its convolutions run at their channels' share of the AMP). The same
+CNN on SDK 3.0 (E1, held out) is +54%: eight runs of it on SDKs 2.4-3.0 agree at ~32,500 items/s
 and SDK 3.1's B9 is 1.46 times that, close to the Bow's clock over the Mk2's (1.39), so B9
 probably ran on a Bow and this CNN wants ~50% more cycles than the model gives (docs/emulator.md,
 "Eight runs of one CNN"),
@@ -175,8 +176,8 @@ element-wise op's gradient is one element-wise op (a gather's is a scatter-add i
 dense table, counted apart). Only the gradients autodiff grows are counted
 (``costmodel.gradient_share``): PopART makes gradient ops only towards tensors that need a
 gradient, so the first layer's product computes its weight's gradient alone and a frozen layer's
-its input's alone. Counting the first layer's input gradient too had B9 at +3% (now +8%) and T1
-at −91% (now −90%)."""
+its input's alone. Counting the first layer's input gradient too had B9 at +3% (+8% without it) and
+T1 at −91% (−90%)."""
 
 WEIGHT_UPDATE_CYCLES_PER_TENSOR = 1500
 """Fixed cycles of the optimizer step per trainable tensor (one compute set each; PopART merges
