@@ -538,3 +538,23 @@ def test_a_label_added_again_is_noted(bundles, tmp_path):
     assert first.returncode == second.returncode == 0
     assert "same label" not in first.stderr
     assert "popviz: note: run #1 (c7) has the same label 'c7'; both are kept" in second.stderr
+
+
+def test_show_says_which_engines_are_estimated(tmp_path):
+    # every output of history show says which figures the emulator estimated, as compare and check do
+    db = tmp_path / "h.db"
+    history.add(db, [engine(1000.0, estimated=True), engine(10.0, name="inference", estimated=True)], label="a")
+    history.add(db, [engine(1100.0, estimated=True), engine(10.0, name="inference")], label="b")
+    line = "estimated by the emulator's cost model, not measured: inference (1 of 2 runs), training (all 2 runs)"
+    console = run_cli("history", "show", "--db", str(db), env={"COLUMNS": "200"})
+    assert console.returncode == 0, console.stderr
+    assert console.stdout.splitlines()[1] == line
+    assert f"*{line}*" in run_cli("history", "show", "--db", str(db), "--markdown").stdout
+    doc = json.loads(run_cli("history", "show", "--db", str(db), "--json").stdout)
+    assert doc["estimated"] == [{"engine": "inference", "runs_estimated": 1, "runs": 2},
+                                {"engine": "training", "runs_estimated": 2, "runs": 2}]
+    measured = tmp_path / "m.db"
+    history.add(measured, [engine(1000.0)])
+    history.add(measured, [engine(1100.0)])
+    assert "estimated" not in run_cli("history", "show", "--db", str(measured)).stdout
+    assert json.loads(run_cli("history", "show", "--db", str(measured), "--json").stdout)["estimated"] == []

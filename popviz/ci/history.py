@@ -317,6 +317,16 @@ class History:
         return list(dict.fromkeys(f"{engine} {m}" for (_run_id, engine), e in sorted(self.engines.items())
                                   for m in e.unknown_metrics))
 
+    def estimated(self) -> list[tuple[str, int, int]]:
+        """``(engine, runs estimated, runs)`` for every engine some run of which the emulator
+        estimated (its figures come from the cost model, not from a profile)."""
+        counts: dict[str, list[int]] = {}
+        for (_run_id, engine), e in sorted(self.engines.items()):
+            c = counts.setdefault(engine, [0, 0])
+            c[0] += int(e.estimated)
+            c[1] += 1
+        return [(engine, est, total) for engine, (est, total) in counts.items() if est]
+
     def series(self) -> dict[tuple[str, str], list[tuple[Run, float]]]:
         """(engine, metric) -> [(run, value)] in run order."""
         out: dict[tuple[str, str], list[tuple[Run, float]]] = {}

@@ -45,6 +45,13 @@ def headline(trends: list[Trend], runs: list[Run]) -> str:
     return f"popviz history: {span}; step regression " + "; ".join(parts)
 
 
+def estimated_line(estimated: list[tuple[str, int, int]]) -> str:
+    """``estimated by the emulator's cost model, not measured: training (all 5 runs)``, or ""."""
+    parts = [f"{engine} ({'all ' + str(total) if est == total else f'{est} of {total}'} runs)"
+             for engine, est, total in estimated]
+    return f"estimated by the emulator's cost model, not measured: {', '.join(parts)}" if parts else ""
+
+
 def _step_lines(t: Trend) -> list[str]:
     return [f"{t.runs[s.index].title}: {fmt(s.before, t.unit)} → {fmt(s.after, t.unit)} "
             f"({_change(t, s)}) {v}" for s, v in zip(t.steps, t.verdicts, strict=True)]
@@ -68,7 +75,8 @@ def _change(t: Trend, s: Step) -> str:
     return change(s.before, s.after, t.unit)
 
 
-def console(trends: list[Trend], runs: list[Run], *, all_rows: bool = False, unknown: list[str] | None = None) -> None:
+def console(trends: list[Trend], runs: list[Run], *, all_rows: bool = False, unknown: list[str] | None = None,
+            estimated: list[tuple[str, int, int]] | None = None) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -79,6 +87,8 @@ def console(trends: list[Trend], runs: list[Run], *, all_rows: bool = False, unk
     con = Console(highlight=False, soft_wrap=False, file=esc.CommandSafeFile(sys.stdout))
     con.print(escape(headline(trends, runs)), soft_wrap=True,
               style="bold red" if any("regressed" in t.verdicts for t in trends) else "bold")
+    if estimated:
+        con.print(escape(estimated_line(estimated)), style="yellow")
     shown_ = trends if all_rows else [t for t in trends if t.steps or len(set(t.values)) > 1]
     spark = SPARK_WIDTH if con.width >= 100 else SPARK_WIDTH // 2
     for engine in dict.fromkeys(t.engine for t in shown_):  # one table per engine: fits 80 columns
@@ -111,10 +121,13 @@ def console(trends: list[Trend], runs: list[Run], *, all_rows: bool = False, unk
         con.print(f"{UNKNOWN_NOTE}: {escape(', '.join(unknown))}", soft_wrap=True)
 
 
-def markdown(trends: list[Trend], runs: list[Run], *, all_rows: bool = False, unknown: list[str] | None = None) -> str:
+def markdown(trends: list[Trend], runs: list[Run], *, all_rows: bool = False, unknown: list[str] | None = None,
+             estimated: list[tuple[str, int, int]] | None = None) -> str:
     md, code = esc.md, esc.md_code  # no HTML, no Markdown structure from the history file
 
     lines = [f"### {md(headline(trends, runs))}", ""]
+    if estimated:
+        lines += [f"*{md(estimated_line(estimated))}*", ""]
     changed = config_changes(trends)
     if changed:
         lines += ["**Configuration changed where metrics stepped** (explains most steps):", ""]
@@ -130,8 +143,11 @@ def markdown(trends: list[Trend], runs: list[Run], *, all_rows: bool = False, un
     return "\n".join(lines)
 
 
-def as_json(trends: list[Trend], runs: list[Run], db: str, unknown: list[str] | None = None) -> str:
+def as_json(trends: list[Trend], runs: list[Run], db: str, unknown: list[str] | None = None,
+            estimated: list[tuple[str, int, int]] | None = None) -> str:
     return json.dumps({"schema": HISTORY_SCHEMA, "db": db, "headline": headline(trends, runs),
+                       "estimated": [{"engine": e, "runs_estimated": n, "runs": total}
+                                     for e, n, total in estimated or []],
                        "runs": [{"id": r.id, "label": r.label, "added_at": r.added_at} for r in runs],
                        "metrics": [t.to_dict() for t in trends], "unknown_metrics": unknown or []},
                       indent=2, allow_nan=False)

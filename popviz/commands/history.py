@@ -122,10 +122,12 @@ def _show(args: argparse.Namespace) -> int:
         raise UsageError(f"no metric in {shown(args.db)} matches {', '.join(args.metrics)}; "
                          "docs/ci.md lists the names (e.g. pipeline.imbalance_ratio, memory.*)")
     unknown = h.unknown_metrics()
+    estimated = h.estimated()
     if args.json:
-        sys.stdout.write(history_view.as_json(found, h.runs, shown(args.db), unknown) + "\n")
+        sys.stdout.write(history_view.as_json(found, h.runs, shown(args.db), unknown, estimated) + "\n")
     elif args.markdown:
-        sys.stdout.write(history_view.markdown(found, h.runs, all_rows=args.all, unknown=unknown))
+        sys.stdout.write(history_view.markdown(found, h.runs, all_rows=args.all, unknown=unknown,
+                                               estimated=estimated))
     else:
-        history_view.console(found, h.runs, all_rows=args.all, unknown=unknown)
+        history_view.console(found, h.runs, all_rows=args.all, unknown=unknown, estimated=estimated)
     return 0
