@@ -74,7 +74,8 @@ def test_bert_training_plan_ranks_balance_before_ramp_before_outputs():
     assert p["call_cycles_per_micro_batch"] == 2167260.25 and saved == pytest.approx(501875.0)
     assert p["balanced_call_gain_frac"] == pytest.approx(2167260.25 / (2167260.25 - 501875.0) - 1)
     assert round(p["balanced_gain_frac"], 4) == 0.3708 and round(p["balanced_call_gain_frac"], 4) == 0.3014
-    assert plan.actions[2].gain_text == "192,700 B (188.2 KiB) less per call"
+    # the outputs' share of the transfer time: under 0.1% of the call
+    assert plan.actions[2].gain_text == "under +0.1% throughput, 192,700 B (188.2 KiB) less per call"
 
 
 def test_balance_advice_respects_a_full_destination():
@@ -140,4 +141,25 @@ def test_summary_says_how_many_more_findings_an_engine_section_holds():
 
     lines = summary_lines(popviz.analyse(popviz.load(SAMPLES / "bert_pipeline")))
     [training] = [line for line in lines if line.startswith("training: 1.")]
-    assert training.endswith("(192,700 B (188.2 KiB) less per call); and 2 more warnings below")
+    assert training.endswith("(under +0.1% throughput, 192,700 B (188.2 KiB) less per call); and 2 more "
+                             "warnings below")
+
+
+def test_transfer_bound_copies_gain_the_call_without_transfers_and_rank_before_the_outputs():
+    # a reviewer's CNN: large float32 images in, OutputMode.All returning small logits in training.
+    # The transfers take the time (2,000-cycle waits, 0.25 B/cycle), the inputs are 99% of the bytes:
+    # HIO001's lever (fewer input bytes) can win x / (1 - x), HIO002's at most its bytes' share of x
+    r = testing.pipeline_report([20_000] * 2, mode="training", output_mode="All", gradient_accumulation=8,
+                                host_bytes_per_cycle=0.25, inputs={"images": ((4, 3, 32, 32), "float32")},
+                                outputs={"logits": ((4, 10), "float32")})
+    [e] = analyse(ReportSet([r])).engines
+    hio = e.metrics["host_io"]
+    x = hio["transfer_frac"]
+    assert hio["input_bytes_per_call"] == 8 * 49_152 and hio["output_bytes_per_call"] == 8 * 160
+    [copies] = [a for a in e.plan.actions if a.code == "HIO001"]
+    assert copies.throughput_gain_frac == pytest.approx(x / (1 - x))
+    [outputs] = [a for a in e.plan.actions if a.code == "HIO002"]
+    share = x * (7 * 160) / (8 * 49_152 + 8 * 160)
+    assert outputs.throughput_gain_frac == pytest.approx(share / (1 - share))
+    assert outputs.bytes_saved_per_call == 7 * 160 and outputs.severity == "info"
+    assert [a.code for a in e.plan.actions].index("HIO001") < [a.code for a in e.plan.actions].index("HIO002")

@@ -244,8 +244,10 @@ def _output_finding(report: Report, o: Collector, mode: str, count: int, out_byt
         return
     training = report.cfg.mode == "training"
     saved = (count - r) * out_bytes if out_bytes is not None else None
-    if training:
-        severity = "warning"
+    if training and (saved is None or saved >= OUTPUT_BYTES_SAVED_INFO):
+        severity = "warning"  # training rarely needs every micro-batch's outputs
+    elif training:
+        severity = "info"  # a few KiB per call: worth knowing, not worth failing a CI gate
     elif saved is not None and saved >= OUTPUT_BYTES_SAVED_WARN:
         severity = "warning"
     elif saved is not None and saved >= OUTPUT_BYTES_SAVED_INFO:
@@ -261,7 +263,13 @@ def _output_finding(report: Report, o: Collector, mode: str, count: int, out_byt
                 + (f" ({nbytes(r * out_bytes)}), saving {nbytes(saved)} per call" if saved is not None
                    else ""))
     save = f", saving {nbytes(saved)} per call" if saved is not None else ""
-    if training:
+    if training and mode == "EveryN":
+        n = report.cfg.output_return_period
+        title = (f"Training returns the outputs of one batch in {n}, {count:,} copies per call "
+                 f"(OutputMode.{label})")
+        rec = (f"Set opts.outputMode(poptorch.OutputMode.Final) (the last micro-batch's values) or "
+               f"opts.outputMode(poptorch.OutputMode.Sum) (summed over the call, for monitoring){save}.")
+    elif training:
         title = f"Training returns every micro-batch's outputs (OutputMode.{label})"
         rec = (f"Set opts.outputMode(poptorch.OutputMode.Final) (the last micro-batch's values) or "
                f"opts.outputMode(poptorch.OutputMode.Sum) (summed over the call, for monitoring){save}.")

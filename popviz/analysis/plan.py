@@ -67,7 +67,14 @@ class Action:
 
     def _gain_text(self) -> str:
         if self.throughput_gain_frac is not None:
-            return f"up to +{100 * self.throughput_gain_frac:.0f}% throughput"
+            g = self.throughput_gain_frac
+            text = ("under +0.1% throughput" if g < 0.001 else
+                    f"up to +{100 * g:.{1 if g < 0.01 else 0}f}% throughput")
+            if self.bytes_saved_per_call is not None:
+                from popviz.analysis._common import nbytes
+
+                text += f", {nbytes(self.bytes_saved_per_call)} less per call"
+            return text
         if self.bytes_saved_per_call is not None:
             from popviz.analysis._common import nbytes
 
@@ -174,19 +181,35 @@ def reconcile(engine: EngineResult) -> Plan:
         elif f.code == "HIO001":
             # a wait for the host: the call is at most that much shorter if the IPU never waited (an
             # upper bound, as the other gains); a transfer-bound copy has no such bound here
-            w, c = hio.get("host_wait_frac"), hio.get("stream_copy_frac")
+            w, c, x = hio.get("host_wait_frac"), hio.get("stream_copy_frac"), hio.get("transfer_frac")
             if waits_for_host(w, c) and w < 1:
                 a.throughput_gain_frac = w / (1 - w)
+            elif x is not None and 0 < x < 1:  # the transfers themselves: fewer bytes shorten them at most
+                a.throughput_gain_frac = x / (1 - x)
         elif f.code == "HIO002":
             alt = (hio.get("alternatives") or {}).get("Final") or {}
             now, final = hio.get("output_bytes_per_call"), alt.get("output_bytes_per_call")
             if now is not None and final is not None:
                 a.bytes_saved_per_call = now - final
+                a.throughput_gain_frac = _output_gain(hio, now - final)
         plan.actions.append(a)
     _plan_hints(engine, plan)
     plan.actions.sort(key=lambda a: (-(a.severity == "error"), -(a.throughput_gain_frac or 0),
                                      -(a.bytes_saved_per_call or 0), -severity_rank(a.severity)))
     return plan
+
+
+def _output_gain(hio: dict[str, Any], saved: int) -> float | None:
+    """HIO002's gain: the transfer time its bytes take, the transfers' share of the call
+    (``transfer_frac``) times the share of the bytes moved per call that Final would not return
+    (transfer time grows with the bytes); None without a profile's stream copies or byte counts."""
+    x = hio.get("transfer_frac")
+    moved = sum(hio.get(k) or 0 for k in ("input_bytes_per_call", "output_bytes_per_call",
+                                            "anchored_bytes_per_call"))
+    if x is None or not moved or not 0 <= x < 1:
+        return None
+    share = x * min(1.0, saved / moved)
+    return share / (1 - share)
 
 
 def _plan_hints(engine: EngineResult, plan: Plan) -> None:

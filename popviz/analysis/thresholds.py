@@ -91,11 +91,12 @@ HOST_LEVER_MIN_SHARE_FRAC = 0.1
 at least this share of the bytes per call: halving 0.3% of the bytes cannot shorten the copies."""
 
 OUTPUT_BYTES_SAVED_WARN = 64 * 2**20
-"""Bytes per call that another output mode would save, above which inference gets a warning
-(training with All or EveryN always does)."""
+"""Bytes per call that another output mode would save, above which inference gets a warning."""
 
 OUTPUT_BYTES_SAVED_INFO = 2**20
-"""Bytes per call another output mode would save, above which inference gets an info finding."""
+"""Bytes per call another output mode would save, above which inference gets an info finding and
+training with All or EveryN a warning (below it, training gets an info finding: a few KiB of
+losses per call are worth knowing about, not worth failing a gate)."""
 
 CALL_DEVICE_SECONDS_MIN = 0.01
 """Warn when one executor call keeps the IPUs busy for less than this (device iterations too
