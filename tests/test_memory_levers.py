@@ -102,7 +102,8 @@ def test_mem005_offers_no_half_lever_to_a_float16_model_and_no_weight_sized_temp
     rec = memory.analyse(_report(OOM_FIX, dtype="float16", on_chip=False)).findings[0].recommendation
     assert "model.half()" not in rec and "float32" not in rec
     # the temporaries are the offloaded state's largest tensor: only the stash halves
-    assert ("halving the micro-batch size (doubling gradient accumulation or device iterations to keep the "
+    # (training: only G keeps the global batch; a larger D keeps the samples per call, not per update)
+    assert ("halving the micro-batch size (doubling gradientAccumulation to keep the global "
             "batch) saves about 1,441,792 B (1.4 MiB) of activation stash (the temporaries hold the largest "
             "tensor's optimizer state, which does not shrink with the micro-batch)") in rec
 
@@ -225,6 +226,16 @@ def test_outside_a_pipeline_mem005_and_mem001_offer_the_same_recomputation_and_t
               "PopTorch recomputes nothing by default, and recomputationCheckpoint alone does nothing)")
     assert enable in mem005.recommendation and enable in mem001.recommendation
     assert "recomputationCheckpoint(x) on each layer" not in mem005.recommendation
-    assert ("halve the micro-batch size (doubling gradient accumulation or device iterations to keep the batch): "
+    assert ("halve the micro-batch size (doubling gradientAccumulation to keep the global batch): "
             "the activation stash and the temporaries shrink with it (saves about 700,000,000 B (667.6 MiB))"
             ) in mem001.recommendation
+
+
+def test_inference_keeps_the_samples_per_call_with_device_iterations():
+    # inference has no gradient accumulation: a halved micro-batch is made up with D
+    r = _report(OOM_FIX, dtype="float32", on_chip=True)
+    inference = r.replace(config=dataclasses.replace(r.cfg, mode="inference", gradient_accumulation=1,
+                                                     optimizer_state_on_chip=None))
+    rec = " ".join(f.recommendation for f in memory.analyse(inference).findings)
+    assert "halving the micro-batch size (doubling deviceIterations to keep the samples per call)" in rec
+    assert "gradientAccumulation" not in rec
