@@ -764,9 +764,16 @@ def test_a_directory_holding_several_captures_is_not_one_side(tmp_path):
         json.dumps({**record, "started_at": "2026-11-24T09:00:00+00:00"}))
     for args in (("compare", str(sample), "runs"), ("baseline", "save", "runs", "-o", "b.json"),
                  ("check", "runs", "--fail-on", "error")):
-        assert_one_line_error(run_cli(*args, cwd=tmp_path), "runs holds 2 captured runs",
-                              "the newest is runs/20261125-122911")
+        assert_one_line_error(run_cli(*args, cwd=tmp_path), "runs holds 2 captured runs; pass one of the runs "
+                              "inside it (runs/20261125-122911; the newest is runs/20261125-122911); the run "
+                              "captured in runs itself is read alone once the runs inside it are moved out (e.g. "
+                              "mv runs/20261125-122911 runs-20261125-122911)")
     assert len(popviz.load(tmp_path / "runs")) == 4  # analysed together, run by run
+    # what the message says works: each run alone
+    (tmp_path / "runs" / "20261125-122911").rename(tmp_path / "runs-20261125-122911")
+    for side in ("runs", "runs-20261125-122911"):
+        proc = run_cli("compare", str(sample), side, cwd=tmp_path)
+        assert proc.returncode == 0 and proc.stdout.startswith("popviz: OK"), proc.stdout + proc.stderr
     shutil.copytree(sample, tmp_path / "fresh" / "20261125-123211")
     proc = run_cli("compare", str(sample), "fresh", cwd=tmp_path)
     assert proc.returncode == 0 and proc.stdout.startswith("popviz: OK"), proc.stdout + proc.stderr

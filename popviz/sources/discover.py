@@ -267,9 +267,13 @@ def one_run(root: Path, engines: list[EngineDir], single: bool) -> Path:
     runs = {_capture_run(root, e) for e in engines}
     captured = sorted((r for r in runs if r is not None), key=lambda r: (_started(r), r.name))
     if single and len(captured) > 1:
-        listed = ", ".join(shown(r) for r in captured[:3]) + (f" and {len(captured) - 3} more" if len(captured) > 3 else "")
-        raise UsageError(f"{shown(root)} holds {len(captured)} captured runs ({listed}); pass one of them "
-                         f"(the newest is {shown(captured[-1])})")
+        inner = [r for r in captured if r != root]  # each can be passed; root itself would hold them all again
+        listed = ", ".join(shown(r) for r in inner[:3]) + (f" and {len(inner) - 3} more" if len(inner) > 3 else "")
+        own = (f"; the run captured in {shown(root)} itself is read alone once the runs inside it are moved out "
+               f"(e.g. mv {shown(inner[-1])} {shown(root.parent / (root.name + '-' + inner[-1].name))})"
+               if root in captured else "")
+        raise UsageError(f"{shown(root)} holds {len(captured)} captured runs; pass one of the runs inside it "
+                         f"({listed}; the newest is {shown(captured[-1])}){own}")
     if len(runs) == 1 and captured and captured[0] != root:
         return captured[0]
     return root
