@@ -40,3 +40,16 @@ def progress(detail: str) -> None:
         from popviz.escape import markup
 
         spinner.update(f"{message}: {markup(detail)}")
+
+
+def wrap_line(line: str, width: int) -> list[str]:
+    """``line`` fitted to ``width`` columns for a terminal or a log: broken between words, each
+    continuation indented four columns under the line's own indent; a word longer than the width
+    (a path) is kept whole."""
+    import textwrap
+
+    if len(line) <= width:
+        return [line]
+    indent = " " * (len(line) - len(line.lstrip(" ")))
+    return textwrap.wrap(line.lstrip(" "), width=max(width, 40), initial_indent=indent,
+                         subsequent_indent=indent + "    ", break_long_words=False, break_on_hyphens=False) or [line]

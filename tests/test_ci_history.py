@@ -558,3 +558,21 @@ def test_show_says_which_engines_are_estimated(tmp_path):
     history.add(measured, [engine(1100.0)])
     assert "estimated" not in run_cli("history", "show", "--db", str(measured)).stdout
     assert json.loads(run_cli("history", "show", "--db", str(measured), "--json").stdout)["estimated"] == []
+
+
+def test_show_fits_80_columns_but_its_headline(tmp_path):
+    # the configuration-change and step lines break between words under their indent; the headline
+    # stays one line (the verdict a CI log greps)
+    db = tmp_path / "h.db"
+    for i, (cycles, d) in enumerate([(1000.0, 4), (1000.0, 4), (2000.0, 16), (2000.0, 16)]):
+        history.add(db, [engine(cycles, used=1000.0 * (1 + i // 2), device_iterations=d,
+                                gradient_accumulation=8 * (1 + i // 2), replication_factor=1 + i // 2,
+                                output_mode="All" if i < 2 else "Final")], label=f"commit-{i:02d}-abcdef")
+    proc = run_cli("history", "show", "--db", str(db), env={"COLUMNS": "80"})
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("popviz history: 4 run(s)") and len(lines[0]) > 80
+    assert max(len(line) for line in lines[1:]) <= 80
+    changed = lines.index("configuration changed where metrics stepped (explains most steps):")
+    assert lines[changed + 1].startswith("  training at #3 (commit-02-abcdef): ")
+    assert lines[changed + 2].startswith("      ")  # its continuation, under its indent

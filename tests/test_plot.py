@@ -313,12 +313,14 @@ def test_host_io_without_tensor_sizes_counts_copies():
 def test_an_emulated_capture_of_the_example_plots(tmp_path, mnist_capture):
     run, _ = mnist_capture
     out = tmp_path / "figs"
-    proc = run_cli("plot", str(run), "-o", str(out), env={"MPLBACKEND": "Agg"}, timeout=300)
+    proc = run_cli("plot", str(run), "-o", str(out), env={"MPLBACKEND": "Agg", "COLUMNS": "80"}, timeout=300)
     assert proc.returncode == 0, proc.stderr
     expected = sorted(f"{e}-{n}.png" for e in ("inference", "training")
                       for n in ("timeline", "stages", "memory", "breakdown", "host_io"))
     assert sorted(p.name for p in out.iterdir()) == expected
-    assert proc.stderr.count("skipped tiles") == 2 and "the emulator does not estimate single tiles" in proc.stderr
+    assert proc.stderr.count("skipped tiles") == 2
+    assert "the emulator does not estimate single tiles" in " ".join(proc.stderr.split())  # wrapped at 80 columns
+    assert max(len(line) for line in proc.stderr.splitlines() if "written to" not in line) <= 80  # (a path stays whole)
     assert proc.stdout.split() == [str(out / n) for n in
                                    sorted(expected, key=lambda n: (n.split("-")[0], plot.FIGURE_NAMES.index(
                                        n.split("-")[1][:-4])))]

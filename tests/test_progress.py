@@ -143,3 +143,26 @@ def test_a_calls_limit_no_executor_reached_stopped_nothing():
     assert not any("--calls" in line for line in summary_lines(run, Path("out")))
     run["engines"][1]["model"]["calls"] = 5
     assert any(line.startswith("  --calls 5 stopped the script there") for line in summary_lines(run, Path("out")))
+
+
+def test_summary_lines_fit_the_terminal_and_name_every_n_with_its_period():
+    from pathlib import Path
+
+    from popviz.capture.launcher import summary_lines
+    from popviz.ui import wrap_line as wrap_summary_line
+
+    engine = {"path": "training", "files": ["popviz-report.json"],
+              "model": {"mode": "training", "calls": 1, "compile_seconds": 0.2, "poptorch_compile_seconds": 0.1,
+                        "execution_strategy": "PipelinedExecution", "stages": 4, "device_iterations": 8,
+                        "gradient_accumulation": 16, "replication_factor": 1, "output_mode": "EveryN",
+                        "output_return_period": 2}}
+    run = {"command_line": "python train.py", "exit_code": 0, "duration_seconds": 2.0, "engines": [engine],
+           "emulated": True, "environment": {"POPVIZ_EMULATOR_CALLS": "1"}}
+    lines = summary_lines(run, Path("out"))
+    assert "D=8 G=16 R=1, output EveryN(2)" in lines[1]
+    wrapped = [part for line in lines for part in wrap_summary_line(line, 80)]
+    assert max(map(len, wrapped)) <= 80
+    assert " ".join(" ".join(wrapped).split()) == " ".join(" ".join(lines).split())  # nothing lost
+    calls = wrap_summary_line(lines[2], 80)
+    assert len(calls) > 1 and all(part.startswith("      ") for part in calls[1:])  # under its own indent
+    assert wrap_summary_line("  " + "x" * 100, 80) == ["  " + "x" * 100]  # a path is never broken

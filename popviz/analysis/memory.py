@@ -237,13 +237,6 @@ def _closing(report: Report, rows: list[dict[str, Any]], levers: list[Lever], ov
             f"{pct(together / over, 0)} of the {nbytes(over)} over: not enough.")
 
 
-def _keep_batch(training: bool) -> str:
-    """What keeps the batch when the micro-batch halves: G in training (D would halve the samples
-    per weight update, only keeping those per call), D in inference."""
-    return ("doubling gradientAccumulation to keep the global batch" if training else
-            "doubling deviceIterations to keep the samples per call")
-
-
 def _half_text(report: Report, temps_shrink: bool) -> str:
     """The ``model.half()`` lever's words (MEM005's and each IPU's): what it halves and what stays
     float32, conditional when the report does not record the model's precision."""
@@ -306,7 +299,7 @@ def _model_levers(report: Report, rows: list[dict[str, Any]]) -> list[Lever]:
         what = ("of stash and temporaries" if ml.temporaries_shrink(report, per_ipu) else
                 "of activation stash (the temporaries hold the largest tensor's optimizer state, which "
                 "does not shrink with the micro-batch)")
-        out.append((f"halving the micro-batch size ({_keep_batch(training)}) saves about "
+        out.append((f"halving the micro-batch size ({ml.keep_batch_text(training)}) saves about "
                     f"{nbytes(ml.apply(per_ipu, [change]))} {what}", change, True))
     prec = ml.precision(report)
     if per_ipu and prec != "float16":
@@ -502,7 +495,7 @@ def _levers(report: Report, row: dict[str, Any], rows: list[dict[str, Any]], no_
         changes[out[-1]] = ml.halve_micro_batch(report) if (stash or op_temps) else None
     elif not pipelined and (stash or op_temps) and ((nal is not None and nal >= NOT_ALWAYS_LIVE_DOMINANT_FRAC)
                                                     or stash_dominates):
-        out.append(f"halve the micro-batch size ({_keep_batch(cfg.mode == 'training')}): the activation stash"
+        out.append(f"halve the micro-batch size ({ml.keep_batch_text(cfg.mode == 'training')}): the activation stash"
                    + (" and the temporaries" if op_temps else "") + " shrink with it")
         changes[out[-1]] = ml.halve_micro_batch(report)
     if cats and ml.precision(report) == "float32":  # as MEM005 offers it (sized only when certain)

@@ -138,6 +138,13 @@ def temporaries_shrink(report: Report, rows: Sequence[tuple[int, Cats]]) -> bool
     return streamed is not None and any(cats.get("temporaries", 0) > streamed.get(ipu, 0) for ipu, cats in rows)
 
 
+def keep_batch_text(training: bool) -> str:
+    """What keeps the batch when the micro-batch halves: G in training (D would halve the samples
+    per weight update, only keeping those per call), D in inference."""
+    return ("doubling gradientAccumulation to keep the global batch" if training else
+            "doubling deviceIterations to keep the samples per call")
+
+
 def halve_micro_batch(report: Report) -> Change:
     return _activation_sized(report, ("activationStash",))
 

@@ -10,6 +10,7 @@ from popviz import escape as esc
 from popviz.ci.compare import fmt
 from popviz.ci.render import UNKNOWN_NOTE
 from popviz.ci.trend import Step, Trend, sparkline
+from popviz.ui import wrap_line
 
 if TYPE_CHECKING:
     from popviz.ci.history import Run
@@ -85,10 +86,10 @@ def console(trends: list[Trend], runs: list[Run], *, all_rows: bool = False, unk
     import sys
 
     con = Console(highlight=False, soft_wrap=False, file=esc.CommandSafeFile(sys.stdout))
-    con.print(escape(headline(trends, runs)), soft_wrap=True,
+    con.print(escape(headline(trends, runs)), soft_wrap=True,  # one line: the verdict a CI log greps
               style="bold red" if any("regressed" in t.verdicts for t in trends) else "bold")
-    if estimated:
-        con.print(escape(estimated_line(estimated)), style="yellow")
+    for part in wrap_line(estimated_line(estimated or []), con.width) if estimated else ():
+        con.print(escape(part), soft_wrap=True, style="yellow")
     shown_ = trends if all_rows else [t for t in trends if t.steps or len(set(t.values)) > 1]
     spark = SPARK_WIDTH if con.width >= 100 else SPARK_WIDTH // 2
     for engine in dict.fromkeys(t.engine for t in shown_):  # one table per engine: fits 80 columns
@@ -106,19 +107,23 @@ def console(trends: list[Trend], runs: list[Run], *, all_rows: bool = False, unk
     flat = len(trends) - len(shown_)
     if flat:
         con.print(f"{flat} metric(s) never changed (--all shows them)")
+    def say(line: str) -> None:  # broken between words at the width (a name or value is never cut)
+        for part in wrap_line(line, con.width):
+            con.print(escape(part), soft_wrap=True)
+
     changed = config_changes(trends)
     if changed:
-        con.print("configuration changed where metrics stepped (explains most steps):")
+        say("configuration changed where metrics stepped (explains most steps):")
         for line in changed:
-            con.print(f"  {escape(line)}", soft_wrap=True)
+            say(f"  {line}")
     stepped = [t for t in trends if t.steps]
     if stepped:
-        con.print("step changes:")
+        say("step changes:")
         for t in stepped:
             for line in _step_lines(t):
-                con.print(f"  {escape(t.engine)} {escape(t.metric)} at {escape(line)}", soft_wrap=True)
+                say(f"  {t.engine} {t.metric} at {line}")
     if unknown:
-        con.print(f"{UNKNOWN_NOTE}: {escape(', '.join(unknown))}", soft_wrap=True)
+        say(f"{UNKNOWN_NOTE}: {', '.join(unknown)}")
 
 
 def markdown(trends: list[Trend], runs: list[Run], *, all_rows: bool = False, unknown: list[str] | None = None,

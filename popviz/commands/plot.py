@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import argparse
 import re
+import shutil
 import sys
 
 from popviz.fileio import path_arg
+from popviz.ui import wrap_line
 
 NAME = "plot"
 HELP = "write the figures of a report (timeline, stages, memory, tiles, breakdown, host_io)"
@@ -98,7 +100,8 @@ def run(args: argparse.Namespace) -> int:
         for name, fig in figures.items():
             target = planned[(report.label, name)]
             if isinstance(fig, plot.PlotDataError):
-                print(f"skipped {escape.term(fig.message)}", file=sys.stderr)
+                for part in wrap_line(f"skipped {escape.term(fig.message)}", shutil.get_terminal_size((80, 24)).columns):
+                    print(part, file=sys.stderr)
                 if args.force and target in clashes:  # an old figure would outlive the data it showed
                     target.unlink(missing_ok=True)
                     print(f"removed the old {escape.term(shown(target))}", file=sys.stderr)
