@@ -143,8 +143,13 @@ def test_host_io_marks_the_current_output_mode(bert):
     frame = plot.output_modes(bert["training"])
     assert frame.set_index("output_mode")["output_bytes_per_call"].to_dict() == {
         "All": 196_800, "EveryN": 49_200, "Final": 4_100, "Sum": 4_100}
+    # EveryN's N: D, the alternative that returns once per call (the model's own N when it uses EveryN)
+    d = bert["training"].cfg.device_iterations
+    period = frame.set_index("output_mode")["return_period"]
+    assert period["EveryN"] == d and period[["All", "Final", "Sum"]].isna().all()
     fig = plot.host_io(bert["training"])
     assert "192.2 KiB\ncurrent" in _texts(fig)
+    assert fig.axes[0].get_xticklabels()[1].get_text().startswith(f"EveryN({d})\n")
     ax = fig.axes[0]
     assert ax.get_ylabel() == "output KiB per call"
     assert [p.get_height() for p in ax.patches] == [196_800 / 1024, 49_200 / 1024, 4_100 / 1024, 4_100 / 1024]

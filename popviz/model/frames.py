@@ -356,8 +356,10 @@ def time_shares(report: Report) -> pd.DataFrame:
 
 
 def output_modes(report: Report) -> pd.DataFrame:
-    """Per output mode PopTorch offers for this model: ``output_mode``, ``outputs_per_call``,
-    ``output_bytes_per_call`` (null when tensor sizes were not recorded) and ``current``."""
+    """Per output mode PopTorch offers for this model: ``output_mode``, ``return_period`` (EveryN's
+    N: the model's own, or D for the alternative that returns once per call; null for the others),
+    ``outputs_per_call``, ``output_bytes_per_call`` (null when tensor sizes were not recorded) and
+    ``current``."""
     import pandas as pd
 
     m = analysis_metrics(report, "host_io")
@@ -369,10 +371,12 @@ def output_modes(report: Report) -> pd.DataFrame:
         raise MissingDataError(f"engine '{report.label}' has no recorded output mode and batching (record them "
                                "by running under popviz capture)")
     current = m.get("output_mode")
-    rows = [{"output_mode": mode, "outputs_per_call": a.get("outputs_per_call"),
+    rows = [{"output_mode": mode, "return_period": a.get("return_period") if mode == "EveryN" else None,
+             "outputs_per_call": a.get("outputs_per_call"),
              "output_bytes_per_call": a.get("output_bytes_per_call"), "current": mode == current}
             for mode, a in alternatives.items()]
     frame = pd.DataFrame(rows)
+    frame["return_period"] = frame["return_period"].astype("Int64")
     frame["output_bytes_per_call"] = frame["output_bytes_per_call"].astype("Int64")
     return frame
 
