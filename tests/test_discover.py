@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 import sys
 
 import pytest
@@ -89,3 +90,23 @@ def test_a_file_of_an_engine_directory_stands_for_the_directory():
     for name in ("popviz-model.json", "popviz-report.json"):
         one = popviz.load(engine / name)["training"]
         assert one.present == whole.present and one.provenance.estimated
+
+
+@pytest.mark.parametrize("field, value, needle", [
+    ("output_mode", "Everything", "field 'output_mode' must be one of PopTorch's output modes (All, EveryN, Final, "
+     "Sum, Default), got 'Everything'"),
+    ("mode", "train", "field 'mode' must be \"training\" or \"inference\", got 'train'"),
+])
+def test_a_capture_record_naming_no_output_mode_or_mode_is_refused(tmp_path, field, value, needle):
+    """A value PopTorch has no name for was read as 'not recorded' (analyse showed "output mode
+    Final" for "Everything"); it is refused as every other damaged field is."""
+    import shutil
+
+    from conftest import SAMPLES, assert_one_line_error, run_cli
+
+    shutil.copytree(SAMPLES / "mnist_pipeline", tmp_path / "run")
+    path = tmp_path / "run" / "training" / "popviz-model.json"
+    doc = json.loads(path.read_text())
+    (doc["options"] if field == "output_mode" else doc["executor"])[field] = value
+    path.write_text(json.dumps(doc))
+    assert_one_line_error(run_cli("analyse", str(tmp_path / "run")), "popviz-model.json", needle)

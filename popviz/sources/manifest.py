@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from popviz._version import __version__
-from popviz.errors import CorruptReportError, shown
+from popviz.errors import CorruptReportError, brief, shown
 from popviz.fileio import read_versioned_json
 from popviz.model import (
     EXECUTION_STRATEGIES,
@@ -179,14 +179,20 @@ def _config(check: _Checker, doc: Mapping[str, Any]) -> tuple[ModelConfig, list[
         strategy = None
     if model:
         other["model"] = model
+    if mode is not None and mode not in ("training", "inference"):
+        raise check.fail(f"field 'mode' must be \"training\" or \"inference\", got {brief(mode)}")
+    output_mode = output_mode_name(opts.get("output_mode"))
+    if opts.get("output_mode") is not None and output_mode is None:
+        raise check.fail("field 'output_mode' must be one of PopTorch's output modes (All, EveryN, Final, Sum, "
+                         f"Default), got {brief(opts['output_mode'])}")
     config = ModelConfig(
-        mode=mode if mode in ("training", "inference") else None,
+        mode=mode,
         execution_strategy=strategy,
         stages=tuple(stages),
         gradient_accumulation=check.int_or_none(opts, "gradient_accumulation"),
         device_iterations=check.int_or_none(opts, "device_iterations"),
         replication_factor=check.int_or_none(opts, "replication_factor"),
-        output_mode=output_mode_name(opts.get("output_mode")),
+        output_mode=output_mode,
         output_return_period=check.int_or_none(opts, "output_return_period"),
         optimizer_state_on_chip=on_chip,
         available_memory_proportion=amp,
