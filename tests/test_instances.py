@@ -312,8 +312,9 @@ def test_one_rank_of_a_per_rank_capture_points_at_the_run(tmp_path):
     proc = run_cli("capture", "-o", "out", "--emulate", "--calls", "1", "--", PY, "train.py", cwd=tmp_path,
                    env={"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2", "OMP_NUM_THREADS": "1"})
     assert proc.returncode == 0, proc.stderr
-    assert proc.stderr.splitlines()[-1] == ("next: popviz analyse out (every instance, with the cross-instance "
-                                            "checks; out/instance-1 alone has none)")
+    last = proc.stderr[proc.stderr.rindex("next: "):]  # the last line, with its continuations at 100 columns
+    assert " ".join(last.split()) == ("next: popviz analyse out (every instance, with the cross-instance "
+                                      "checks; out/instance-1 alone has none)")
 
 
 def test_an_instance_that_failed_before_any_engine_is_a_warning(tmp_path):
