@@ -170,7 +170,8 @@ def test_an_engine_with_metrics_missing_from_new_fails_the_gate():
     other = compare(base, side({"pipeline.imbalance_ratio": 1.1}) + side({}, name="eval", config={"x": 1}), [])
     assert other.lost == ["engine inference ran in BASE and is missing from NEW"]  # no look-alike: no guess
     # nothing on both sides: bad input (exit 2), not a failure of every engine
-    with pytest.raises(UsageError, match="no engine is on both sides"):
+    with pytest.raises(UsageError, match="no engine is on both sides .*: nothing was compared; compare matches "
+                                         "engines by name, so pass two captures of the same script"):
         check_gate(compare(base[1:], new[1:], []), [])
 
 
@@ -959,3 +960,14 @@ def test_a_new_run_that_does_not_fit_is_said_under_the_headline_without_failing_
     warning = [{"code": "MEM002", "severity": "warning", "title": "IPU0 is nearly full"}]
     fits = compare(base, side({"memory.max_used_pct": 95.0}, findings=warning), [])
     assert fits.not_fitting == [] and "does not fit" not in text(fits)
+
+
+def test_a_bare_budget_limit_is_refused_with_the_quoted_form(tmp_path):
+    # TOML needs "<= 85" quoted; the parser's own message ("Invalid value") said nothing of that
+    path = tmp_path / "bad.toml"
+    path.write_text('[budgets]\n"memory.*.used_pct" = <= 85  # percent\n')
+    proc = run_cli("check", str(SAMPLES / "mnist_pipeline"), "--budget", str(path))
+    assert_one_line_error(proc, "bad.toml is not valid TOML (Invalid value (at line 2, column 23)); a limit or "
+                          'threshold is a quoted string: "memory.*.used_pct" = "<= 85" (docs/ci.md)')
+    path.write_text('[budgets\n"memory.*.used_pct" = "<= 85"\n')  # another slip: no hint to give
+    assert run_cli("check", str(SAMPLES / "mnist_pipeline"), "--budget", str(path)).stderr.strip().endswith(")")

@@ -449,7 +449,8 @@ def check_gate(c: Comparison, rules: list[Rule]) -> None:
     if not any(r.base is not None and r.new is not None for r in c.rows) and not c.budgets and not c.lost:
         if not c.rows and (c.only_base or c.only_new):
             raise UsageError(f"no engine is on both sides (base: {', '.join(c.only_base) or 'none'}; new: "
-                             f"{', '.join(c.only_new) or 'none'}): nothing was compared")
+                             f"{', '.join(c.only_new) or 'none'}): nothing was compared; compare matches engines "
+                             "by name, so pass two captures of the same script")
         empty = "; ".join(f"{side}: {reason}" for side, reason in c.no_metrics)
         raise UsageError("no metric is on both sides: nothing was compared" + (f" ({empty})" if empty else ""))
     names = {r.metric for r in c.rows}

@@ -241,9 +241,26 @@ def _read_toml(path: Path) -> dict[str, Any]:
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise UsageError(f"{shown(path)} is not valid TOML ({exc})") from None
+        raise UsageError(f"{shown(path)} is not valid TOML ({exc}){_toml_hint(text, exc)}") from None
     except RecursionError:
         raise UsageError(f"{shown(path)} nests tables or arrays too deeply to be a configuration") from None
+
+
+def _toml_hint(text: str, exc: Exception) -> str:
+    """How to fix the usual slip: a limit or threshold written bare (``= <= 85``) where TOML needs a
+    string (``= "<= 85"``)."""
+    import re
+
+    found = re.search(r"at line (\d+)", str(exc))
+    lines = text.splitlines()
+    if not found or not 0 < int(found.group(1)) <= len(lines):
+        return ""
+    line = lines[int(found.group(1)) - 1]
+    bare = re.search(r"=\s*([<>]=?\s*[^\"'#]+?)\s*(#.*)?$", line)
+    if not bare:
+        return ""
+    return (f"; a limit or threshold is a quoted string: {line[:bare.start(1)]}\"{bare.group(1)}\" "
+            "(docs/ci.md)")
 
 
 def _popviz_table(doc: dict[str, Any], default: Any) -> Any:
