@@ -224,3 +224,36 @@ def test_the_hooks_generic_output_names_take_the_traces_names():
     named = HostIO(tensors=(HostTensor("logits", "output", (8, 10), "float32", 320),
                             HostTensor("aux", "output", (1,), "float32", 4)))
     assert [t.name for t in _merge_host_io(trace, named).outputs] == ["logits", "aux"]  # the script's own names
+
+
+CRASH_AFTER_ONE_CALL = """
+import poptorch, torch
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(8, 2)
+
+    def forward(self, x, y):
+        out = self.fc(x)
+        return out, torch.nn.functional.cross_entropy(out, y)
+
+
+model = Net()
+step = poptorch.trainingModel(model, poptorch.Options(), optimizer=poptorch.optim.SGD(model.parameters(), lr=0.1))
+step(torch.randn(4, 8), torch.zeros(4, dtype=torch.long))
+raise RuntimeError("the data loader broke")
+"""
+
+
+def test_a_script_that_fails_after_its_first_call_is_said_by_analyse(tmp_path):
+    (tmp_path / "crash.py").write_text(CRASH_AFTER_ONE_CALL)
+    proc = run_cli("capture", "-o", "out", "--emulate", "--", PY, "crash.py", cwd=tmp_path,
+                   env={"OMP_NUM_THREADS": "1"}, timeout=300)
+    assert proc.returncode == 1 and "the data loader broke" in proc.stderr
+    doc = json.loads(run_cli("analyse", "out", "--json", cwd=tmp_path).stdout)
+    assert doc["warnings"] == ["popviz-run.json: the captured command failed (exit 1): the figures cover what ran "
+                               "before it stopped (its own error is in out/capture.log)"]
+    console = run_cli("analyse", "out", cwd=tmp_path)
+    assert "warning: popviz-run.json: the captured command failed (exit 1)" in " ".join(console.stdout.split())

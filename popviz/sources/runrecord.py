@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 from pathlib import Path
 from typing import Any
@@ -109,6 +110,13 @@ def run_warnings(root: Path) -> list[str]:
         return [f"{shown(path)}: unreadable (not a JSON object, or over {MAX_RECORD_BYTES // 2**20} MiB); the "
                 "capture's command, status and timings are unknown and `popviz plan` cannot give its re-run "
                 "command (the reports themselves were read)"]
+    if doc is not None and doc.get("status") in ("failed", "killed") and doc.get("engines"):
+        code, sig = doc.get("exit_code"), doc.get("signal")  # data from a file: shown only when well-formed
+        code = f" (exit {code})" if isinstance(code, int) and not isinstance(code, bool) else ""
+        sig = f" ({sig})" if isinstance(sig, str) and re.fullmatch(r"[A-Z0-9 ]{1,20}", sig) else ""
+        how = f"was killed{sig}" if doc.get("status") == "killed" else f"failed{code}"
+        return [f"{RUN_FILE}: the captured command {how}: the figures cover what ran before it stopped "
+                f"(its own error is in {shown(root / 'capture.log')})"]
     if doc is None or doc.get("status") != "running":
         return []
     alive = pid_alive(doc.get("popviz_pid"), doc.get("hostname"))
