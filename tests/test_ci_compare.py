@@ -448,7 +448,7 @@ def test_analyse_marks_ignored_findings_where_it_shows_them():
 
     args = ("analyse", str(SAMPLES / "mnist_pipeline"), "--ignore", "HIO001,HIO002")
     text_out = " ".join(run_cli(*args).stdout.split())
-    assert "WARNING HIO002 Training returns every micro-batch's outputs (OutputMode.All) (ignored: accepted by the " \
+    assert "INFO HIO002 Training returns every micro-batch's outputs (OutputMode.All) (ignored: accepted by the " \
            "team)" in text_out
     assert "(up to +24% throughput; ignored: accepted by the team)" in text_out
     md = run_cli(*args, "--markdown").stdout

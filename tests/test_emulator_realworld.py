@@ -191,8 +191,9 @@ def test_calls_stops_the_script_cleanly_at_the_nth_call(calls_run):
                         "popviz emulator: 'training': call 2 of 3 done",
                         "popviz emulator: 'training': call 3 of 3 estimated, not run; stopping the "
                         "script (--calls 3); reports are written as it exits"]
-    summary = [line for line in proc.stderr.splitlines() if line.startswith("  training ")]
-    assert len(summary) == 1 and " 3 call(s), estimated in " in summary[0], proc.stderr
+    text = " ".join(proc.stderr.split())  # the summary's lines wrap at the terminal's width
+    summary = [text[text.index(" training popviz bundle "):]]
+    assert " 3 call(s), estimated in " in summary[0], proc.stderr
     assert summary[0].split(", estimated in ")[1].split(", ")[1].startswith("calls run on the CPU in ")
     doc = json.loads((tmp / "cap" / "training" / "popviz-model.json").read_text())
     assert (doc["status"], doc["calls"]["count"], doc["calls"]["compile"]["error"]) == ("final", 3, None)

@@ -15,17 +15,17 @@ def test_result_repr_is_a_short_summary_with_the_top_findings():
     text = repr(result)
     assert str(result) == text
     assert text.splitlines() == [
-        f"<popviz Result of {SAMPLES / 'mnist_pipeline'}: 2 engines, 3 warnings (worst: warning)",
+        f"<popviz Result of {SAMPLES / 'mnist_pipeline'}: 2 engines, 2 warnings, 1 info (worst: warning)",
         "  inference (estimated): 2 warnings; first to fix: HIO001 IPU0 waits for the host: 25.4% of its cycles in "
         "stream copies",
         # the first of the ranked actions, as popviz analyse's "What to fix first" lists them
-        "  training (estimated): 1 warning; first to fix: HIO002 Training returns every micro-batch's outputs "
+        "  training (estimated): 1 info; first to fix: HIO002 Training returns every micro-batch's outputs "
         "(OutputMode.All)",
         "  data: .engines[i].findings / .metrics / .plan / .not_checked; all of it as text: "
         "popviz.render.console.render(result)>",
     ]
     assert len(result.findings) == 3  # the data is one attribute away
-    assert repr(result.engines[1]).startswith("<EngineResult training (estimated): 1 warning; first to fix: "
+    assert repr(result.engines[1]).startswith("<EngineResult training (estimated): 1 info; first to fix: "
                                                   "HIO002 ")
     out = io.StringIO()
     render(result, file=out, width=100)  # what the last line promises

@@ -218,7 +218,7 @@ def test_a_split_that_does_not_fit_the_model_under_capture(tmp_path):
     message = ("--split layers_per_ipu=1,4,4,3: covers 12 layers; the model has 4 at module depth 2 "
                "('model.layer1', 'model.layer2', 'model.layer3', 'model.layer4'); the counts must add up to 4")
     assert f"popviz: error: {message}\n" in proc.stderr
-    out = proc.stdout + proc.stderr
+    out = " ".join((proc.stdout + proc.stderr).split())  # the summary's lines wrap at the terminal's width
     assert ("training, PipelinedExecution, stages of --split layers_per_ipu=1,4,4,3 (no report)" in out
             and f"compile failed: LayerSetupError: {message}" in out), out
     assert "Traceback" not in out
@@ -266,7 +266,8 @@ def test_done_when_plan_then_split(tmp_path):
     assert [x.name for x in layers] == ["embeddings", *(f"layers.{i}" for i in range(8)), "mlm"]
     assert layers.layers[0].pin == "first" and layers.layers[-1].tied_to == "embeddings"
     assert [x.ipu for x in layers] == [0, 0, 0, 1, 1, 2, 2, 3, 3, 0]
-    assert per_ipu_cycles(even) == {0: 2390197, 1: 1575664, 2: 1575664, 3: 1575664}
+    # IPU0's head of 2 classes (next-sentence) runs at 2/16 of the AMP's output channels: +83 cycles
+    assert per_ipu_cycles(even) == {0: 2390280, 1: 1575664, 2: 1575664, 3: 1575664}
     # the script's BeginBlocks have no user_id: each block is named by the modules it runs
     assert [(s.ipu, s.blocks) for s in even.config.stages] == [
         (0, ("embeddings", "layers.0-1")), (1, ("layers.2-3",)), (2, ("layers.4-5",)), (3, ("layers.6-7",)),
@@ -281,7 +282,7 @@ def test_done_when_plan_then_split(tmp_path):
     # IPU 0 holds the embeddings (with the tied projection) and no encoder layer
     assert plan.layers_per_ipu == (0, 3, 2, 3)
     predicted = {i: st.cycles for i, st in enumerate(best.stages)}
-    assert predicted == {0: 814533, 1: 2363496, 2: 1575664, 3: 2363496}
+    assert predicted == {0: 814616, 1: 2363496, 2: 1575664, 3: 2363496}
     path = write_plan(plan, tmp_path / "plan.json")
 
     planned = capture(tmp_path, "planned", *BERT_ARGS, split=str(path))
