@@ -241,8 +241,10 @@ class Net(torch.nn.Module):
 
 
 model = Net()
-step = poptorch.trainingModel(model, poptorch.Options(), optimizer=poptorch.optim.SGD(model.parameters(), lr=0.1))
-step(torch.randn(4, 8), torch.zeros(4, dtype=torch.long))
+opts = poptorch.Options().deviceIterations(2)
+opts.outputMode(poptorch.OutputMode.EveryN, output_return_period=2)
+step = poptorch.trainingModel(model, opts, optimizer=poptorch.optim.SGD(model.parameters(), lr=0.1))
+step(torch.randn(8, 8), torch.zeros(8, dtype=torch.long))
 raise RuntimeError("the data loader broke")
 """
 
@@ -252,6 +254,7 @@ def test_a_script_that_fails_after_its_first_call_is_said_by_analyse(tmp_path):
     proc = run_cli("capture", "-o", "out", "--emulate", "--", PY, "crash.py", cwd=tmp_path,
                    env={"OMP_NUM_THREADS": "1"}, timeout=300)
     assert proc.returncode == 1 and "the data loader broke" in proc.stderr
+    assert "D=2 G=1 R=1, output EveryN(2) · 1 call(s)" in " ".join(proc.stderr.split())  # capture's summary
     doc = json.loads(run_cli("analyse", "out", "--json", cwd=tmp_path).stdout)
     assert doc["warnings"] == ["popviz-run.json: the captured command failed (exit 1): the figures cover what ran "
                                "before it stopped (its own error is in out/capture.log)"]

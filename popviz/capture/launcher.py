@@ -166,6 +166,7 @@ def _engines_found(root: Path) -> list[dict[str, Any]]:
                     "gradient_accumulation": opts.get("gradient_accumulation"),
                     "replication_factor": opts.get("replication_factor"),
                     "output_mode": opts.get("output_mode"),
+                    "output_return_period": opts.get("output_return_period"),
                     "calls": calls.get("count"),
                     "compile_seconds": (calls.get("compile") or {}).get("wall_seconds"),
                     "poptorch_compile_seconds": (calls.get("compile") or {}).get("poptorch_seconds"),
