@@ -257,6 +257,6 @@ def test_a_script_that_fails_after_its_first_call_is_said_by_analyse(tmp_path):
     assert "D=2 G=1 R=1, output EveryN(2) · 1 call(s)" in " ".join(proc.stderr.split())  # capture's summary
     doc = json.loads(run_cli("analyse", "out", "--json", cwd=tmp_path).stdout)
     assert doc["warnings"] == ["popviz-run.json: the captured command failed (exit 1): the figures cover what ran "
-                               "before it stopped (its own error is in out/capture.log)"]
+                               "before it stopped (its own error is in capture.log beside it)"]
     console = run_cli("analyse", "out", cwd=tmp_path)
     assert "warning: popviz-run.json: the captured command failed (exit 1)" in " ".join(console.stdout.split())

@@ -116,7 +116,7 @@ def run_warnings(root: Path) -> list[str]:
         sig = f" ({sig})" if isinstance(sig, str) and re.fullmatch(r"[A-Z0-9 ]{1,20}", sig) else ""
         how = f"was killed{sig}" if doc.get("status") == "killed" else f"failed{code}"
         return [f"{RUN_FILE}: the captured command {how}: the figures cover what ran before it stopped "
-                f"(its own error is in {shown(root / 'capture.log')})"]
+                "(its own error is in capture.log beside it)"]
     if doc is None or doc.get("status") != "running":
         return []
     alive = pid_alive(doc.get("popviz_pid"), doc.get("hostname"))
