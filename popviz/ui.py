@@ -42,12 +42,14 @@ def progress(detail: str) -> None:
         spinner.update(f"{message}: {markup(detail)}")
 
 
-def wrap_line(line: str, width: int) -> list[str]:
-    """``line`` fitted to ``width`` columns for a terminal or a log: broken between words, each
-    continuation indented four columns under the line's own indent; a word longer than the width
-    (a path) is kept whole."""
+def wrap_line(line: str, width: int | None = None) -> list[str]:
+    """``line`` fitted to ``width`` columns (the terminal's, 80 when not a terminal, by default)
+    for a terminal or a log: broken between words, each continuation indented four columns under
+    the line's own indent; a word longer than the width (a path) is kept whole."""
+    import shutil
     import textwrap
 
+    width = width or shutil.get_terminal_size((80, 24)).columns
     if len(line) <= width:
         return [line]
     indent = " " * (len(line) - len(line.lstrip(" ")))

@@ -36,6 +36,8 @@ def test_channels_padded_to_the_amp_groups():
     assert costmodel.channel_utilisation(conv((1, 100, 2, 5, 1)), MK1, False) == pytest.approx(5 / 8)
     # an operation without a recorded shape (older measurements) keeps the whole peak
     assert costmodel.channel_utilisation(conv(()), MK2, False) == 1.0
+    # and so does an empty one (no channels: nothing to pad, no division by zero)
+    assert costmodel.channel_utilisation(conv((1, 100, 0, 8, 1)), MK2, False) == 1.0
 
 
 def test_depthwise_convolutions_run_on_the_vector_macs():

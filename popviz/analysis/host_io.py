@@ -28,6 +28,7 @@ from popviz.analysis.throughput import pessimistic_caution
 from popviz.model import Report
 from popviz.model.aggregate import cycle_totals
 from popviz.model.frames import no_execution_reason, unrun_reason
+from popviz.model.names import output_mode_label
 
 NAME = "host_io"
 WAIT_TYPES = ("StreamCopyBegin", "StreamCopyEnd")
@@ -156,7 +157,7 @@ def _outputs(report: Report, o: Collector) -> str | None:
                              "output_bytes_per_call": n_alt * out_bytes if out_bytes is not None else None}
     m["alternatives"] = alternatives
     _output_finding(report, o, mode, count, out_bytes, d, g, r)
-    label = f"EveryN({period})" if mode == "EveryN" else mode
+    label = output_mode_label(mode, period)
     set_note = " (Default)" if cfg.output_mode == "Default" else ""
     line = f"OutputMode.{label}{set_note}: {count:,} cop{'y' if count == 1 else 'ies'} of each output per call"
     if out_bytes is not None:
@@ -254,7 +255,7 @@ def _output_finding(report: Report, o: Collector, mode: str, count: int, out_byt
         severity = "info"
     else:
         return
-    label = f"EveryN({report.cfg.output_return_period})" if mode == "EveryN" else mode
+    label = output_mode_label(mode, report.cfg.output_return_period)
     formula = "D·G·R" if mode == "All" else "(D/N)·G·R"
     moved = f"{count:,} × {nbytes(out_bytes)} = {nbytes(count * out_bytes)}" if out_bytes is not None \
         else f"{count:,} copies (sizes not recorded)"
@@ -263,14 +264,10 @@ def _output_finding(report: Report, o: Collector, mode: str, count: int, out_byt
                 + (f" ({nbytes(r * out_bytes)}), saving {nbytes(saved)} per call" if saved is not None
                    else ""))
     save = f", saving {nbytes(saved)} per call" if saved is not None else ""
-    if training and mode == "EveryN":
-        n = report.cfg.output_return_period
-        title = (f"Training returns the outputs of one batch in {n}, {count:,} copies per call "
-                 f"(OutputMode.{label})")
-        rec = (f"Set opts.outputMode(poptorch.OutputMode.Final) (the last micro-batch's values) or "
-               f"opts.outputMode(poptorch.OutputMode.Sum) (summed over the call, for monitoring){save}.")
-    elif training:
-        title = f"Training returns every micro-batch's outputs (OutputMode.{label})"
+    if training:
+        title = (f"Training returns the outputs of one batch in {report.cfg.output_return_period}, {count:,} "
+                 f"copies per call (OutputMode.{label})" if mode == "EveryN" else
+                 f"Training returns every micro-batch's outputs (OutputMode.{label})")
         rec = (f"Set opts.outputMode(poptorch.OutputMode.Final) (the last micro-batch's values) or "
                f"opts.outputMode(poptorch.OutputMode.Sum) (summed over the call, for monitoring){save}.")
     else:

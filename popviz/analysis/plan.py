@@ -66,19 +66,16 @@ class Action:
         return f"{text}; {self.caveat}" if self.caveat else text
 
     def _gain_text(self) -> str:
+        from popviz.analysis._common import nbytes
+
+        saved = f"{nbytes(self.bytes_saved_per_call)} less per call" if self.bytes_saved_per_call is not None else None
         if self.throughput_gain_frac is not None:
             g = self.throughput_gain_frac
             text = ("under +0.1% throughput" if g < 0.001 else
                     f"up to +{100 * g:.{1 if g < 0.01 else 0}f}% throughput")
-            if self.bytes_saved_per_call is not None:
-                from popviz.analysis._common import nbytes
-
-                text += f", {nbytes(self.bytes_saved_per_call)} less per call"
-            return text
-        if self.bytes_saved_per_call is not None:
-            from popviz.analysis._common import nbytes
-
-            return f"{nbytes(self.bytes_saved_per_call)} less per call"
+            return f"{text}, {saved}" if saved else text
+        if saved:
+            return saved
         if self.code in ("RUN001", "RUN002"):  # never called, or the compile failed
             return "nothing was measured"
         if self.severity == "error":

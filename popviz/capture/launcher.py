@@ -62,6 +62,7 @@ from popviz.capture.rundir import (
 from popviz.childproc import SignalForwarder, exit_status, find_command
 from popviz.errors import PopvizError, UsageError, shown
 from popviz.escape import status_line as esc_status
+from popviz.model.names import output_mode_label
 from popviz.model.numbers import wall_seconds
 from popviz.ui import wrap_line
 
@@ -261,11 +262,9 @@ def summary_lines(run: Mapping[str, Any], root: Path) -> list[str]:
             stages = (f"stages of --split {split} (no report)" if split and not m.get("stages")
                       else f"{m.get('stages')} stage(s)")
             desc.append(f"{m.get('mode') or '?'}, {strategy}, {stages}")
-            mode = m.get("output_mode")
-            if mode == "EveryN" and m.get("output_return_period"):
-                mode = f"EveryN({m['output_return_period']})"
             desc.append(f"D={m.get('device_iterations')} G={m.get('gradient_accumulation')} "
-                        f"R={m.get('replication_factor')}, output {mode}")
+                        f"R={m.get('replication_factor')}, output "
+                        f"{output_mode_label(m.get('output_mode'), m.get('output_return_period'))}")
             calls = f"{m.get('calls')} call(s)" + _times_text(m, run)
             if m.get("compile_error"):
                 calls += f", compile failed: {esc.term(m['compile_error'])}"  # the script's text: no ESC
@@ -451,7 +450,7 @@ def run_capture(command: Sequence[str], *, output: str | None = None, new_run: b
             shutil.rmtree(bootstrap, ignore_errors=True)
         if run["status"] not in ("running", "error", "launch_failed"):
             for line in summary_lines(run, root):
-                for part in wrap_line(line, shutil.get_terminal_size((80, 24)).columns):
+                for part in wrap_line(line):
                     say(part)
             for line in followed:
                 say("  " + line)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import re
-import shutil
 import sys
 
 from popviz.fileio import path_arg
@@ -100,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
         for name, fig in figures.items():
             target = planned[(report.label, name)]
             if isinstance(fig, plot.PlotDataError):
-                for part in wrap_line(f"skipped {escape.term(fig.message)}", shutil.get_terminal_size((80, 24)).columns):
+                for part in wrap_line(f"skipped {escape.term(fig.message)}"):
                     print(part, file=sys.stderr)
                 if args.force and target in clashes:  # an old figure would outlive the data it showed
                     target.unlink(missing_ok=True)

@@ -102,7 +102,7 @@ def channel_utilisation(op: OpCost, spec: hw.IpuSpec, half_partials: bool) -> fl
     shape): input channels per group padded to ``AMP_INPUT_CHANNEL_GRAIN``, output channels to the
     conv units, and never below PopLibs' vector-MAC vertices (``VECTOR_MACS_PER_TILE_CYCLE``), which
     it uses where the AMP would mostly compute padding (depthwise convolutions)."""
-    if len(op.dims) != 5:
+    if len(op.dims) != 5 or not op.dims[2] or not op.dims[3]:  # no shape, or an empty product
         return 1.0
     _, _, cin, cout, _ = op.dims
     eb = 2 if op.element_bytes <= 2 else 4
@@ -110,7 +110,7 @@ def channel_utilisation(op: OpCost, spec: hw.IpuSpec, half_partials: bool) -> fl
     grain = hw.AMP_INPUT_CHANNEL_GRAIN[eb]
     units = max(1, round(peak_macs / grain))
     filled = cin / (math.ceil(cin / grain) * grain) * cout / (math.ceil(cout / units) * units)
-    return max(filled, min(1.0, hw.VECTOR_MACS_PER_TILE_CYCLE[eb] / peak_macs)) if cin and cout else 1.0
+    return max(filled, min(1.0, hw.VECTOR_MACS_PER_TILE_CYCLE[eb] / peak_macs))
 
 
 def amp_efficiency(op: OpCost, spec: hw.IpuSpec, half_partials: bool = False) -> float:

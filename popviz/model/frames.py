@@ -371,7 +371,7 @@ def output_modes(report: Report) -> pd.DataFrame:
         raise MissingDataError(f"engine '{report.label}' has no recorded output mode and batching (record them "
                                "by running under popviz capture)")
     current = m.get("output_mode")
-    rows = [{"output_mode": mode, "return_period": a.get("return_period") if mode == "EveryN" else None,
+    rows = [{"output_mode": mode, "return_period": a.get("return_period"),
              "outputs_per_call": a.get("outputs_per_call"),
              "output_bytes_per_call": a.get("output_bytes_per_call"), "current": mode == current}
             for mode, a in alternatives.items()]

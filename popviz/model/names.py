@@ -55,6 +55,11 @@ OUTPUT_MODE_NAMES = {0: "Final", 1: "EveryN", 2: "All", 3: "Sum", 4: "Default"}
 """PopTorch's ``OutputMode`` values by their integer value."""
 
 
+def output_mode_label(mode: str | None, period: int | None) -> str | None:
+    """An output mode as users write it: ``EveryN(4)`` with its return period, else the name."""
+    return f"EveryN({period})" if mode == "EveryN" and period else mode
+
+
 def output_mode_name(value: Any) -> str | None:
     """PopTorch's output mode (enum member, its integer value or its name) as the model's name."""
     if value is None:

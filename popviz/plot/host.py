@@ -34,7 +34,7 @@ def output_modes(report: Report):
 def host_io(report: Report, ax: Axes | None = None) -> Figure:
     """Bytes returned to the host per call under each output mode, the current one marked (copies
     of each output per call when the tensor sizes were not recorded)."""
-    import pandas as pd
+    from popviz.model.names import output_mode_label
 
     frame = output_modes(report)
     fig, ax = _figure(ax, (6.5, 4))
@@ -50,7 +50,7 @@ def host_io(report: Report, ax: Axes | None = None) -> Figure:
         texts = [f"{int(v):,}" for v in values]
         ax.set_ylabel("copies of each output per call")
     colours = [PALETTE["highlight"] if c else PALETTE["base"] for c in frame["current"]]
-    labels = [f"{mode}{f'({int(p)})' if mode == 'EveryN' and pd.notna(p) else ''}\n({n:,} per call)"
+    labels = [f"{output_mode_label(mode, p)}\n({n:,} per call)"
               for mode, p, n in zip(frame["output_mode"], frame["return_period"], frame["outputs_per_call"],
                                     strict=True)]
     bars = ax.bar(range(len(frame)), values, color=colours, width=0.7)
