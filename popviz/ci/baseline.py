@@ -34,15 +34,26 @@ class EngineMetrics:
     unknown_metrics: tuple[str, ...] = ()
     """Well-formed metric names read from a file that this popviz does not define (a newer
     popviz's): left out of ``metrics``, named in the comparison."""
+    breakdown: dict[str, dict[str, dict[str, float]]] | None = None
+    """What its layers, program types and memory categories cost (:mod:`popviz.ci.diff`); None
+    when the side does not say (a baseline saved by an older popviz, a history's median)."""
+    environment: dict[str, str] | None = None
+    """The Poplar SDK, popviz, PopTorch, torch, IPU architecture and host behind the figures
+    (:func:`popviz.ci.diff.environment`); None when the side does not say."""
 
     @property
     def label(self) -> str:
         return f"{self.instance}/{self.name}" if self.instance else self.name
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "instance": self.instance,
-                "provenance": {"source": self.source, "estimated": self.estimated},
-                "config": self.config, "metrics": self.metrics, "findings": self.findings}
+        out = {"name": self.name, "instance": self.instance,
+               "provenance": {"source": self.source, "estimated": self.estimated},
+               "config": self.config, "metrics": self.metrics, "findings": self.findings}
+        if self.environment is not None:  # added within format_version 1: older readers ignore them
+            out["environment"] = self.environment
+        if self.breakdown is not None:
+            out["breakdown"] = self.breakdown
+        return out
 
 
 def no_metrics_why(e: EngineMetrics) -> str:
@@ -60,14 +71,18 @@ def no_metrics_reason(e: EngineMetrics) -> str:
 def from_reports(path: str | os.PathLike[str]) -> list[EngineMetrics]:
     """Analyse the reports under ``path`` and collect each engine's metrics."""
     from popviz.analysis import analyse
+    from popviz.ci.diff import breakdown, environment
     from popviz.ci.metrics import configuration, engine_metrics
     from popviz.sources.discover import load
+    from popviz.sources.runrecord import record_of
 
     result = analyse(load(path, single_run=True))  # one run: a side, a baseline, a history entry
     return [EngineMetrics(name=e.report.name, instance=e.report.instance, source=e.report.provenance.source,
                           estimated=bool(e.report.provenance.estimated), config=configuration(e),
                           metrics=engine_metrics(e),
-                          findings=[{"code": f.code, "severity": f.severity, "title": f.title} for f in e.findings])
+                          findings=[{"code": f.code, "severity": f.severity, "title": f.title} for f in e.findings],
+                          breakdown=breakdown(e.report),
+                          environment=environment(e.report, record_of(e.report.path) if e.report.path else None))
             for e in result.engines]
 
 
@@ -124,13 +139,16 @@ def read(path: Path) -> list[EngineMetrics]:
                 not isinstance(prov.get("estimated", False), bool):
             raise fail(f"has an invalid provenance for {where} (expected source and estimated true/false)")
         known = v.metrics(e["metrics"], fail, where)  # a malformed name fails; an unknown one is left out
+        from popviz.ci.diff import check_breakdown, check_environment
         out.append(EngineMetrics(name=name, instance=instance,
                                  source=v.name(prov.get("source", "unknown"), fail, f"source of {where}"),
                                  estimated=prov.get("estimated") is True,
                                  config=v.config(e.get("config"), fail, where),
                                  metrics=known,
                                  findings=v.findings(e.get("findings"), fail, where),
-                                 unknown_metrics=tuple(k for k in e["metrics"] if k not in known)))
+                                 unknown_metrics=tuple(k for k in e["metrics"] if k not in known),
+                                 breakdown=check_breakdown(e.get("breakdown"), fail, where),
+                                 environment=check_environment(e.get("environment"), fail, where)))
     keys = [(e.instance or "", e.name) for e in out]
     if len(set(keys)) != len(keys):
         raise fail("names an engine twice")

@@ -106,6 +106,28 @@ class Comparison:
     said under the headline. It fails only as its figures do (a BASE that ran makes it ``lost``;
     two runs that both do not fit compare their memory as any other)."""
 
+    breakdown: list[dict[str, Any]] = field(default_factory=list)
+    """What changed per layer, program type and memory category (:func:`popviz.ci.diff.diff_items`),
+    per engine ranked by the change of the figure behind its regressed metric (cycles, else memory)."""
+    breakdown_notes: list[str] = field(default_factory=list)
+    """Why a part of that diff is not shown (a side that does not record it: an older baseline)."""
+    environment: list[dict[str, Any]] = field(default_factory=list)
+    """``{field, label, base, new}`` for each of the Poplar SDK, popviz, PopTorch, torch, Python,
+    IPU architecture and host that differs between the sides."""
+    environment_notes: list[str] = field(default_factory=list)
+    """Why the environment could not be compared (a side that does not record it)."""
+
+    def explained(self, engine: str, most: int = 3) -> list[dict[str, Any]]:
+        """The first ``most`` items of ``engine``'s diff that grew or were added (what explains a
+        regression), in their rank."""
+        return [d for d in self.breakdown if d["engine"] == engine and d["delta"] > 0][:most]
+
+    def environment_line(self) -> str:
+        """``environment changed: Poplar SDK 3.3.0 → 3.4.0, host a → b``, or ""."""
+        return ("environment changed: " + ", ".join(
+            f"{e['label']} {e['base'] or 'not recorded'} → {e['new'] or 'not recorded'}"
+            for e in self.environment)) if self.environment else ""
+
     def not_fitting_line(self) -> str:
         """``NEW does not fit its IPUs (the compile runs out of memory): training``, or ""."""
         return ("NEW does not fit its IPUs (the compile runs out of memory): "
@@ -181,7 +203,9 @@ class Comparison:
                 "config_changes": self.config_changes, "only_base": self.only_base, "only_new": self.only_new,
                 "metrics": [r.to_dict() for r in self.rows], "budgets": self.budgets, "findings": self.findings,
                 "base_label": self.base_label, "resplit": self.resplit, "unknown_metrics": self.unknown_metrics,
-                "estimated": self.estimated, "lost": self.lost, "not_fitting": self.not_fitting}
+                "estimated": self.estimated, "lost": self.lost, "not_fitting": self.not_fitting,
+                "environment": self.environment, "environment_notes": self.environment_notes,
+                "breakdown": self.breakdown, "breakdown_notes": self.breakdown_notes}
 
 
 def budget_value(b: dict[str, Any]) -> str:
@@ -272,6 +296,7 @@ def compare(base: list[EngineMetrics], new: list[EngineMetrics], rules: list[Rul
         if gone:  # the figures the gate is about, no longer produced (an out-of-memory compile): never a pass
             out.lost.append(f"engine {eb.label} has no {', '.join(gone)} in NEW")
         _trade(out.rows, eb.label, rules, resplit=resplit)
+        _explain(out, eb, en)
     if any(k in n for k in b):  # with nothing matched at all, check_gate says so (exit 2)
         for k in b:
             if k not in n and b[k].metrics:  # it no longer runs, or not under this name: never a pass
@@ -281,6 +306,41 @@ def compare(base: list[EngineMetrics], new: list[EngineMetrics], rules: list[Rul
                                 + (f" (renamed {twins[0]}? the same configuration is there)" if len(twins) == 1 else ""))
     check_unit_rules(rules, {r.metric for r in out.rows})
     return out
+
+
+def _explain(out: Comparison, eb: EngineMetrics, en: EngineMetrics) -> None:
+    """Add the per-layer, per-program-type and per-category diff of one engine, and the
+    environment's changes, to ``out`` (or say which side does not record them)."""
+    from popviz.ci.diff import KIND_WORDS, KINDS, diff_items, environment_changes, measure_for
+
+    missing = [side for side, e in (("BASE", eb), ("NEW", en)) if e.breakdown is None]
+    if missing:
+        note = (f"{' and '.join(missing)} does not record what each layer and program type costs (a "
+                "baseline saved by an older popviz, or a history's median): no per-layer diff; "
+                "popviz baseline save records it")
+        if note not in out.breakdown_notes:
+            out.breakdown_notes.append(note)
+    else:
+        assert eb.breakdown is not None and en.breakdown is not None
+        regressed = [r.metric for r in out.rows if r.engine == eb.label and r.verdict == REGRESSED]
+        measure = measure_for(regressed)
+        for kind in KINDS:
+            if kind in eb.breakdown and kind in en.breakdown:
+                out.breakdown += diff_items(eb.label, kind, eb.breakdown[kind], en.breakdown[kind], measure)
+            elif kind in eb.breakdown or kind in en.breakdown:
+                only = "BASE" if kind in eb.breakdown else "NEW"
+                out.breakdown_notes.append(f"{eb.label}: {KIND_WORDS[kind]}s not compared: only {only} "
+                                           f"has a {KIND_WORDS[kind]} table")
+    env_missing = [side for side, e in (("BASE", eb), ("NEW", en)) if not e.environment]
+    if env_missing:
+        note = (f"{' and '.join(env_missing)} does not record its environment (Poplar SDK, popviz, "
+                "PopTorch, torch, IPU architecture, host): an older baseline, or a history's median")
+        if note not in out.environment_notes:
+            out.environment_notes.append(note)
+        return
+    for change in environment_changes(eb.environment, en.environment):
+        if change not in out.environment:
+            out.environment.append(change)
 
 
 HEADLINE_METRICS = ("pipeline.cycles_per_micro_batch", "pipeline.call_cycles_per_micro_batch",

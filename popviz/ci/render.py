@@ -21,6 +21,21 @@ LIST_LINES = 8
 
 
 UNKNOWN_NOTE = "not compared, unknown to this popviz (from a newer one, or misspelt)"
+DIFF_LINES = 5
+"""Items of an engine's per-layer / per-program diff the console and Markdown show (--json: all)."""
+
+
+def _diff_heading(c: Comparison, engine: str) -> str:
+    measure = next((d["measure"] for d in c.breakdown if d["engine"] == engine), "cycles")
+    return f"what changed in {engine}, ranked by {'cycles' if measure == 'cycles' else 'memory'}"
+
+
+def _diff_lines(c: Comparison, engine: str) -> tuple[list[str], int]:
+    """The first DIFF_LINES items of ``engine``'s diff as sentences, and how many more there are."""
+    from popviz.ci.diff import describe
+
+    mine = [d for d in c.breakdown if d["engine"] == engine]
+    return [describe(d) for d in mine[:DIFF_LINES]], max(0, len(mine) - DIFF_LINES)
 
 
 def _unknown(c: Comparison) -> str:
@@ -74,6 +89,17 @@ def console(c: Comparison, *, all_rows: bool = False, file: IO[str] | None = Non
         con.print(escape(c.estimated_line()), soft_wrap=True)
     if c.not_fitting_line():
         con.print(escape(c.not_fitting_line()), style="red", soft_wrap=True)
+    if c.environment_line():  # beside the verdict: a new SDK explains a change of every figure
+        con.print(escape(c.environment_line()), style="yellow", soft_wrap=True)
+    for engine in dict.fromkeys(d["engine"] for d in c.breakdown):
+        lines, more = _diff_lines(c, engine)
+        con.print(escape(_diff_heading(c, engine)) + ":")
+        for line in lines:
+            con.print(f"  {escape(line)}", soft_wrap=True)
+        if more:
+            con.print(f"  and {more} more (--json lists them)")
+    for note in (*c.environment_notes, *c.breakdown_notes):
+        con.print(escape(note), style="dim", soft_wrap=True)
     if c.config_changes:
         con.print("configuration changed (explains most metric changes):")
         for ch in c.config_changes:
@@ -149,6 +175,24 @@ def markdown(c: Comparison, *, all_rows: bool = False) -> str:
         lines += [md(c.estimated_line()[0].upper() + c.estimated_line()[1:]) + ".", ""]
     if c.not_fitting_line():
         lines += ["**" + md(c.not_fitting_line()) + ".**", ""]
+    if c.environment:
+        lines += ["**Environment changed:** " + ", ".join(
+            f"{md(e['label'])} {md(e['base'] or 'not recorded')} → {md(e['new'] or 'not recorded')}"
+            for e in c.environment), ""]
+    for engine in dict.fromkeys(d["engine"] for d in c.breakdown):
+        from popviz.ci.diff import describe
+
+        mine = [d for d in c.breakdown if d["engine"] == engine]
+        heading = _diff_heading(c, engine)
+        lines += [f"**{md(heading[0].upper() + heading[1:])}:**", "",
+                  "| kind | name | status | change |", "|---|---|---|---|"]
+        lines += [f"| {md(d['kind'])} | {code(d['name'])} | {md(d['status'])} | "
+                  f"{md(describe(d)[len(d['kind']) + len(d['name']) + 2:])} |" for d in mine[:DIFF_LINES]]
+        lines.append("")
+        if len(mine) > DIFF_LINES:
+            lines += [f"And {len(mine) - DIFF_LINES} more (`--json` lists them).", ""]
+    for note in (*c.environment_notes, *c.breakdown_notes):
+        lines += [md(note[0].upper() + note[1:]) + ".", ""]
     if c.config_changes:
         lines += ["**Configuration changed** (explains most metric changes):", ""]
         lines += [f"- {code(ch['engine'])} {md(ch['field'])}: " + (
@@ -224,6 +268,19 @@ def as_json(c: Comparison) -> str:
     return json.dumps(c.to_dict(), indent=2, allow_nan=False)
 
 
+def _junit_explanation(c: Comparison, engine: str) -> str:
+    """The lines a regression's failure text adds: the environment's changes and what grew most."""
+    from popviz.ci.diff import describe
+
+    out = ""
+    if c.environment_line():
+        out += "\n" + c.environment_line()
+    grown = c.explained(engine)
+    if grown:
+        out += "\nlargest changes: " + "; ".join(describe(d) for d in grown)
+    return out
+
+
 def junit(c: Comparison, name: str = "popviz") -> str:
     """JUnit XML: one testcase per metric, budget and failing finding; failures carry the values.
     Every value goes through ``escape.xml`` (characters XML forbids never reach the file)."""
@@ -236,6 +293,11 @@ def junit(c: Comparison, name: str = "popviz") -> str:
         return el
 
     suite = ET.Element("testsuite", name=x(name))
+    if c.environment:  # beside every verdict: what else changed between the runs
+        props = sub(suite, "properties")
+        for e in c.environment:
+            sub(props, "property", name=f"environment.{e['field']}",
+                value=f"{e['base'] or 'not recorded'} → {e['new'] or 'not recorded'}")
     cases = 0
     failures = 0
     for r in c.rows:
@@ -245,7 +307,7 @@ def junit(c: Comparison, name: str = "popviz") -> str:
             failures += 1
             msg = (f"{r.metric} regressed: {fmt(r.base, r.unit)} → {fmt(r.new, r.unit)} ({r.change}; "
                    f"threshold {r.threshold})")
-            sub(case, "failure", msg, message=msg, type="regression")
+            sub(case, "failure", msg + _junit_explanation(c, r.engine), message=msg, type="regression")
         elif r.verdict in ("new", "gone"):
             sub(case, "skipped", message=f"{r.metric} is {r.verdict} (on one side only)")
         elif r.verdict == TRADED:  # passes, but says why a share beyond its threshold does not fail
