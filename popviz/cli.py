@@ -23,7 +23,7 @@ from popviz._version import __version__
 from popviz.errors import PopvizError
 
 COMMANDS = ("analyse", "export", "emulate", "capture", "plot", "plan", "compare", "check", "baseline",
-            "history")
+            "history", "trace")
 """Subcommand modules under popviz.commands, in the order ``--help`` lists them."""
 
 EXIT_OK, EXIT_VERDICT, EXIT_USAGE, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
