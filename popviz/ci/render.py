@@ -186,7 +186,9 @@ def markdown(c: Comparison, *, all_rows: bool = False) -> str:
         heading = _diff_heading(c, engine)
         lines += [f"**{md(heading[0].upper() + heading[1:])}:**", "",
                   "| kind | name | status | change |", "|---|---|---|---|"]
-        lines += [f"| {md(d['kind'])} | {code(d['name'])} | {md(d['status'])} | "
+        # a "|" ends a table cell even inside a code span: such a name is escaped text instead
+        lines += [f"| {md(d['kind'])} | {code(d['name']) if '|' not in d['name'] else md(d['name'])} | "
+                  f"{md(d['status'])} | "
                   f"{md(describe(d)[len(d['kind']) + len(d['name']) + 2:])} |" for d in mine[:DIFF_LINES]]
         lines.append("")
         if len(mine) > DIFF_LINES:
