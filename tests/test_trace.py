@@ -120,7 +120,9 @@ def test_bert_even_split_opens_in_perfetto_format(tmp_path):
     out = tmp_path / "bert.pftrace"
     proc = run_cli("trace", str(BERT), "-o", str(out))
     assert proc.returncode == 0, proc.stderr
-    assert "2,067 slices on 4 IPU track(s) of 1 engine(s)" in proc.stdout
+    assert " ".join(proc.stdout.split()) == (f"{out}: Perfetto protobuf, {out.stat().st_size:,} bytes, 2,067 slices "
+                                             "on 4 IPU track(s) of 1 engine(s); open it at ui.perfetto.dev")
+    assert all(len(line) <= 100 for line in proc.stdout.splitlines()[1:])  # COLUMNS=100: wrapped
     t = read_perfetto(out.read_bytes())
     assert t["processes"] == [(1, "training (estimated)")]
     assert t["track_names"] == ["host: executor", "host: transfers"] + [
@@ -161,7 +163,7 @@ def test_chrome_json_has_the_same_slices(tmp_path):
     pf, js = tmp_path / "t.pftrace", tmp_path / "t.json"
     assert run_cli("trace", str(BERT), "-o", str(pf)).returncode == 0
     proc = run_cli("trace", str(BERT), "-o", str(js))
-    assert proc.returncode == 0 and "Chrome JSON" in proc.stdout
+    assert proc.returncode == 0 and ": Chrome JSON, " in proc.stdout
     a, b = read_perfetto(pf.read_bytes()), check_chrome_json(js.read_bytes())
     assert b["processes"] == {1: "training (estimated)"}
     assert {k: len(v) for k, v in a["tracks"].items()} == {k: len(v) for k, v in b["tracks"].items()}
@@ -215,7 +217,7 @@ def test_large_reports_merge_steps_and_keep_their_cycles(tmp_path):
     out = tmp_path / "m.pftrace"
     proc = run_cli("trace", str(BERT), "-o", str(out), "--max-events", "300")
     assert proc.returncode == 0, proc.stderr
-    assert "1,419 steps are more than 300 events: every 10 consecutive steps" in proc.stderr
+    assert "1,419 steps are more than 300 events: every 10 consecutive steps" in " ".join(proc.stderr.split())
     t = read_perfetto(out.read_bytes())["tracks"]
     assert sum(len(v) for v in t.values()) <= 300
     steps = popviz.load(BERT)["training"].execution.steps

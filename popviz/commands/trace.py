@@ -6,7 +6,7 @@ the executor calls and the host transfers the capture hooks recorded. FILE endin
 Chrome's JSON trace event format (chrome://tracing and Perfetto); any other name (.pftrace) is
 Perfetto's protobuf format, smaller. Past --max-events slices, consecutive steps of an IPU are
 merged into one slice each (said on stderr and in the trace). popviz never writes over FILE
-(--force replaces it). Formats and limits: docs/plots.md.
+(--force replaces it). Formats and limits: docs/trace.md.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import argparse
 import sys
 
 from popviz.fileio import path_arg
+from popviz.ui import wrap_line
 
 NAME = "trace"
 HELP = "write the execution as a trace for Perfetto / chrome://tracing"
@@ -49,8 +50,9 @@ def run(args: argparse.Namespace) -> int:
     usable = [r for r in reports if r.execution is not None]
     for r in reports if usable else ():
         if r.execution is None:
-            print(f"popviz: {escape.term(r.label)} has no execution profile (an out-of-memory compile, or a "
-                  "memory-only report): not in the trace", file=sys.stderr)
+            for line in wrap_line(f"popviz: {escape.term(r.label)} has no execution profile (an out-of-memory "
+                                  "compile, or a memory-only report): not in the trace"):
+                print(line, file=sys.stderr)
     if not usable:
         raise MissingDataError(f"{shown(args.path)} has no execution profile to trace (no engine ran); "
                                "capture a run that executes")
@@ -60,8 +62,11 @@ def run(args: argparse.Namespace) -> int:
         data = trace.to_chrome_json(built) if fmt == "json" else trace.to_perfetto(built)
     write_output(args.output, data, args.force)
     for note in built.notes:
-        print(f"popviz: {escape.term(note)}", file=sys.stderr)
-    print(f"{len(built.slices):,} slices on {built.ipus} IPU track(s) of {len(built.processes)} engine(s) -> "
-          f"{escape.term(shown(args.output))} ({'Chrome JSON' if fmt == 'json' else 'Perfetto protobuf'}, "
-          f"{len(data):,} bytes); open it at ui.perfetto.dev")
+        for line in wrap_line(f"popviz: {escape.term(note)}"):
+            print(line, file=sys.stderr)
+    kind = "Chrome JSON" if fmt == "json" else "Perfetto protobuf"
+    for line in wrap_line(f"{escape.term(shown(args.output))}: {kind}, {len(data):,} bytes, {len(built.slices):,} "
+                          f"slices on {built.ipus} IPU track(s) of {len(built.processes)} engine(s); open it at "
+                          "ui.perfetto.dev"):
+        print(line)
     return 0
