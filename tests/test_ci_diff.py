@@ -74,6 +74,12 @@ def test_a_slower_layer_is_named_first_and_the_sdk_change_beside_the_verdict(tmp
                      "measure": "cycles", "delta": 18000.0, "change_pct": 60.0}
     assert [d["name"] for d in doc["breakdown"] if d["kind"] == "layer"] == ["layer.5"]  # the others did not move
     assert doc["breakdown_notes"] == [] and doc["environment_notes"] == []
+    import jsonschema
+
+    from popviz.render.json import schema
+
+    full = schema()
+    jsonschema.validate(doc, {**full["$defs"]["compare_explained"], "$defs": full["$defs"]})
 
 
 def test_baselines_carry_the_breakdown_and_older_ones_say_what_they_lack(tmp_path):
