@@ -168,3 +168,15 @@ def test_layer_names_are_data_in_every_output(tmp_path):
     row = next(line for line in md.splitlines() if "evil" in line)
     assert "\x1b" not in md and row.startswith(f"| layer | {escape.md(names[5])} | grown | ")
     assert len(re.findall(r"(?<!\\)\|", row)) == 5  # four cells: the name's "|" is escaped
+
+
+def test_an_item_listed_for_another_figure_ranks_by_it_and_says_it():
+    from popviz.ci.diff import describe
+
+    base = {"moved": {"cycles": 1000.0, "memory_bytes": 2**20, "code_bytes": 0.0},
+            "slower": {"cycles": 1000.0, "memory_bytes": 2**20, "code_bytes": 0.0}}
+    new = {"moved": {"cycles": 1002.0, "memory_bytes": 3 * 2**20, "code_bytes": 0.0},  # 2 cycles: jitter
+           "slower": {"cycles": 1500.0, "memory_bytes": 2**20, "code_bytes": 0.0}}
+    items = diff_items("e", "layers", base, new, "cycles")
+    assert [describe(d) for d in items] == ["layer slower cycles +50.0% (+500)",
+                                            "layer moved memory 1.0 MiB → 3.0 MiB"]

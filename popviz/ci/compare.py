@@ -120,7 +120,9 @@ class Comparison:
     def explained(self, engine: str, most: int = 3) -> list[dict[str, Any]]:
         """The first ``most`` items of ``engine``'s diff that grew or were added (what explains a
         regression), in their rank."""
-        return [d for d in self.breakdown if d["engine"] == engine and d["delta"] > 0][:most]
+        from popviz.ci.diff import significant
+
+        return [d for d in self.breakdown if d["engine"] == engine and significant(d) > 0][:most]
 
     def environment_line(self) -> str:
         """``environment changed: Poplar SDK 3.3.0 → 3.4.0, host a → b``, or ""."""

@@ -124,8 +124,25 @@ def diff_items(engine: str, kind: str, base: dict[str, dict[str, float]], new: d
         pct = delta / base_value * 100 if base_value else None
         out.append({"engine": engine, "kind": KIND_WORDS[kind], "name": name, "status": status,
                     "base": b, "new": n, "measure": measure, "delta": delta, "change_pct": pct})
-    out.sort(key=lambda d: (-d["delta"], d["name"]))
+    # ranked by the measure's change where it is one (a layer listed for its memory whose cycles
+    # moved by two ranks as unchanged in cycles)
+    out.sort(key=lambda d: (-significant(d), -_other_change(d), d["name"]))
     return out[:MAX_ITEMS]
+
+
+def significant(item: dict[str, Any]) -> float:
+    """The change of the item's measure, or 0 when it is within MIN_CHANGE_PCT (listed for another figure)."""
+    b, n = item["base"], item["new"]
+    if b is None or n is None:
+        return item["delta"]
+    m = item["measure"]
+    return item["delta"] if _changed(b.get(m, 0.0), n.get(m, 0.0)) else 0.0
+
+
+def _other_change(item: dict[str, Any]) -> float:
+    """The largest change of the item's other figures (ranks items listed for them, not for the measure)."""
+    b, n = item["base"] or {}, item["new"] or {}
+    return max((abs(n.get(f, 0.0) - b.get(f, 0.0)) for f in (*b, *n) if f != item["measure"]), default=0.0)
 
 
 MEMORY_METRIC_PREFIX = "memory."
@@ -157,7 +174,7 @@ def describe(item: dict[str, Any]) -> str:
     amount = f"{abs(delta):,.0f}" if measure == "cycles" else fmt_bytes(abs(delta))
     pct = item["change_pct"]
     rel = f"{pct:+.1f}% " if pct is not None and math.isfinite(pct) else ""
-    if delta == 0:  # listed for another figure (its code grew, its cycles did not)
+    if significant(item) == 0:  # listed for another figure (its code grew, its cycles did not)
         other = next(f for f in FIELDS_ORDER if _changed((item["base"] or {}).get(f, 0.0),
                                                           (item["new"] or {}).get(f, 0.0)))
         b, n = item["base"].get(other, 0.0), item["new"].get(other, 0.0)
