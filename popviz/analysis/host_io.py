@@ -48,7 +48,7 @@ def empty_metrics() -> dict[str, Any]:
         "ipus": [], "call_device_seconds": None, "recommended_device_iterations": None,
         "anchored_tensors": None, "anchored_bytes_per_call": None, "inferred": [],
         "remote_buffer_frac": None, "host_bytes_per_call": None, "host_bytes_basis": None,
-        "host_bytes_per_second": None,
+        "host_bytes_per_second": None, "host_trace": None,
     }
 
 
@@ -94,6 +94,11 @@ def analyse(report: Report) -> AnalysisOutput:
         return o.out
     captions = [_outputs(report, o)]
     captions.append(_stream_copies(report, o))
+    from popviz.analysis import host_time
+
+    traced = host_time.summary(report)
+    o.out.metrics["host_trace"] = traced
+    captions.append(host_time.line(traced))
     o.out.caption = "\n".join(c for c in captions if c) or None
     return o.out
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from popviz.analysis import pipeline_blocks as pblocks
 from popviz.analysis import pipeline_gain as pg
 from popviz.analysis._common import ceil_exact, num, pct
 from popviz.analysis.cycles import (
@@ -74,6 +75,7 @@ def empty_metrics(cfg: ModelConfig) -> dict[str, Any]:
         "cycle_shares": None,
         "call_cycles_per_micro_batch": None,
         "rebalance_to_ipu": None,
+        "stage_cycles_basis": None,
         "inferred": [k for k in INFERRED_KEYS if cfg.is_inferred(k)],
     }
 
@@ -159,6 +161,9 @@ def analyse(report: Report) -> AnalysisOutput:
     if strategy == "ShardedExecution":
         _sharded(report, o)
     m["num_stages"] = cfg.num_stages
+    line = getattr(o, "blocks_line", None)
+    if line:
+        o.out.caption = f"{o.out.caption}\n{line}" if o.out.caption else line
     o.out.findings.sort(key=lambda f: f.code)  # balance (PIPE001) before ramp (PIPE003)
     return o.out
 
@@ -303,6 +308,9 @@ def _stage_cycles(report: Report, o: Collector, pipelined: bool) -> None:
         o.skip(check, "the execution profile has no compute on "
                + ", ".join(f"IPU{s.ipu} (stage {s.index})" for s in missing))
         return
+    per_ipu, m["stage_cycles_basis"], line = pblocks.per_ipu_cycles(
+        report, per_ipu, sorted({s.ipu for s in stages}), len(runs), _micro_batches_per_call(cfg))
+    o.blocks_line = line  # type: ignore[attr-defined]  # added to the caption once it is written
     if shared:
         _ipu_balance(report, o, pipelined, shared, per_ipu, runs, by_type)
         return

@@ -1,0 +1,148 @@
+"""Tables only a real run measures, read through the libpva test double: stream copies by
+destination (host vs remote buffer, measured bytes), Lightweight Profiling blocks and
+System Analyser host traces (.pvti). Every name is optional: a profile without them reads as
+before."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from conftest import FAKE_PVA, run_cli
+
+
+@pytest.fixture
+def fake_pva(monkeypatch):
+    monkeypatch.syspath_prepend(str(FAKE_PVA))
+    monkeypatch.delitem(sys.modules, "pva", raising=False)
+    import pva
+
+    return pva
+
+
+def _load(tmp_path, pva, data: dict, debug: bool = True, engine: str = "training"):
+    import popviz
+
+    (tmp_path / engine).mkdir(parents=True, exist_ok=True)
+    pva.write_data(tmp_path / engine / "profile.pop", data)
+    if debug:
+        (tmp_path / engine / "debug.cbor").write_bytes(b"\xa0")
+    return popviz.load(tmp_path)
+
+
+def test_offloaded_optimizer_is_not_blamed_on_the_host(tmp_path, fake_pva):
+    import popviz
+
+    reports = _load(tmp_path, fake_pva, fake_pva.offloaded_optimizer())
+    table = reports[0].streams.frame
+    rules = dict(zip(table["program"], zip(table["destination"], table["rule"], strict=True), strict=False))
+    assert rules["optimizerState/load0"] == ("remote buffer", "debug context")
+    assert rules["RB_1/store"] == ("remote buffer", "program name")
+    assert rules["inputCopy"] == ("host", "program name")
+    assert rules["weightsFromHost"] == ("host", "program name")
+    e = popviz.analyse(reports).engines[0]
+    h = e.metrics["host_io"]
+    codes = [f.code for f in e.findings]
+    assert "HIO001" not in codes and "HIO004" in codes
+    # per call: 4 input copies of 200 cycles on IPU0; per IPU 2 × (500 + 6,000 + 500) remote cycles
+    ipu0 = h["ipus"][0]
+    assert ipu0["stream_copy_cycles"] == 2 * 4 * 200
+    assert ipu0["remote_buffer_frac"] == pytest.approx(2 * 2 * 7000 / ipu0["total_cycles"])
+    assert ipu0["remote_buffer_bytes_per_call"] == 8_000_000  # 4 MB loaded + 4 MB stored
+    assert (h["host_bytes_per_call"], h["host_bytes_basis"]) == (200_000, "measured")
+    hio4 = next(f for f in e.findings if f.code == "HIO004")
+    assert "not host I/O" in hio4.title and "useOnChipStorage" in hio4.recommendation
+
+
+def test_without_debug_contexts_an_unnamed_remote_copy_is_unknown_and_said_so(tmp_path, fake_pva):
+    import popviz
+
+    reports = _load(tmp_path, fake_pva, fake_pva.offloaded_optimizer(), debug=False)
+    table = reports[0].streams.frame
+    assert set(table.loc[table["program"] == "optimizerState/load0", "destination"]) == {"unknown"}
+    assert any("destination of 2 stream-copy program(s)" in n for n in reports[0].provenance.notes)
+    e = popviz.analyse(reports).engines[0]
+    assert e.metrics["host_io"]["ipus"][0]["unknown_destination_frac"] > 0
+    assert "counted as host" in e.outputs["host_io"].caption
+
+
+def test_a_profile_without_the_new_names_reads_as_before(tmp_path, fake_pva):
+    reports = _load(tmp_path, fake_pva, fake_pva.pipeline_profile(), debug=False)
+    r = reports[0]
+    assert r.blocks is None and r.host_trace is None
+    assert set(r.streams.frame["destination"]) == {"host"}  # inputCopy, weightsFromHost
+    assert r.streams.frame["data_in_bytes"].isna().all()
+    assert any("bytes per copy" in n for n in r.provenance.notes)
+
+
+def test_run_microseconds_with_start_and_end(tmp_path, fake_pva):
+    data = fake_pva.single_ipu_inference()
+    for run in data["runs"]:
+        run["microseconds"] = {"start": 1000.0, "end": 1000.0 + run["microseconds"]}
+    r = _load(tmp_path, fake_pva, data, debug=False, engine="inference")[0]
+    assert r.execution.runs["duration_seconds"].round(9).tolist() == [round(20_000 / 1.33e9, 9)] * 3
+
+
+def _blocks(per_ipu: dict[int, int], executions: int) -> list:
+    """One top-level block per micro-batch on tile 0 of each IPU (4 tiles per IPU), plus a
+    nested one inside (not counted twice) and a flush (not stage work)."""
+    rows = []
+    for ipu, cycles in per_ipu.items():
+        for k in range(executions):
+            start = 10_000 * k
+            rows.append({"tile": 4 * ipu, "program": f"stage{ipu}", "start": start, "end": start + cycles})
+            rows.append({"tile": 4 * ipu, "program": f"stage{ipu}/op", "start": start + 1, "end": start + 10})
+        rows.append({"tile": 4 * ipu, "program": "flush", "start": 0, "end": 99, "kind": "flush"})
+    return rows
+
+
+def test_pipeline_prefers_lightweight_profiling_blocks(tmp_path, fake_pva):
+    import popviz
+
+    data = fake_pva.pipeline_profile()  # the steps make stage 2 the bottleneck (2,000 + 4,000)
+    data["blocks"] = _blocks({0: 9000, 1: 3000, 2: 3000, 3: 3000}, executions=32)
+    e = popviz.analyse(_load(tmp_path, fake_pva, data)).engines[0]
+    p = e.metrics["pipeline"]
+    assert p["stage_cycles_basis"] == "lightweight profiling blocks"
+    assert [s["cycles"] for s in p["stages"]] == [9000, 3000, 3000, 3000]
+    assert p["bottleneck_stage"] == 0
+    assert "measured by Lightweight Profiling blocks" in e.outputs["pipeline"].caption
+
+
+def test_blocks_missing_on_an_ipu_fall_back_to_steps(tmp_path, fake_pva):
+    import popviz
+
+    data = fake_pva.pipeline_profile()
+    data["blocks"] = _blocks({0: 9000, 1: 3000}, executions=4)
+    e = popviz.analyse(_load(tmp_path, fake_pva, data)).engines[0]
+    assert e.metrics["pipeline"]["stage_cycles_basis"] == "execution steps"
+    assert "no block on IPU2, IPU3" in e.outputs["pipeline"].caption
+
+
+def test_host_trace_splits_each_call(tmp_path, fake_pva):
+    import popviz
+
+    data = fake_pva.pipeline_profile()
+    (tmp_path / "training").mkdir()
+    fake_pva.write_trace(tmp_path / "Tue_Nov_24_2020_4242.pvti", fake_pva.training_loop_trace())
+    reports = _load(tmp_path, fake_pva, data)
+    calls = reports[0].host_trace.calls
+    assert calls["executor_seconds"].tolist() == [0.02] * 4
+    assert calls["data_loading_seconds"].tolist()[1:] == [0.006] * 3
+    assert calls["other_host_seconds"].round(9).tolist()[1:] == [0.001] * 3
+    e = popviz.analyse(reports).engines[0]
+    t = e.metrics["host_io"]["host_trace"]
+    assert (t["executor_seconds"], t["data_loading_seconds"], t["calls"]) == (0.02, 0.006, 4)
+    assert "data loading 6.00 ms (22%)" in e.outputs["host_io"].caption
+
+
+def test_host_trace_on_the_cli_at_80_columns(tmp_path, fake_pva, fake_pva_env):
+    (tmp_path / "training").mkdir()
+    fake_pva.write_data(tmp_path / "training" / "profile.pop", fake_pva.offloaded_optimizer())
+    fake_pva.write_trace(tmp_path / "run_4242.pvti", fake_pva.training_loop_trace())
+    proc = run_cli("analyse", str(tmp_path), env={**fake_pva_env, "COLUMNS": "80"})
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "executor call 20.00 ms" in out and "remote buffer %" in out
+    assert max(len(line) for line in out.splitlines()) <= 80
