@@ -146,3 +146,17 @@ def test_host_trace_on_the_cli_at_80_columns(tmp_path, fake_pva, fake_pva_env):
     out = proc.stdout
     assert "executor call 20.00 ms" in out and "remote buffer %" in out
     assert max(len(line) for line in out.splitlines()) <= 80
+
+
+def test_capture_lwp_sets_the_engine_options_of_lightweight_profiling(tmp_path):
+    import json
+
+    from test_capture_cli import PY, capture
+
+    code = "import os; print(os.environ['POPLAR_ENGINE_OPTIONS'])"
+    proc = capture("-o", "out", "--lwp", "stage.*", "--", PY, "-c", code, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    opts = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert (opts["profiler.programs.filter"], opts["debug.instrumentExternalExchange"]) == ("stage.*", "true")
+    proc = capture("-o", "out2", "--", PY, "-c", code, cwd=tmp_path)
+    assert "profiler.programs.filter" not in json.loads(proc.stdout.strip().splitlines()[-1])
