@@ -51,6 +51,8 @@ def test_offloaded_optimizer_is_not_blamed_on_the_host(tmp_path, fake_pva):
     assert ipu0["remote_buffer_frac"] == pytest.approx(2 * 2 * 7000 / ipu0["total_cycles"])
     assert ipu0["remote_buffer_bytes_per_call"] == 8_000_000  # 4 MB loaded + 4 MB stored
     assert (h["host_bytes_per_call"], h["host_bytes_basis"]) == (200_000, "measured")
+    shares = e.metrics["pipeline"]["cycle_shares"]  # the call's time: streaming memory, not host
+    assert shares["remote_frac"] > 0.5 and shares["host_frac"] < 0.02
     hio4 = next(f for f in e.findings if f.code == "HIO004")
     assert "not host I/O" in hio4.title and "useOnChipStorage" in hio4.recommendation
 

@@ -343,7 +343,7 @@ def _stage_cycles(report: Report, o: Collector, pipelined: bool) -> None:
     updates = weight_update_cycles(report.execution, runs)
     m["cycle_shares"] = decompose(by_type, list(ipus), elapsed,
                                   updates,
-                                  sync_floor_cycles(report.execution, runs))
+                                  sync_floor_cycles(report.execution, runs), _remote(report, runs))
     pg.call_figures(m, elapsed, calls, mb, None if sharded else biggest - mean)
     ratio = biggest / mean
     if pipelined and ratio >= IMBALANCE_WARN_RATIO:
@@ -377,6 +377,13 @@ def _stage_cycles(report: Report, o: Collector, pipelined: bool) -> None:
                f"stage {st.index} {where} (optimum-graphcore: layers_per_ipu). "
                + pg.balanced_text(m, ratio - 1, "stages") + pg.update_text(report, st, updates, totals[b])
                + pessimistic_caution(report, SLOWEST_STAGE_CAUTION))
+
+
+def _remote(report: Report, runs: list[int]) -> dict[int, int]:
+    """Per IPU, stream-copy cycles that move remote buffers (streaming memory), not host data."""
+    from popviz.analysis.host_streams import split
+
+    return {ipu: d["remote"] for ipu, d in (split(report, runs) or {}).items()}
 
 
 def _shared_names(stages, ipu: int) -> str:
@@ -425,7 +432,7 @@ def _ipu_balance(report: Report, o: Collector, pipelined: bool, shared: list[int
     updates = weight_update_cycles(report.execution, runs)
     m["cycle_shares"] = decompose(by_type, list(ipus), elapsed,
                                   updates,
-                                  sync_floor_cycles(report.execution, runs))
+                                  sync_floor_cycles(report.execution, runs), _remote(report, runs))
     pg.call_figures(m, elapsed, calls, mb, None if sharded else biggest - mean)
     names = ", ".join(f"IPU{i} (stages {_shared_names(stages, i)})" for i in shared)
     o.skip("cycles of each stage", f"stages share an IPU: {names}; the profile's cycles are per "
