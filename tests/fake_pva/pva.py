@@ -114,7 +114,10 @@ class _Steps:
     def __getitem__(self, i: int) -> _Step:
         if not 0 <= i < len(self):
             raise IndexError(i)
-        data = self.data[i] if self.data is not None else None
+        if isinstance(self.data, tuple):  # the columnar form: (bytes in, bytes out)[step, ipu]
+            data = list(zip(self.data[0][i].tolist(), self.data[1][i].tolist(), strict=True))
+        else:
+            data = self.data[i] if self.data is not None else None
         return _Step(self.programs[int(self.codes[i])], self.cycles[i], self.start[i], data)
 
     def __iter__(self):
@@ -155,7 +158,9 @@ def _columns(data: dict) -> tuple[dict, list]:
         tiles = {k: a[f"tile_{k}"] for k in ("inc", "exc", "over", "al", "nal")}
         tiles["cats"] = {n: a[f"cat_{n}"] for n in data["categories"]}
         runs = [(r["name"], r["microseconds"], a[f"run{k}_program"], a[f"run{k}_cycles"],
-                 a[f"run{k}_start"], None) for k, r in enumerate(data["runs"])]
+                 a[f"run{k}_start"],
+                 (a[f"run{k}_data_in"], a[f"run{k}_data_out"]) if f"run{k}_data_in" in a else None)
+                for k, r in enumerate(data["runs"])]
         return tiles, runs
     flat = [t for ipu in data["tiles"] for t in ipu]
     tiles = {"inc": [t["inc"] for t in flat], "exc": [t["exc"] for t in flat],
@@ -326,7 +331,9 @@ def write_columns(path, *, target: dict, tiles: dict, categories: dict, programs
     """Write a profile of any size from NumPy columns: ``tiles`` maps ``inc``, ``exc``, ``over``,
     ``al``, ``nal`` to one value per tile (IPU-major); ``categories`` maps a category name to one
     value per tile; ``programs`` lists ``[name, type]``; each run is ``(name, microseconds,
-    program codes per step, cycles[step, ipu], start[step, ipu])``."""
+    program codes per step, cycles[step, ipu], start[step, ipu])``, optionally followed by
+    ``data_in[step, ipu], data_out[step, ipu]`` (bytes each step moved: ``step.ipus[k].dataIn`` /
+    ``dataOut``)."""
     import numpy as np
 
     meta = {"target": target, "flat": flat, "version": "3.3.0 (d8d3d63b1b)",
@@ -335,10 +342,12 @@ def write_columns(path, *, target: dict, tiles: dict, categories: dict, programs
     arrays = {"meta": np.array(json.dumps(meta))}
     arrays.update({f"tile_{k}": np.asarray(v) for k, v in tiles.items()})
     arrays.update({f"cat_{k}": np.asarray(v) for k, v in categories.items()})
-    for k, (_name, _micro, codes, cycles, start) in enumerate(runs):
+    for k, (_name, _micro, codes, cycles, start, *data) in enumerate(runs):
         arrays[f"run{k}_program"] = np.asarray(codes, dtype="int32")
         arrays[f"run{k}_cycles"] = np.asarray(cycles)
         arrays[f"run{k}_start"] = np.asarray(start)
+        if data:
+            arrays[f"run{k}_data_in"], arrays[f"run{k}_data_out"] = np.asarray(data[0]), np.asarray(data[1])
     with open(path, "wb") as fh:
         np.savez(fh, **arrays)
 
