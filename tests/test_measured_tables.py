@@ -162,3 +162,41 @@ def test_capture_lwp_sets_the_engine_options_of_lightweight_profiling(tmp_path):
     assert (opts["profiler.programs.filter"], opts["debug.instrumentExternalExchange"]) == ("stage.*", "true")
     proc = capture("-o", "out2", "--", PY, "-c", code, cwd=tmp_path)
     assert "profiler.programs.filter" not in json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_reports_without_a_stream_table_derive_one_by_program_name():
+    from popviz import testing
+    from popviz.model.measured import stream_copies
+
+    r = testing.pipeline_report([1000, 2000])
+    assert r.streams is None
+    t = stream_copies(r).frame
+    per = t.groupby(["program", "destination", "rule"])["steps"].sum().to_dict()
+    assert per == {("input/begin", "host", "program name"): 16, ("input/end", "host", "program name"): 16,
+                   ("input/mid", "host", "program name"): 16, ("output/begin", "host", "program name"): 1,
+                   ("output/end", "host", "program name"): 1, ("output/mid", "host", "program name"): 1}
+    assert t["data_in_bytes"].isna().all()
+
+
+def test_timeline_colours_remote_buffer_copies_as_streaming_memory(tmp_path, fake_pva):
+    r = _load(tmp_path, fake_pva, fake_pva.offloaded_optimizer())[0]
+    counts = r.steps()["category"].value_counts()
+    # the first call: per IPU 2 × (Begin + Mid + End) remote-buffer steps; 4 input copies on IPU0
+    assert (counts["streaming memory"], counts["host copy"]) == (2 * 2 * 3, 4)
+
+
+@pytest.mark.parametrize(("name", "types", "expected"), [
+    ("RB_12/load", (), ("remote buffer", "program name")),
+    ("remoteStore", (), ("remote buffer", "program name")),
+    ("fromHost/input_ids", (), ("host", "program name")),
+    ("RB_3/anchor", (), ("mixed", "program name")),
+    ("copy_77", (), ("unknown", "none")),
+    ("copy_77", ("RemoteLoad", "RemoteStore"), ("remote buffer", "debug context")),
+    ("input", ("RemoteLoad",), ("remote buffer", "debug context")),  # the debug context wins
+    ("copy_77", ("HostLoad", "RemoteStore"), ("mixed", "debug context")),
+    ("TRB_1x", (), ("unknown", "none")),  # RB_ must start a name part
+])
+def test_destination_rule(name, types, expected):
+    from popviz.model.measured import classify_stream
+
+    assert classify_stream(name, types) == expected
