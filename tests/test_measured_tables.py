@@ -200,3 +200,25 @@ def test_destination_rule(name, types, expected):
     from popviz.model.measured import classify_stream
 
     assert classify_stream(name, types) == expected
+
+
+def test_export_keeps_the_stream_and_block_tables(tmp_path, fake_pva, fake_pva_env):
+    """popviz export on the IPU host, analyse elsewhere: the measured destinations and bytes (and
+    blocks) travel in the bundle, so the bundle's analysis blames the host no more than the
+    profile's."""
+    import json
+
+    data = fake_pva.offloaded_optimizer()
+    data["blocks"] = _blocks({0: 3000, 1: 3000}, executions=8)
+    _load(tmp_path / "run", fake_pva, data)
+    proc = run_cli("export", str(tmp_path / "run"), "-o", str(tmp_path / "bundle"), env=fake_pva_env)
+    assert proc.returncode == 0, proc.stderr
+    import popviz
+
+    bundle = popviz.load(tmp_path / "bundle")[0]
+    profile = popviz.load(tmp_path / "run")[0]
+    assert bundle.streams == profile.streams and bundle.blocks == profile.blocks
+    docs = [json.loads(run_cli("analyse", str(tmp_path / d), "--json", env=fake_pva_env).stdout)
+            for d in ("run", "bundle")]
+    codes = [[f["code"] for f in doc["engines"][0]["findings"]] for doc in docs]
+    assert codes[0] == codes[1] and "HIO004" in codes[0] and "HIO001" not in codes[0]
