@@ -222,3 +222,36 @@ def test_export_keeps_the_stream_and_block_tables(tmp_path, fake_pva, fake_pva_e
             for d in ("run", "bundle")]
     codes = [[f["code"] for f in doc["engines"][0]["findings"]] for doc in docs]
     assert codes[0] == codes[1] and "HIO004" in codes[0] and "HIO001" not in codes[0]
+
+
+def _trace(instance: str, loading: float):
+    import pandas as pd
+
+    from popviz.model.measured import HostTrace
+
+    calls = pd.DataFrame({"instance": [instance] * 3, "pid": [1] * 3, "tid": [1] * 3, "call": [0, 1, 2],
+                          "start_seconds": [0.0, 0.05, 0.1], "executor_seconds": [0.02] * 3,
+                          "data_loading_seconds": [None, loading, loading], "other_host_seconds": [None, 0.001, 0.001]})
+    threads = pd.DataFrame({"instance": [instance], "pid": [1], "tid": [1], "events": [6], "busy_seconds": [0.1],
+                            "data_loading_seconds": [2 * loading], "executor_seconds": [0.06]})
+    return HostTrace(calls.astype({"data_loading_seconds": "float64", "other_host_seconds": "float64"}), threads)
+
+
+def test_inst003_names_the_host_part_the_traces_show():
+    from popviz import testing
+    from popviz.analysis import instances
+    from popviz.model import CallStats, HostIO, ReportSet
+
+    r = testing.pipeline_report([100, 100], tiles_per_ipu=4)
+    reports = []
+    for i, (p50, loading) in enumerate(((0.024, 0.003), (0.024, 0.003), (0.032, 0.009))):
+        reports.append(r.replace(instance=f"instance-{i}", host_trace=_trace(f"instance-{i}", loading),
+                                 host_io=HostIO(calls=10, call_stats=(CallStats(
+                                     "wall_seconds", count=10, sum=10 * p50, min=p50, max=p50, p50=p50),))))
+    out = instances.check(ReportSet(reports, root="run"))
+    [f] = out["instance-2/training"].findings
+    assert f.code == "INST003"
+    assert f.recommendation.endswith("The host traces show where: data loading takes 9.00 ms per call here "
+                                     "against 3.00 ms on the other instances (median), the largest difference "
+                                     "of executor call, data loading and other host time.")
+    assert "--pvti records" not in f.recommendation

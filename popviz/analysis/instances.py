@@ -84,6 +84,14 @@ def _fmt(metric: str, value: float) -> str:
     return f"{value:,.0f} cycles"
 
 
+TRACE_HINT = "; popviz capture --pvti records host traces to compare"
+
+
+def _with_trace(recommendation: str, traced: str) -> str:
+    """INST003's advice with what the host traces show in place of the hint to record them."""
+    return recommendation.replace(TRACE_HINT, "") + traced if traced else recommendation
+
+
 def _traced(metric: str, report: Report, group: list[Report]) -> str:
     """INST003 with host traces: where this instance's call-to-call time goes against the other
     instances' (popviz.analysis.host_time), instead of asking to compare traces by hand."""
@@ -179,7 +187,7 @@ def _check_group(name: str, group: list[Report], instances: list, outputs: dict[
                     f"{label} of {name} on {r.instance}: {_fmt(metric, value)}; median of the other "
                     f"{len(others)} instance(s): {_fmt(metric, ref)} (flagged above "
                     f"{100 * threshold:.0f}%)",
-                    _recommendation(metric) + _traced(metric, r, group)))
+                    _with_trace(_recommendation(metric), _traced(metric, r, group))))
     table = pd.DataFrame(list(rows.values()))
     if "median_call_seconds" in table:
         # an estimate's calls ran on the emulator's CPU: their wall time is not the IPUs' (throughput's call ms)

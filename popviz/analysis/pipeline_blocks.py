@@ -26,6 +26,9 @@ def per_ipu_cycles(report: Report, per_ipu: pd.Series, ipus: list[int], calls: i
     per micro-batch times the micro-batches of the counted calls where every IPU in ``ipus`` has
     blocks and the micro-batches per call are known, else ``per_ipu`` (from the steps)."""
     blocks = report.blocks
+    if blocks is None and report.provenance.source == "pva":
+        return per_ipu, STEPS_BASIS, ("stage cycles from the execution steps: no Lightweight Profiling blocks "
+                                      "in this profile (popviz capture --lwp measures them)")
     if blocks is None or not micro_batches:
         return per_ipu, STEPS_BASIS, None
     measured = blocks.per_micro_batch()
