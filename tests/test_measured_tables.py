@@ -255,3 +255,11 @@ def test_inst003_names_the_host_part_the_traces_show():
                                      "against 3.00 ms on the other instances (median), the largest difference "
                                      "of executor call, data loading and other host time.")
     assert "--pvti records" not in f.recommendation
+
+
+def test_an_unreadable_host_trace_is_a_warning(tmp_path, fake_pva):
+    (tmp_path / "training").mkdir()
+    (tmp_path / "broken.pvti").write_text("not a trace")
+    reports = _load(tmp_path, fake_pva, fake_pva.pipeline_profile())
+    assert reports[0].host_trace is None
+    assert any("broken.pvti: libpva cannot read this host trace" in w for w in reports.warnings)

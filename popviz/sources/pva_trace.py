@@ -25,6 +25,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from popviz.errors import shown
 from popviz.model import Report
 from popviz.model.measured import HostTrace
 
@@ -167,7 +168,7 @@ def attach(root: Path, reports: list[Report]) -> tuple[list[Report], list[str]]:
     try:
         import pva  # type: ignore[import-not-found]
     except ImportError:
-        return reports, [f"{len(traces)} host trace(s) (.pvti) in {root} not read: they need libpva "
+        return reports, [f"{len(traces)} host trace(s) (.pvti) in {shown(root)} not read: they need libpva "
                          "(the pva module of the Poplar SDK)"]
     if getattr(pva, "openTrace", None) is None:
         return reports, ["host traces (.pvti) not read: this libpva has no openTrace"]
@@ -179,7 +180,7 @@ def attach(root: Path, reports: list[Report]) -> tuple[list[Report], list[str]]:
         try:
             got = read_trace(pva, path, instance_of)
         except Exception as exc:  # libpva's own exception types
-            warnings.append(f"{path}: libpva cannot read this host trace ({exc}); it is left out")
+            warnings.append(f"{shown(path)}: libpva cannot read this host trace ({exc}); it is left out")
             continue
         for mode, (calls, threads) in got.items():
             c, t = per_mode.setdefault(mode, ([], []))
