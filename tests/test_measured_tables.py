@@ -220,6 +220,14 @@ def test_export_keeps_the_stream_and_block_tables(tmp_path, fake_pva, fake_pva_e
     assert bundle.streams == profile.streams and bundle.blocks == profile.blocks
     docs = [json.loads(run_cli("analyse", str(tmp_path / d), "--json", env=fake_pva_env).stdout)
             for d in ("run", "bundle")]
+    import jsonschema
+
+    from popviz.render.json import schema
+
+    for doc in docs:  # the new metrics follow the documented schema
+        jsonschema.Draft202012Validator(schema()).validate(doc)
+    assert docs[0]["engines"][0]["metrics"]["pipeline"]["stage_cycles_basis"] == "lightweight profiling blocks"
+    assert docs[0]["engines"][0]["metrics"]["host_io"]["host_bytes_basis"] == "measured"
     codes = [[f["code"] for f in doc["engines"][0]["findings"]] for doc in docs]
     assert codes[0] == codes[1] and "HIO004" in codes[0] and "HIO001" not in codes[0]
 
