@@ -8,7 +8,9 @@ and --steps execution steps in 10 runs, each step busy on about half the IPUs (s
 each). Then, in a fresh subprocess per repeat, times ``pva.openReport`` plus reading every value the adapter
 reads, the way it reads them (the part spent in ``pva`` itself: every tile's fields and
 categories, every step's program and per-IPU cycles, the start of every busy IPU), and ``popviz.sources.pva.read_profile`` (the adapter: the same
-walk plus building the tables). Prints medians and the adapter's own share. Target: reading under
+walk plus building the tables), then the read plus every analysis and the timeline's table
+(``analyse``). Stream-copy steps carry their bytes (``dataIn``/``dataOut``), which the walk reads
+too. Prints medians, the adapter's own share and the analysed run against the bare walk. Target: reading under
 30 s, most of it in ``pva``.
 """
 
@@ -47,13 +49,25 @@ if mode == "walk":  # what any reader must pay inside pva: every value the adapt
                 getattr(c, n).total
     from itertools import compress
     cyc, start = attrgetter("cycles"), attrgetter("activeCycles.cyclesFrom.max")
+    data = attrgetter("dataIn", "dataOut")
     for run in r.execution.runs:
         for step in run.steps:
-            step.program.name, step.program.type
+            kind = step.program.type
+            step.program.name
             ipus = step.ipus
             cycles = list(map(cyc, ipus))
             list(map(start, compress(ipus, cycles)))
+            if kind.name.startswith("StreamCopy"):  # the bytes each stream copy moved
+                list(map(data, compress(ipus, cycles)))
     rows = None
+elif mode == "analyse":  # read, then every analysis and the timeline plot's table
+    import popviz
+    from popviz.model import ReportSet
+    from popviz.sources.pva import read_profile
+    report = read_profile(path)
+    result = popviz.analyse(ReportSet([report]))
+    report.steps()
+    rows = [len(report.memory.frame), len(report.execution.steps)]
 else:
     from popviz.sources.pva import read_profile
     report = read_profile(path)
@@ -84,7 +98,8 @@ def build(path: Path, ipus: int, steps: int, runs: int = 10) -> None:
         codes = rng.integers(0, len(programs), per_run)
         cycles = rng.integers(1, 5000, (per_run, ipus)) * (rng.random((per_run, ipus)) < 0.5)
         start = np.cumsum(cycles.max(axis=1))[:, None] + np.zeros((1, ipus), dtype="int64")
-        run_data.append((f"Run {r + 1}", 1000.0, codes, cycles, start))
+        data_in = rng.integers(0, 65_536, (per_run, ipus)) * (cycles > 0)
+        run_data.append((f"Run {r + 1}", 1000.0, codes, cycles, start, data_in, data_in // 2))
     pva.write_columns(path, target={"numIPUs": ipus, "tilesPerIpu": TILES_PER_IPU,
                                     "bytesPerTile": 638976, "clockFrequency": 1.33e9,
                                     "architecture": "Ipu2"},
@@ -93,7 +108,9 @@ def build(path: Path, ipus: int, steps: int, runs: int = 10) -> None:
 
 def measure(mode: str, profile: Path) -> dict:
     out = subprocess.run([sys.executable, "-c", CHILD, mode, str(FAKE_PVA), str(profile)],
-                         capture_output=True, text=True, check=True, cwd=ROOT)
+                         capture_output=True, text=True, cwd=ROOT)
+    if out.returncode:
+        raise SystemExit(f"{mode} failed:\n{out.stderr}")
     return json.loads(out.stdout)
 
 
@@ -108,7 +125,7 @@ def main() -> None:
         build(profile, args.ipus, args.steps)
         print(f"profile: {args.ipus} IPUs x {TILES_PER_IPU} tiles = {args.ipus * TILES_PER_IPU:,} tiles, "
               f"{args.steps:,} steps ({profile.stat().st_size / 2**20:,.0f} MiB for the double)")
-        results: dict[str, list[dict]] = {"walk": [], "read": []}
+        results: dict[str, list[dict]] = {"walk": [], "read": [], "analyse": []}
         for _ in range(args.repeat):
             for mode in results:
                 results[mode].append(measure(mode, profile))
@@ -121,6 +138,10 @@ def main() -> None:
           f"(target 30 s); peak RSS {rss / 2**30:.2f} GiB")
     print(f"  adapter's own share: {read - walk:.1f} s ({100 * (read - walk) / read:.0f}%); "
           f"tables: {rows[0]:,} memory rows, {rows[1]:,} execution rows")
+    full = statistics.median(r["seconds"] for r in results["analyse"])
+    full_rss = max(r["peak_rss_bytes"] for r in results["analyse"])
+    print(f"read + analyse + timeline table:            median {full:.1f} s ({full / walk:.2f}x the bare "
+          f"walk; target 1.5x); peak RSS {full_rss / 2**30:.2f} GiB (target 2 GiB)")
 
 
 if __name__ == "__main__":

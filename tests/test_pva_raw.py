@@ -150,7 +150,11 @@ def test_single_ipu_inference_stream_copy_share(tmp_path, fake_pva, flat):
     # per micro-batch 300 + 500 + 100 + 100 of 5,000 cycles are stream copies
     assert (h["stream_copy_frac"], h["host_wait_frac"], h["transfer_frac"]) == (0.2, 0.08, 0.12)
     assert h["ipus"] == [{"ipu": 0, "total_cycles": 60_000, "stream_copy_cycles": 12_000,
-                          "stream_copy_frac": 0.2, "host_wait_frac": 0.08, "transfer_frac": 0.12}]
+                          "stream_copy_frac": 0.2, "host_wait_frac": 0.08, "transfer_frac": 0.12,
+                          # every copy is named after an input or output: all host copies
+                          "remote_buffer_frac": 0.0, "mixed_frac": 0.0, "unknown_destination_frac": 0.0,
+                          "remote_buffer_bytes_per_call": None}]
+    assert (h["remote_buffer_frac"], h["host_bytes_basis"]) == (0.0, None)  # no bytes in this profile
     assert [f.code for f in e.findings] == ["HIO001", "HIO003"]
     reasons = {n.check: n.reason for n in e.not_checked}
     assert "popviz capture -- python train.py" in reasons["output mode"]

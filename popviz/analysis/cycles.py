@@ -39,11 +39,12 @@ if TYPE_CHECKING:
     from popviz.model import ExecutionTable
 
 WORK_TYPES = ("OnTileExecute", "DoExchange")
-PARTS = ("useful", "weight_update", "imbalance", "ramp", "exchange", "host", "other")
+PARTS = ("useful", "weight_update", "imbalance", "ramp", "exchange", "host", "remote", "other")
 """The shares, in the order they are shown."""
 LABELS = {"useful": "useful work", "weight_update": "weight update", "imbalance": "imbalance wait",
           "ramp": "ramp wait", "exchange": "sync & inter-IPU copies",
           "host": "host transfers (incl. IPUs waiting on another's)",
+          "remote": "streaming-memory copies",
           "other": "other"}
 
 
@@ -68,10 +69,12 @@ def sync_floor_cycles(execution: ExecutionTable, runs: list[int]) -> dict[int, i
 
 
 def decompose(by_type: pd.DataFrame, ipus: list[int], elapsed: int,
-              weight_update: dict[int, int], sync_floor: dict[int, int] | None = None
-              ) -> dict[str, Any] | None:
+              weight_update: dict[int, int], sync_floor: dict[int, int] | None = None,
+              remote: dict[int, int] | None = None) -> dict[str, Any] | None:
     """The shares of ``len(ipus) × elapsed`` IPU-cycles (``by_type``: cycles per IPU and program
-    type over the calls, from ``RunCycles.by_ipu_type``). None when nothing elapsed."""
+    type over the calls, from ``RunCycles.by_ipu_type``). None when nothing elapsed. ``remote``:
+    per IPU, the stream-copy cycles that move remote buffers (streaming memory, not the host):
+    counted, with the waits for other IPUs' remote copies, as ``remote``."""
     if elapsed <= 0 or not ipus:
         return None
     part = by_type[by_type["ipu"].isin(ipus)]
@@ -83,28 +86,33 @@ def decompose(by_type: pd.DataFrame, ipus: list[int], elapsed: int,
     busiest = max(work.values())
     sums = dict.fromkeys(PARTS, 0)
     ramp_by_ipu = {}
-    host_of = {i: sum(per[i].get(t, 0) for t in STREAM_COPY_TYPES) for i in ipus}
-    all_host = sum(host_of.values())
+    remote = {i: (remote or {}).get(i, 0) for i in ipus}
+    copy_of = {i: sum(per[i].get(t, 0) for t in STREAM_COPY_TYPES) for i in ipus}
+    all_copy, all_remote = sum(copy_of.values()), sum(remote.values())
     for i in ipus:
         cyc = per[i]
         sync = cyc.get("Sync", 0)
-        host = sum(cyc.get(t, 0) for t in STREAM_COPY_TYPES)
+        host = copy_of[i] - remote[i]
         exchange = cyc.get("GlobalExchange", 0)
         known = sum(cyc.get(t, 0) for t in (*WORK_TYPES, "Sync", "GlobalExchange", *STREAM_COPY_TYPES))
         total = sum(cyc.values())
         # An IPU shorter than the call (no closing sync in the profile) waited for the rest.
         sync += max(0, elapsed - total)
         imbalance = min(sync, max(0, busiest - work[i]))
-        # Waiting while another IPU copies to or from the host counts as host time.
-        host_wait = min(sync - imbalance, all_host - host)
-        fixed = min(sync - imbalance - host_wait, (sync_floor or {}).get(i, 0))
-        ramp_by_ipu[i] = sync - imbalance - host_wait - fixed
+        # Waiting while another IPU copies (to or from the host, or a remote buffer) counts as
+        # that copy's time: streaming memory first, up to the others' remote copies.
+        copy_wait = min(sync - imbalance, all_copy - copy_of[i])
+        remote_wait = min(copy_wait, all_remote - remote[i])
+        host_wait = copy_wait - remote_wait
+        fixed = min(sync - imbalance - copy_wait, (sync_floor or {}).get(i, 0))
+        ramp_by_ipu[i] = sync - imbalance - copy_wait - fixed
         sums["useful"] += work[i]
         sums["weight_update"] += weight_update.get(i, 0)
         sums["imbalance"] += imbalance
         sums["ramp"] += ramp_by_ipu[i]
         sums["exchange"] += exchange + fixed
         sums["host"] += host + host_wait
+        sums["remote"] += remote[i] + remote_wait
         sums["other"] += total - known
     budget = sum(sums.values())  # = len(ipus) × elapsed unless an IPU ran longer than the call
     b = max(ipus, key=lambda i: work[i])
@@ -133,4 +141,4 @@ def ramp_hidden_by_host(m: dict[str, Any]) -> bool:
     return (m.get("ramp_efficiency_basis") == "time" and m.get("ramp_efficiency_frac") is not None
             and m["ramp_efficiency_frac"] >= RAMP_EFFICIENCY_TARGET_FRAC
             and (m.get("ramp_efficiency_count_frac") or 1.0) < RAMP_EFFICIENCY_TARGET_FRAC
-            and not shares.get("ramp_cycles") and bool(shares.get("host_cycles")))
+            and not shares.get("ramp_cycles") and bool(shares.get("host_cycles") or shares.get("remote_cycles")))

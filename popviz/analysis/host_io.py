@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from popviz.analysis import host_streams as hs
 from popviz.analysis._common import ceil_exact, nbytes, pct
 from popviz.analysis.findings import AnalysisOutput, Collector
 from popviz.analysis.thresholds import (
@@ -46,6 +47,8 @@ def empty_metrics() -> dict[str, Any]:
         "stream_copy_frac": None, "host_wait_frac": None, "transfer_frac": None, "stream_copy_ipu": None,
         "ipus": [], "call_device_seconds": None, "recommended_device_iterations": None,
         "anchored_tensors": None, "anchored_bytes_per_call": None, "inferred": [],
+        "remote_buffer_frac": None, "host_bytes_per_call": None, "host_bytes_basis": None,
+        "host_bytes_per_second": None, "host_trace": None,
     }
 
 
@@ -91,6 +94,11 @@ def analyse(report: Report) -> AnalysisOutput:
         return o.out
     captions = [_outputs(report, o)]
     captions.append(_stream_copies(report, o))
+    from popviz.analysis import host_time
+
+    traced = host_time.summary(report)
+    o.out.metrics["host_trace"] = traced
+    captions.append(host_time.line(traced))
     o.out.caption = "\n".join(c for c in captions if c) or None
     return o.out
 
@@ -302,27 +310,46 @@ def _stream_copies(report: Report, o: Collector) -> str | None:
     wait = part[types.isin(WAIT_TYPES)].groupby("ipu")["cycles"].sum()
     transfer = part[types.isin(TRANSFER_TYPES)].groupby("ipu")["cycles"].sum()
     rows = []
+    dest = hs.split(report, runs)  # host copies only (remote-buffer ones are HIO004's)
     for ipu, total in per_ipu.items():
         c, w, x = (int(s.get(ipu, 0)) for s in (copy, wait, transfer))
-        rows.append({"ipu": int(ipu), "total_cycles": int(total), "stream_copy_cycles": c,
-                     "stream_copy_frac": c / total if total else None,
-                     "host_wait_frac": w / total if total else None,
-                     "transfer_frac": x / total if total else None})
+        d = dest.get(int(ipu)) if dest is not None else None
+        if d is not None:
+            c, w, x = d["host"], d["host_wait"], d["host_transfer"]
+        row = {"ipu": int(ipu), "total_cycles": int(total), "stream_copy_cycles": c,
+               "stream_copy_frac": c / total if total else None,
+               "host_wait_frac": w / total if total else None,
+               "transfer_frac": x / total if total else None}
+        if dest is not None:
+            d = d or {"remote": 0, "mixed": 0, "unknown": 0, "remote_bytes": 0}
+            row.update({f"{k}_frac": (d[v] / total if total else None) for k, v in
+                        (("remote_buffer", "remote"), ("mixed", "mixed"), ("unknown_destination", "unknown"))})
+            row["remote_buffer_bytes_per_call"] = (d["remote_bytes"] / len(runs)
+                                                   if d["remote_bytes"] else None)
+        rows.append(row)
     m["ipus"] = rows
     worst = max(rows, key=lambda r: r["stream_copy_frac"] or 0.0) if rows else None
     if worst is not None:
         m.update(stream_copy_frac=worst["stream_copy_frac"], host_wait_frac=worst["host_wait_frac"],
                  transfer_frac=worst["transfer_frac"], stream_copy_ipu=worst["ipu"])
-        shown = [r for r in rows if r["stream_copy_cycles"]]
+        shown = [r for r in rows if r["stream_copy_cycles"] or r.get("remote_buffer_frac") or r.get("mixed_frac")]
         if shown:
             o.out.table = pd.DataFrame({
                 "IPU": [r["ipu"] for r in shown],
-                "stream copy %": [round(100 * (r["stream_copy_frac"] or 0), 1) for r in shown],
+                "host copy %" if dest is not None else "stream copy %":
+                    [round(100 * (r["stream_copy_frac"] or 0), 1) for r in shown],
                 "waiting %": [round(100 * (r["host_wait_frac"] or 0), 1) for r in shown],
                 "transfer %": [round(100 * (r["transfer_frac"] or 0), 1) for r in shown],
             })
+            for key, col in (("remote_buffer_frac", "remote buffer %"), ("mixed_frac", "mixed %")):
+                if any(r.get(key) for r in shown):
+                    o.out.table[col] = [round(100 * (r.get(key) or 0), 1) for r in shown]
+        m["remote_buffer_frac"] = max((r.get("remote_buffer_frac") or 0.0 for r in rows), default=None) \
+            if dest is not None else None
+        hs.remote_finding(report, o, rows)
     seconds = _call_seconds(report, totals, runs)
     m["call_device_seconds"] = seconds
+    rate = hs.bandwidth(report, runs, dest, seconds, m)
     if worst is not None and worst["stream_copy_frac"] and worst["stream_copy_frac"] >= STREAM_COPY_WARN_FRAC:
         _copy_finding(report, o, worst, m["output_mode"], seconds)
     if seconds is None:
@@ -335,9 +362,18 @@ def _stream_copies(report: Report, o: Collector) -> str | None:
             DEVICE_ITERATIONS_LEVER, f"raise opts.deviceIterations({n}) (HIO003)")) if f.code == "HIO001" else f
             for f in o.out.findings]
     quiet = [r["ipu"] for r in m["ipus"] if not r["stream_copy_cycles"]]
+    unknown = max((r.get("unknown_destination_frac") or 0.0 for r in m["ipus"]), default=0.0)
+    split = any(r.get("remote_buffer_frac") or r.get("mixed_frac") for r in m["ipus"])
+    only = ""
+    if split or unknown:
+        only = (f" · host copies only ({hs.rules(report)}"
+                + (f"; copies of unknown destination, up to {pct(unknown)} of an IPU's cycles, counted "
+                   "as host" if unknown else "") + ")")
     return (f"one call keeps the IPUs busy {_ms(seconds)} (mean over {len(runs)} profiled call"
             f"{'s' if len(runs) != 1 else ''}) · waiting = StreamCopyBegin + End, transfer = StreamCopyMid"
-            + (f" · no stream copies on {', '.join(f'IPU{i}' for i in quiet)}" if quiet else ""))
+            + only + (f" · {rate}" if rate else "")
+            + (f" · no {'host' if split else 'stream'} copies on {', '.join(f'IPU{i}' for i in quiet)}"
+               if quiet else ""))
 
 
 def _ms(seconds: float) -> str:

@@ -84,6 +84,36 @@ def _fmt(metric: str, value: float) -> str:
     return f"{value:,.0f} cycles"
 
 
+TRACE_HINT = "; popviz capture --pvti records host traces to compare"
+
+
+def _with_trace(recommendation: str, traced: str) -> str:
+    """INST003's advice with what the host traces show in place of the hint to record them."""
+    return recommendation.replace(TRACE_HINT, "") + traced if traced else recommendation
+
+
+def _traced(metric: str, report: Report, group: list[Report]) -> str:
+    """INST003 with host traces: where this instance's call-to-call time goes against the other
+    instances' (popviz.analysis.host_time), instead of asking to compare traces by hand."""
+    if metric != "median_call_seconds":
+        return ""
+    from popviz.analysis import host_time
+
+    mine = host_time.summary(report)
+    others = [host_time.summary(r) for r in group if r is not report]
+    others = [s for s in others if s is not None and s["executor_seconds"] is not None]
+    if mine is None or mine["executor_seconds"] is None or not others:
+        return ""
+    parts = []
+    for key, label in host_time.PARTS:
+        ref = statistics.median(s[key] for s in others)
+        parts.append((mine[key] - ref, label, mine[key], ref))
+    worst = max(parts)
+    return (f" The host traces show where: {worst[1]} takes {worst[2] * 1e3:,.2f} ms per call here against "
+            f"{worst[3] * 1e3:,.2f} ms on the other instances (median), the largest difference of executor call, "
+            "data loading and other host time.")
+
+
 def _recommendation(metric: str) -> str:
     if metric == "median_call_seconds":
         return ("Look at this instance's host: data loading (more DataLoader workers, "
@@ -157,7 +187,7 @@ def _check_group(name: str, group: list[Report], instances: list, outputs: dict[
                     f"{label} of {name} on {r.instance}: {_fmt(metric, value)}; median of the other "
                     f"{len(others)} instance(s): {_fmt(metric, ref)} (flagged above "
                     f"{100 * threshold:.0f}%)",
-                    _recommendation(metric)))
+                    _with_trace(_recommendation(metric), _traced(metric, r, group))))
     table = pd.DataFrame(list(rows.values()))
     if "median_call_seconds" in table:
         # an estimate's calls ran on the emulator's CPU: their wall time is not the IPUs' (throughput's call ms)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from popviz.analysis import pipeline_blocks as pblocks
 from popviz.analysis import pipeline_gain as pg
 from popviz.analysis._common import ceil_exact, num, pct
 from popviz.analysis.cycles import (
@@ -74,6 +75,7 @@ def empty_metrics(cfg: ModelConfig) -> dict[str, Any]:
         "cycle_shares": None,
         "call_cycles_per_micro_batch": None,
         "rebalance_to_ipu": None,
+        "stage_cycles_basis": None,
         "inferred": [k for k in INFERRED_KEYS if cfg.is_inferred(k)],
     }
 
@@ -159,6 +161,9 @@ def analyse(report: Report) -> AnalysisOutput:
     if strategy == "ShardedExecution":
         _sharded(report, o)
     m["num_stages"] = cfg.num_stages
+    line = getattr(o, "blocks_line", None)
+    if line:
+        o.out.caption = f"{o.out.caption}\n{line}" if o.out.caption else line
     o.out.findings.sort(key=lambda f: f.code)  # balance (PIPE001) before ramp (PIPE003)
     return o.out
 
@@ -303,6 +308,9 @@ def _stage_cycles(report: Report, o: Collector, pipelined: bool) -> None:
         o.skip(check, "the execution profile has no compute on "
                + ", ".join(f"IPU{s.ipu} (stage {s.index})" for s in missing))
         return
+    per_ipu, m["stage_cycles_basis"], line = pblocks.per_ipu_cycles(
+        report, per_ipu, sorted({s.ipu for s in stages}), len(runs), _micro_batches_per_call(cfg))
+    o.blocks_line = line  # type: ignore[attr-defined]  # added to the caption once it is written
     if shared:
         _ipu_balance(report, o, pipelined, shared, per_ipu, runs, by_type)
         return
@@ -335,7 +343,7 @@ def _stage_cycles(report: Report, o: Collector, pipelined: bool) -> None:
     updates = weight_update_cycles(report.execution, runs)
     m["cycle_shares"] = decompose(by_type, list(ipus), elapsed,
                                   updates,
-                                  sync_floor_cycles(report.execution, runs))
+                                  sync_floor_cycles(report.execution, runs), _remote(report, runs))
     pg.call_figures(m, elapsed, calls, mb, None if sharded else biggest - mean)
     ratio = biggest / mean
     if pipelined and ratio >= IMBALANCE_WARN_RATIO:
@@ -369,6 +377,13 @@ def _stage_cycles(report: Report, o: Collector, pipelined: bool) -> None:
                f"stage {st.index} {where} (optimum-graphcore: layers_per_ipu). "
                + pg.balanced_text(m, ratio - 1, "stages") + pg.update_text(report, st, updates, totals[b])
                + pessimistic_caution(report, SLOWEST_STAGE_CAUTION))
+
+
+def _remote(report: Report, runs: list[int]) -> dict[int, int]:
+    """Per IPU, stream-copy cycles that move remote buffers (streaming memory), not host data."""
+    from popviz.analysis.host_streams import split
+
+    return {ipu: d["remote"] for ipu, d in (split(report, runs) or {}).items()}
 
 
 def _shared_names(stages, ipu: int) -> str:
@@ -417,7 +432,7 @@ def _ipu_balance(report: Report, o: Collector, pipelined: bool, shared: list[int
     updates = weight_update_cycles(report.execution, runs)
     m["cycle_shares"] = decompose(by_type, list(ipus), elapsed,
                                   updates,
-                                  sync_floor_cycles(report.execution, runs))
+                                  sync_floor_cycles(report.execution, runs), _remote(report, runs))
     pg.call_figures(m, elapsed, calls, mb, None if sharded else biggest - mean)
     names = ", ".join(f"IPU{i} (stages {_shared_names(stages, i)})" for i in shared)
     o.skip("cycles of each stage", f"stages share an IPU: {names}; the profile's cycles are per "

@@ -70,6 +70,21 @@ def engine_options(report_dir: str, run_count: int | None) -> dict[str, str]:
     return opts
 
 
+LWP_DEFAULT_FILTER = ".*"
+"""``popviz capture --lwp`` without a pattern: every program gets an implicit block."""
+
+
+def lwp_options(programs: str | None) -> dict[str, str]:
+    """Poplar engine options that turn on Lightweight Profiling (graphcore/tutorials
+    tutorials/popvision/lightweight_profiling/README.md @ b7ffa4d): an implicit ``Block`` around
+    every program whose name matches ``programs`` (``profiler.programs.filter``; PopTorch adds no
+    ``Block`` programs of its own for ``profiler.blocks.filter`` to select) and instrumented
+    stream copies (``debug.instrumentExternalExchange``). Nothing when ``programs`` is None."""
+    if programs is None:
+        return {}
+    return {"profiler.programs.filter": programs, "debug.instrumentExternalExchange": "true"}
+
+
 def merge_options(user: Mapping[str, Any] | None, ours: Mapping[str, Any]
                   ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """``user`` merged with ``ours``: on a conflict the user's value is kept and reported."""

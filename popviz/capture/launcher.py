@@ -41,6 +41,7 @@ from popviz.capture.childenv import (
     conflict_message,
     emulated,
     engine_options,
+    lwp_options,
     make_bootstrap,
     merge_options,
     outer_options_removed,
@@ -307,8 +308,9 @@ def _status_line(err: IO[bytes]) -> Any:
 def run_capture(command: Sequence[str], *, output: str | None = None, new_run: bool = False,
                 emulate: bool = False, pvti: bool = False, run_count: int | None = None,
                 calls: int | None = None, emulator_env: Mapping[str, str] | None = None,
-                stdout: IO[bytes] | None = None, stderr: IO[bytes] | None = None) -> int:
-    """Run ``command`` under capture; return the exit code popviz should exit with."""
+                lwp: str | None = None, stdout: IO[bytes] | None = None, stderr: IO[bytes] | None = None) -> int:
+    """Run ``command`` under capture; return the exit code popviz should exit with. ``lwp``: the
+    program-name pattern Lightweight Profiling instruments (:func:`childenv.lwp_options`)."""
     command = list(command)
     if command and command[0] == "--":
         command = command[1:]
@@ -372,7 +374,8 @@ def run_capture(command: Sequence[str], *, output: str | None = None, new_run: b
     tee: Tee | None = None
     exit_code = 3
     try:
-        engine_opts, conflicts = merge_options(user_engine, engine_options(abs_root, run_count))
+        engine_opts, conflicts = merge_options(user_engine, {**engine_options(abs_root, run_count),
+                                                             **lwp_options(lwp)})
         set_env = {ENGINE_OPTIONS_ENV: json.dumps(engine_opts), hooks.ENV_DIR: abs_root}
         if instance:
             set_env[hooks.ENV_INSTANCE] = instance

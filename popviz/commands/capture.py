@@ -33,6 +33,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="run on popviz's IPU emulator: estimated reports, no IPU or Poplar SDK needed")
     p.add_argument("--pvti", action="store_true",
                    help="also write PopVision System Analyser traces (PVTI_OPTIONS) into DIR")
+    p.add_argument("--lwp", metavar="REGEX", nargs="?", const=".*",
+                   help="also turn on Lightweight Profiling: measured start/end cycles of each "
+                        "program whose name matches REGEX (default: every program); popviz analyse "
+                        "then takes stage cycles from them")
     p.add_argument("--run-count", metavar="N", type=positive,
                    help="executions of each program to profile "
                         "(autoReport.executionProfileProgramRunCount)")
@@ -57,4 +61,4 @@ def run(args: argparse.Namespace) -> int:
                              "script's BeginBlock placements instead)")
     return run_capture(args.command, output=args.output, new_run=args.new_run, emulate=args.emulate,
                        pvti=args.pvti, run_count=args.run_count, calls=args.calls,
-                       emulator_env=layer_env(args))
+                       emulator_env=layer_env(args), lwp=args.lwp)

@@ -28,7 +28,7 @@ class MissingDataError(PopvizError):
     """The report lacks the data a table or figure needs."""
 
 
-TIMELINE_CATEGORIES = ("forward", "backward", "weight update", "compute", "exchange", "host copy",
+TIMELINE_CATEGORIES = ("forward", "backward", "weight update", "compute", "exchange", "host copy", "streaming memory",
                        "sync / idle", "other")
 """What a step is, as the timeline colours it (``steps()["category"]``)."""
 
@@ -195,8 +195,14 @@ def steps(report: Report, run: int | None = None) -> pd.DataFrame:
     pairs, inverse = np.unique(pcodes * ntypes + tcodes, return_inverse=True)
     programs = s["program"].cat.categories
     types = s["program_type"].cat.categories
-    pair_category = np.array([TIMELINE_CATEGORIES.index(category(str(programs[k // ntypes]), str(types[k % ntypes])))
-                              for k in pairs], dtype="int8")
+    from popviz.model.measured import stream_copies
+
+    streams = stream_copies(report)  # copies to remote buffers are streaming memory, not host
+    remote = (set(streams.frame.loc[streams.frame["destination"] == "remote buffer", "program"])
+              if streams is not None else set())
+    pair_category = np.array([TIMELINE_CATEGORIES.index(
+        "streaming memory" if str(programs[k // ntypes]) in remote and str(types[k % ntypes]).startswith("StreamCopy")
+        else category(str(programs[k // ntypes]), str(types[k % ntypes]))) for k in pairs], dtype="int8")
     out = s[["ipu", "program", "program_type", "cycles"]].copy()
     out["start_cycle"] = start.astype("int64")
     out["end_cycle"] = out["start_cycle"] + cycles

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from popviz.model.layers import LayerTable
+from popviz.model.measured import BlockTable, HostTrace, StreamCopyTable
 from popviz.model.names import PARTS
 from popviz.model.parts import HostIO, ModelConfig, Provenance, Target
 from popviz.model.tables import ExecutionTable, MemoryTable, ModelError
@@ -33,6 +34,12 @@ class Report:
     """Instance (process) of a multi-instance run, e.g. ``instance-1``; None for a single one."""
     layers: LayerTable | None = None
     """Per-layer placement and costs (for ``popviz plan``), where known."""
+    streams: StreamCopyTable | None = None
+    """Stream copies by destination as the source read them (else derived by program name)."""
+    blocks: BlockTable | None = None
+    """Lightweight Profiling blocks (measured start/end cycles), where the profile has them."""
+    host_trace: HostTrace | None = None
+    """Host time per executor call from System Analyser traces (``.pvti``), where captured."""
 
     def has(self, part: str) -> bool:
         if part not in PARTS:

@@ -25,6 +25,7 @@ PALETTE: dict[str, str] = {
     "exchange": "#E69F00",      # orange: inter-IPU copies and on-IPU exchange
     "sync / idle": "#D9D9D9",   # light grey: waiting
     "host copy": "#D55E00",     # vermillion
+    "streaming memory": "#CC79A7",  # reddish purple: copies to and from remote buffers
     "other": "#999999",
     "base": "#999999",
     "new": "#0072B2",

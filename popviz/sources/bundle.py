@@ -29,6 +29,7 @@ from popviz.model import (
     Report,
     Target,
 )
+from popviz.model.measured import BlockTable, StreamCopyTable
 from popviz.paths import is_safe_component, regular_file_inside
 
 FORMAT_NAME = "popviz-bundle"
@@ -38,7 +39,12 @@ METADATA_FILE = "popviz-report.json"
 MEMORY_FILE = "memory.parquet"
 STEPS_FILE = "execution.parquet"
 RUNS_FILE = "runs.parquet"
-TABLE_FILES = (MEMORY_FILE, STEPS_FILE, RUNS_FILE)
+STREAMS_FILE = "streams.parquet"
+BLOCKS_FILE = "blocks.parquet"
+TABLE_FILES = (MEMORY_FILE, STEPS_FILE, RUNS_FILE, STREAMS_FILE, BLOCKS_FILE)
+OPTIONAL_TABLES = (("streams", STREAMS_FILE), ("blocks", BLOCKS_FILE))
+"""Tables added within format 2 (``Report.streams``, ``Report.blocks``): a bundle without them
+reads as before (stream copies then derived by program name)."""
 
 
 def is_bundle(directory: str | Path) -> bool:
@@ -96,6 +102,12 @@ def write_bundle(report: Report, directory: str | Path, *, overwrite: bool = Fal
         meta["execution"] = {"steps_file": STEPS_FILE, "runs_file": RUNS_FILE,
                              "rows": len(report.execution.steps)}
         written |= {STEPS_FILE, RUNS_FILE}
+    for key, file_name in OPTIONAL_TABLES:
+        table = getattr(report, key)
+        if table is not None:
+            _write_parquet(table.frame, directory / file_name)
+            meta[key] = {"file": file_name, "rows": len(table.frame)}
+            written.add(file_name)
     atomic_write_bytes(meta_path, (json.dumps(meta, indent=1, allow_nan=False) + "\n").encode())
     for stale in set(TABLE_FILES) - written:  # tables of a previous version of this bundle
         (directory / stale).unlink(missing_ok=True)
@@ -216,7 +228,15 @@ class _Reader:
                 runs = self.table(exe_meta.get("runs_file"), None, "runs")
                 with self.naming(exe_meta.get("steps_file")):
                     execution = ExecutionTable(steps, runs)
+            extra = {}
+            for key, kind in (("streams", StreamCopyTable), ("blocks", BlockTable)):
+                section = self.section(meta, key, dict)
+                if section is not None:
+                    frame = self.table(section.get("file"), section.get("rows"), key)
+                    with self.naming(section.get("file")):
+                        extra[key] = kind(frame)
             return Report(
+                **extra,
                 name=name,
                 provenance=Provenance(**prov),
                 target=Target(**target) if target is not None else None,

@@ -303,7 +303,10 @@ def load(path: str | os.PathLike[str], *, single_run: bool = False) -> ReportSet
         reports.append(read_engine(e))
     reports = [_mark_not_reached(e, r) for e, r in zip(engines, reports, strict=True)]
     root = Path(path)
-    warnings = run_warnings(root) if root.is_dir() else []
+    from popviz.sources import pva_trace  # host traces (.pvti) of the run, where captured
+
+    reports, trace_warnings = pva_trace.attach(root, reports)
+    warnings = (run_warnings(root) if root.is_dir() else []) + trace_warnings
     if root.is_dir():
         warnings += failed_instance_warnings(root, {r.instance.rsplit("/", 1)[-1] for r in reports if r.instance})
     for engine, report in zip(engines, reports, strict=True):

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from popviz.errors import CorruptReportError, MissingDependencyError, shown
-from popviz.model import ExecutionTable, MemoryTable, Provenance, Report, Target
+from popviz.model import STREAM_COPY_TYPES, ExecutionTable, MemoryTable, Provenance, Report, Target
 
 PROFILE_FILE = "profile.pop"
 DEBUG_FILE = "debug.cbor"
@@ -175,11 +175,23 @@ def _categorical(labels: list[str], codes):  # -> pandas.Categorical
     return pd.Categorical.from_codes(lut[codes], categories=categories)
 
 
-def _execution(pva_report: Any) -> ExecutionTable | None:
+def _run_seconds(micro: Any) -> float:
+    """A run's duration: ``run.microseconds`` as a number, or as libpva's ``.start`` / ``.end``
+    (Graphcore's reptil helper reads ``run.microseconds.end - run.microseconds.start``)."""
+    if micro is None:
+        return float("nan")
+    start, end = getattr(micro, "start", None), getattr(micro, "end", None)
+    if start is not None and end is not None:
+        return (float(end) - float(start)) / 1e6
+    return float(micro) / 1e6
+
+
+def _execution(pva_report: Any, copies: dict | None = None) -> ExecutionTable | None:
     """One row per step per IPU with cycles. Each step's per-IPU cycles (``step.ipus[k].cycles``,
     what libpva gives per step) are read once into compact buffers; the step-level columns (run,
     step, program) are stored once per step and repeated with NumPy, never per tile (a step's
-    ``cyclesByTile`` would be ~1,500 values per IPU)."""
+    ``cyclesByTile`` would be ~1,500 values per IPU). ``copies``, when given, collects the
+    stream-copy steps for :mod:`popviz.sources.pva_streams` in the same pass."""
     from array import array
     from itertools import compress
     from operator import attrgetter
@@ -212,7 +224,7 @@ def _execution(pva_report: Any) -> ExecutionTable | None:
     starts = True  # start cycles are optional: the first step without them turns them off
     for r, run in enumerate(runs):
         micro = getattr(run, "microseconds", None)
-        run_rows.append((r, str(run.name), float(micro) / 1e6 if micro is not None else float("nan")))
+        run_rows.append((r, str(run.name), _run_seconds(micro)))
         for s, step in enumerate(run.steps):
             program = step.program
             key = (str(program.name), _enum_name(program.type))
@@ -227,6 +239,10 @@ def _execution(pva_report: Any) -> ExecutionTable | None:
             step_program.append(code)
             ipu_col.extend(busy)
             cycles_col.extend(compress(cycles, cycles))
+            if copies is not None and key[1] in STREAM_COPY_TYPES:
+                from popviz.sources.pva_streams import collect
+
+                collect(copies, r, key, ipus, cycles)
             if starts:
                 try:
                     start_col.extend(map(get_start, compress(ipus, cycles)))
@@ -271,10 +287,16 @@ def read_profile(profile: str | Path, name: str | None = None) -> Report:
         version = str(pva_report.poplarVersion.string)
     except AttributeError:
         version = "unknown"
-    execution = _execution(pva_report)
+    copies: dict = {}
+    execution = _execution(pva_report, copies)
+    from popviz.sources import pva_blocks, pva_streams
+
+    streams = pva_streams.stream_table(pva, pva_report, copies) if execution is not None else None
+    blocks, block_note = pva_blocks.read_blocks(pva_report)
     mtime = _dt.datetime.fromtimestamp(profile.stat().st_mtime, _dt.timezone.utc)
     notes = () if execution is not None else (
         "no execution profile: the compile ran out of memory or the engine never ran",)
+    notes += tuple(n for n in (pva_streams.note(streams), block_note) if n)
     return Report(
         name=name or profile.parent.name,
         provenance=Provenance(source="pva", estimated=False, tool=f"Poplar SDK {version}",
@@ -284,6 +306,8 @@ def read_profile(profile: str | Path, name: str | None = None) -> Report:
         memory=_memory(pva_report),
         execution=execution,
         path=str(profile.parent),
+        streams=streams,
+        blocks=blocks,
     )
 
 

@@ -77,29 +77,36 @@ class _Tiles:
 
 
 class _IpuStep:
-    __slots__ = ("activeCycles", "cycles")
+    __slots__ = ("activeCycles", "cycles", "dataIn", "dataOut")
 
-    def __init__(self, cycles: int, start: int) -> None:
+    def __init__(self, cycles: int, start: int, data: tuple | None = None) -> None:
         self.cycles = cycles
         self.activeCycles = NS(cyclesFrom=NS(max=start))
+        if data is not None:
+            # step.ipus[k].dataIn / dataOut: bytes the step moved (Graphcore's reptil libpva
+            # helper, IO.Bandwidth._calculate_bandwidth, sums them over StreamCopyMid steps);
+            # absent unless the profile data gives them, as on SDKs without them
+            self.dataIn, self.dataOut = data
 
 
 class _Step:
     """One execution step: ``program`` and, built on access, ``ipus[k].cycles`` /
     ``ipus[k].activeCycles.cyclesFrom.max``."""
 
-    def __init__(self, program: NS, cycles, start) -> None:
+    def __init__(self, program: NS, cycles, start, data=None) -> None:
         self.program = program
-        self._cycles, self._start = cycles, start
+        self._cycles, self._start, self._data = cycles, start, data
 
     @property
     def ipus(self) -> list[_IpuStep]:
-        return [_IpuStep(int(c), int(s)) for c, s in zip(self._cycles, self._start, strict=True)]
+        data = self._data or [None] * len(self._cycles)
+        return [_IpuStep(int(c), int(s), d) for c, s, d in zip(self._cycles, self._start, data, strict=True)]
 
 
 class _Steps:
-    def __init__(self, programs: list[NS], codes, cycles, start) -> None:
+    def __init__(self, programs: list[NS], codes, cycles, start, data=None) -> None:
         self.programs, self.codes, self.cycles, self.start = programs, codes, cycles, start
+        self.data = data
 
     def __len__(self) -> int:
         return len(self.codes)
@@ -107,7 +114,11 @@ class _Steps:
     def __getitem__(self, i: int) -> _Step:
         if not 0 <= i < len(self):
             raise IndexError(i)
-        return _Step(self.programs[int(self.codes[i])], self.cycles[i], self.start[i])
+        if isinstance(self.data, tuple):  # the columnar form: (bytes in, bytes out)[step, ipu]
+            data = list(zip(self.data[0][i].tolist(), self.data[1][i].tolist(), strict=True))
+        else:
+            data = self.data[i] if self.data is not None else None
+        return _Step(self.programs[int(self.codes[i])], self.cycles[i], self.start[i], data)
 
     def __iter__(self):
         return (self[i] for i in range(len(self)))
@@ -147,7 +158,9 @@ def _columns(data: dict) -> tuple[dict, list]:
         tiles = {k: a[f"tile_{k}"] for k in ("inc", "exc", "over", "al", "nal")}
         tiles["cats"] = {n: a[f"cat_{n}"] for n in data["categories"]}
         runs = [(r["name"], r["microseconds"], a[f"run{k}_program"], a[f"run{k}_cycles"],
-                 a[f"run{k}_start"]) for k, r in enumerate(data["runs"])]
+                 a[f"run{k}_start"],
+                 (a[f"run{k}_data_in"], a[f"run{k}_data_out"]) if f"run{k}_data_in" in a else None)
+                for k, r in enumerate(data["runs"])]
         return tiles, runs
     flat = [t for ipu in data["tiles"] for t in ipu]
     tiles = {"inc": [t["inc"] for t in flat], "exc": [t["exc"] for t in flat],
@@ -164,8 +177,12 @@ def _columns(data: dict) -> tuple[dict, list]:
             if key not in programs:
                 programs.append(key)
             codes.append(programs.index(key))
+        data = None
+        if any("data_in" in s for s in run["steps"]):  # per IPU bytes in/out, where given
+            data = [list(zip(s["data_in"], s["data_out"], strict=True)) if "data_in" in s else None
+                    for s in run["steps"]]
         runs.append((run["name"], run["microseconds"], codes, [s["cycles"] for s in run["steps"]],
-                     [s["start"] for s in run["steps"]]))
+                     [s["start"] for s in run["steps"]], data))
     return tiles, runs
 
 
@@ -196,19 +213,86 @@ def openReport(path: str, debug_path: str | None = None) -> NS:
     per_ipu = t["tilesPerIpu"]
     n_ipus = len(tiles["inc"]) // per_ipu
     programs = [NS(name=n, type=_ProgramType[ty]) for n, ty in data.get("programs", [])]
-    runs = [NS(name=name, microseconds=micro, steps=_Steps(programs, codes, cycles, start))
-            for name, micro, codes, cycles, start in run_cols]
+    # run.microseconds: a number, or libpva's .start / .end (reptil's _calculate_bandwidth reads
+    # run.microseconds.end - run.microseconds.start)
+    runs = [NS(name=name, microseconds=NS(**micro) if isinstance(micro, dict) else micro,
+               steps=_Steps(programs, codes, cycles, start, sdata))
+            for name, micro, codes, cycles, start, sdata in run_cols]
     flat = data.get("flat")
     compilation = (NS(target=target, tiles=_Tiles(tiles, 0, len(tiles["inc"]))) if flat else
                    NS(target=target, ipus=[NS(tiles=_Tiles(tiles, k * per_ipu, (k + 1) * per_ipu))
                                            for k in range(n_ipus)]))
     execution = NS(steps=_Chain([r.steps for r in runs])) if flat else NS(runs=runs)
     compilation.alwaysLiveVariables = [NS(name=n, size=b) for n, b in data.get("variables", [])]
+    if "blocks" in data:
+        execution.blocks = _blocks(data["blocks"], programs)
     # operations carry debug contexts only when debug.cbor is opened with the profile
     operations = data.get("operations", []) if debug_path else []
     return NS(poplarVersion=NS(major=3, minor=3, point=0, string=data.get("version", "3.3.0")),
               version=1, debug_path=debug_path, compilation=compilation, execution=execution,
               _programs=programs, _operations=operations)
+
+
+def _blocks(rows: list, programs: list[NS]):
+    """``execution.blocks(tile)``: Lightweight Profiling blocks measured on ``tile``, each with
+    ``program.name``, ``cyclesFrom``, ``cyclesTo``, ``tile`` and ``isCommon`` / ``isStreamCopy`` /
+    ``isBlockFlush`` / ``isOverflow`` (graphcore/tutorials
+    tutorials/popvision/lightweight_profiling/README.md @ b7ffa4d, shown there in C++)."""
+    by_name = {p.name: p for p in programs}
+
+    def blocks(tile: int) -> list[NS]:
+        return [NS(program=by_name.get(b["program"]) or NS(name=b["program"], type=_ProgramType.OnTileExecute),
+                   cyclesFrom=b["start"], cyclesTo=b["end"], tile=b["tile"],
+                   isCommon=b.get("kind", "common") == "common",
+                   isStreamCopy=b.get("kind") == "stream copy", isBlockFlush=b.get("kind") == "flush",
+                   isOverflow=b.get("kind") == "overflow")
+                for b in rows if b["tile"] == tile]
+    return blocks
+
+
+def openTrace(path: str) -> NS:
+    """``pva.openTrace(path)``: a PVTI host trace with ``processes[i].pid`` / ``.threads``,
+    ``thread.tid`` / ``.events`` and each event's ``label``, ``channel``, ``timestamp``,
+    ``duration`` (microseconds) and ``children()`` (graphcore/tutorials
+    tutorials/popvision/reading_pvti_files/walkthrough.py @ b7ffa4d). The fake's trace file is
+    JSON (``write_trace``); a real one is opaque to popviz."""
+    with open(path, encoding="utf-8") as fh:
+        doc = json.load(fh)
+
+    def event(e: dict) -> NS:
+        kids = [event(c) for c in e.get("children", [])]
+        return NS(label=e["label"], channel=NS(name=e.get("channel", "")), timestamp=e["timestamp"],
+                  duration=e["duration"], children=lambda kids=kids: kids)
+
+    return NS(processes=[NS(pid=p["pid"], threads=[NS(tid=t["tid"], events=[event(e) for e in t["events"]])
+                                                   for t in p["threads"]]) for p in doc["processes"]])
+
+
+def write_trace(path, processes: list) -> None:
+    """Write a fake ``.pvti``: ``processes`` of ``{"pid", "threads": [{"tid", "events": [{"label",
+    "channel", "timestamp", "duration", "children"}]}]}`` (times in microseconds)."""
+    with open(path, "w", encoding="utf-8") as fh:
+        json.dump({"processes": processes}, fh)
+
+
+def training_loop_trace(*, pid=4242, calls=4, executor_us=20_000, loading_us=6_000, other_us=1_000,
+                        channel="poptorch.trainingModel") -> list:
+    """One training process as PopTorch instruments it: per call, the DataLoader's dataset
+    ``__getitem__`` (``loading_us``), ``other_us`` of Python, then ``<channel>.modelExecution``
+    (``executor_us``); a ``modelCompilation`` before the first call."""
+    events, clock = [{"label": f"{channel}.modelCompilation", "channel": channel, "timestamp": 0,
+                      "duration": 500_000, "children": []}], 500_000
+    for _c in range(calls):
+        events.append({"label": "__getitem__", "channel": "dataset", "timestamp": clock,
+                       "duration": loading_us, "children": []})
+        clock += loading_us + other_us
+        events.append({"label": f"{channel}.modelExecution", "channel": channel, "timestamp": clock,
+                       "duration": executor_us, "children": []})
+        clock += executor_us
+    return [{"pid": pid, "threads": [{"tid": pid, "events": events},
+                                      {"tid": pid + 1, "events": [{"label": "prefetch", "channel": "popart",
+                                                                   "timestamp": 600_000, "duration": 100,
+                                                                   "children": []}]}]}]
 
 
 def write_profile(path, *, num_ipus=2, tiles=3, runs=True, broken=False, flat=False) -> None:
@@ -247,7 +331,9 @@ def write_columns(path, *, target: dict, tiles: dict, categories: dict, programs
     """Write a profile of any size from NumPy columns: ``tiles`` maps ``inc``, ``exc``, ``over``,
     ``al``, ``nal`` to one value per tile (IPU-major); ``categories`` maps a category name to one
     value per tile; ``programs`` lists ``[name, type]``; each run is ``(name, microseconds,
-    program codes per step, cycles[step, ipu], start[step, ipu])``."""
+    program codes per step, cycles[step, ipu], start[step, ipu])``, optionally followed by
+    ``data_in[step, ipu], data_out[step, ipu]`` (bytes each step moved: ``step.ipus[k].dataIn`` /
+    ``dataOut``)."""
     import numpy as np
 
     meta = {"target": target, "flat": flat, "version": "3.3.0 (d8d3d63b1b)",
@@ -256,10 +342,12 @@ def write_columns(path, *, target: dict, tiles: dict, categories: dict, programs
     arrays = {"meta": np.array(json.dumps(meta))}
     arrays.update({f"tile_{k}": np.asarray(v) for k, v in tiles.items()})
     arrays.update({f"cat_{k}": np.asarray(v) for k, v in categories.items()})
-    for k, (_name, _micro, codes, cycles, start) in enumerate(runs):
+    for k, (_name, _micro, codes, cycles, start, *data) in enumerate(runs):
         arrays[f"run{k}_program"] = np.asarray(codes, dtype="int32")
         arrays[f"run{k}_cycles"] = np.asarray(cycles)
         arrays[f"run{k}_start"] = np.asarray(start)
+        if data:
+            arrays[f"run{k}_data_in"], arrays[f"run{k}_data_out"] = np.asarray(data[0]), np.asarray(data[1])
     with open(path, "wb") as fh:
         np.savez(fh, **arrays)
 
@@ -361,6 +449,44 @@ def pipeline_profile(*, work=(1000, 1000, 2000, 1000), micro_batches=8, updates=
             "target": {**MK2, "numIPUs": n, "numReplicas": 1, "ipusPerReplica": n},
             "tiles": _tiles(n, [200_000 + 50_000 * w // 1000 for w in work]), "runs": runs,
             "operations": operations, "variables": variables}
+
+
+def offloaded_optimizer(*, remote_cycles=6000, remote_bytes=4_000_000, input_bytes=50_000, calls=2) -> dict:
+    """A two-stage pipelined training profile (``pipeline_profile``: 4 micro-batches, one weight
+    update per call) whose optimizer state lives in streaming memory: before its weight update
+    each IPU loads the state from a remote buffer and stores it back (PopART's RemoteLoad /
+    RemoteStore), StreamCopyBegin 500 + Mid ``remote_cycles`` + End 500 cycles each way. IPU0's
+    load is named ``optimizerState/load0`` (placed by its debug context, op type RemoteLoad),
+    the stores ``RB_<i>/store`` (placed by the name PopART gives remote buffers). Every copy
+    carries its bytes (dataIn/dataOut): ``remote_bytes`` per state transfer, ``input_bytes`` per
+    input copy."""
+    data = pipeline_profile(work=(1000, 1000), micro_batches=4, updates=1, calls=calls)
+    n = 2
+    for run in data["runs"][1:]:
+        clock = max(st["start"][k] + st["cycles"][k] for st in run["steps"] for k in range(n))
+        steps = []
+        for st in run["steps"]:
+            if st["name"] == "inputCopy":
+                st["data_in"], st["data_out"] = [input_bytes] + [0] * (n - 1), [0] * n
+            if st["name"] == "stage0/weightUpdate":
+                for name, direction in (("optimizerState/load{i}", "in"), ("RB_{i}/store", "out")):
+                    for kind, cyc in (("StreamCopyBegin", 500), ("StreamCopyMid", remote_cycles),
+                                      ("StreamCopyEnd", 500)):
+                        moved = remote_bytes if kind == "StreamCopyMid" else 0
+                        for i in range(n):
+                            cycles, start = [0] * n, [0] * n
+                            cycles[i], start[i] = cyc, clock
+                            steps.append({"name": name.format(i=i), "type": kind, "cycles": cycles,
+                                          "start": start,
+                                          "data_in": [moved if direction == "in" and k == i else 0 for k in range(n)],
+                                          "data_out": [moved if direction == "out" and k == i else 0 for k in range(n)]})
+                        clock += cyc
+            steps.append(st)
+        run["steps"] = steps
+        run["microseconds"] = round(sum(max(st["cycles"]) for st in steps) / MK2["clockFrequency"] * 1e6, 3)
+    data["operations"] += [{"name": f"optimizerState{i}/RemoteLoad", "op_type": "RemoteLoad", "layer": "",
+                            "programs": [f"optimizerState/load{i}"]} for i in range(n)]
+    return data
 
 
 def single_ipu_inference(*, device_iterations=4, calls=3, flat=False) -> dict:
