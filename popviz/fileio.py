@@ -5,18 +5,67 @@ Imports only the standard library: capture hooks use it inside the user's proces
 
 from __future__ import annotations
 
+import contextlib
 import errno
-import io
 import json
 import os
+import re
 import secrets
 import shutil
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from popviz.errors import CorruptReportError, UnsupportedFormatError, shown
+from popviz.errors import CorruptReportError, UnsupportedFormatError, UsageError, shown
+
+RUN_ID_ENV = "POPVIZ_RUN_ID"
+"""The run identity ``popviz capture`` records (``run_id`` in popviz-run.json) and gives its child:
+bundles written in that run (emulated engines) carry it, so files of two runs are never read as
+one."""
+
+
+def new_id() -> str:
+    """A fresh identity for a run, an export or one write of a bundle."""
+    return secrets.token_hex(8)
+
+
+class WriteError(UsageError):
+    """A file or directory popviz writes cannot be written: no space left, over quota, a read-only
+    file system, an I/O error, no permission. One line naming the path and the cause."""
+
+
+_WRITE_HINTS = {
+    errno.ENOSPC: "free some space and run again, or choose a path on another disk",
+    errno.EDQUOT: "free some space within your quota and run again, or choose another path",
+    errno.EROFS: "the file system is read-only: choose a path on a writable one",
+    errno.EACCES: "choose a path you can write to",
+    errno.EPERM: "choose a path you can write to (is the file immutable?)",
+    errno.EIO: "the disk reported an I/O error: check it, or choose a path on another disk",
+    errno.EFBIG: "the file is larger than this file system allows: choose a path on another disk",
+}
+
+
+def write_error(path: str | os.PathLike[str], exc: OSError, what: str = "cannot be written") -> WriteError:
+    """The one-line error for ``exc`` raised while writing ``path``: the path, the system's words
+    for the cause (``No space left on device``) and what to do."""
+    cause = exc.strerror or str(exc) or type(exc).__name__
+    hint = _WRITE_HINTS.get(exc.errno or 0, "choose another path")
+    return WriteError(f"{shown(real_name(path))}: {what} ({cause}); {hint}")
+
+
+_TEMP_NAME = re.compile(r"\.(.+)\.\d+\.[0-9a-f]{8}\.(?:tmp|old)")
+
+
+def real_name(path: str | os.PathLike[str]) -> Path:
+    """``path`` with each temporary name of :func:`temp_file` / :func:`temp_dir` in it replaced by
+    the name it stands for: what a message names (``out/training/memory.parquet``, not
+    ``out/.training.123.abcd1234.tmp/memory.parquet``)."""
+    parts = []
+    for part in Path(path).parts:
+        m = _TEMP_NAME.fullmatch(part)
+        parts.append(m.group(1) if m else part)
+    return Path(*parts) if parts else Path(path)
 
 
 def temp_file(path: Path) -> tuple[int, str]:
@@ -30,18 +79,186 @@ def temp_file(path: Path) -> tuple[int, str]:
             continue
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` so that readers see the old file or the new one, never half."""
-    fd, tmp = temp_file(path)
+def temp_dir(path: Path) -> Path:
+    """A new, empty directory beside ``path`` (same file system, so it can be renamed onto it)."""
+    while True:
+        tmp = path.parent / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+        try:
+            tmp.mkdir()
+            return tmp
+        except FileExistsError:
+            continue
+
+
+# ------------------------------------------------------------------ renames that cannot lose data
+
+_RENAME_NOREPLACE = 1
+_RENAME_EXCHANGE = 2
+_AT_FDCWD = -100
+
+
+def _renameat2(src: str | os.PathLike[str], dst: str | os.PathLike[str], flags: int) -> bool:
+    """Linux's renameat2(2) with ``flags``; False when this system or file system lacks it (the
+    caller falls back), OSError (with ``dst`` as its filename) when it refused."""
+    if not hasattr(os, "fsencode") or os.name != "posix":
+        return False
+    import ctypes
+
     try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        fn = ctypes.CDLL(None, use_errno=True).renameat2
+    except (AttributeError, OSError):
+        return False
+    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    if fn(_AT_FDCWD, os.fsencode(src), _AT_FDCWD, os.fsencode(dst), flags) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
+        return False
+    raise OSError(err, os.strerror(err), str(dst))
+
+
+def rename_noreplace(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
+    """Rename ``src`` (a file or a directory) to ``dst`` only if ``dst`` does not exist, decided
+    at the moment of the rename (FileExistsError otherwise): of two writers, exactly one wins.
+    renameat2(RENAME_NOREPLACE) on Linux; a hard link for files elsewhere; for directories
+    without renameat2 a check just before the rename (best effort)."""
+    if _renameat2(src, dst, _RENAME_NOREPLACE):
+        return
+    if not os.path.isdir(src):
+        try:
+            os.link(src, dst)  # never made over an existing file
+        except FileExistsError:
+            raise
+        except OSError as exc:
+            if exc.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.ENOSYS, errno.EXDEV, errno.EMLINK):
+                raise
+        else:
+            os.unlink(src)
+            return
+    if os.path.lexists(dst):
+        raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), str(dst))
+    os.rename(src, dst)
+
+
+def exchange(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
+    """Swap ``src`` and ``dst`` (both exist) atomically where the system can (renameat2's
+    RENAME_EXCHANGE): readers see the old ``dst`` or the new one, never neither. Elsewhere the old
+    one is moved aside first (for an instant ``dst`` is missing, never mixed)."""
+    if _renameat2(src, dst, _RENAME_EXCHANGE):
+        return
+    aside = Path(dst).parent / f".{Path(dst).name}.{os.getpid()}.{secrets.token_hex(4)}.old"
+    os.rename(dst, aside)
+    try:
+        os.rename(src, dst)
+    except OSError:
+        os.rename(aside, dst)
         raise
+    os.rename(aside, src)
+
+
+def remove_tree(path: str | os.PathLike[str]) -> None:
+    """Remove a file or directory popviz made (a staged or replaced copy), ignoring what is gone."""
+    p = Path(path)
+    if p.is_dir() and not p.is_symlink():
+        shutil.rmtree(p, ignore_errors=True)
+    else:
+        with contextlib.suppress(OSError):
+            p.unlink()
+
+
+def _fill(fd: int, data: bytes | Callable[[Any], None]) -> None:
+    """Write ``data`` (or have ``data(fh)`` write) into the new file ``fd``, closed and synced."""
+    with os.fdopen(fd, "wb") as fh:
+        if callable(data):
+            data(fh)
+        else:
+            fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def publish_file(path: str | os.PathLike[str], data: bytes | Callable[[Any], None], *,
+                 replace: bool) -> None:
+    """The one way popviz writes a file: into a temporary file beside ``path``, synced, then
+    renamed into place only when complete. ``replace``: an atomic replace of what is there
+    (readers see the old file or the new one); else the rename refuses an existing ``path`` at
+    that moment (FileExistsError), so of two writers exactly one wins. Any failure (a full disk,
+    an exception in ``data``) removes the temporary file and leaves ``path`` as it was.
+    OSError as raised; :func:`write_file` gives the messages."""
+    p = Path(path)
+    fd, tmp = temp_file(p)
+    try:
+        _fill(fd, data)
+        if replace:
+            os.replace(tmp, p)
+        else:
+            rename_noreplace(tmp, p)
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+
+
+def exists_error(path: str | os.PathLike[str], force_hint: bool = True) -> UsageError:
+    hint = ", or pass --force to replace it" if force_hint else ""
+    return UsageError(f"{shown(path)} exists; popviz never writes over files: choose a new file name{hint}")
+
+
+def write_file(path: str | os.PathLike[str], data: bytes | Callable[[Any], None], *, replace: bool,
+               force_hint: bool = True) -> None:
+    """:func:`publish_file` with popviz's messages: UsageError when ``path`` exists (and not
+    ``replace``), WriteError naming the path and the cause for any other failure."""
+    try:
+        publish_file(path, data, replace=replace)
+    except FileExistsError:
+        raise exists_error(path, force_hint) from None
+    except OSError as exc:
+        raise write_error(path, exc) from None
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` so that readers see the old file or the new one, never half
+    (WriteError, with the previous file intact, when it cannot be written)."""
+    write_file(path, data, replace=True)
+
+
+@contextlib.contextmanager
+def staged_dir(path: str | os.PathLike[str], *, replace: bool = False) -> Iterator[Path]:
+    """Build a directory in a temporary directory beside ``path`` and put it in place only when the
+    block ends without an error: as a new ``path`` (an empty directory there is taken, anything
+    else refused at the moment of the rename: UsageError) or, with ``replace``, swapped with the
+    existing one. On any failure the temporary directory is removed and ``path`` is untouched."""
+    p = Path(path)
+    try:
+        tmp = temp_dir(p)
+    except OSError as exc:
+        raise write_error(p, exc) from None
+    try:
+        try:
+            yield tmp
+        except OSError as exc:
+            raise write_error(exc.filename or p, exc) from None
+        publish_dir(tmp, p, replace=replace)
+    finally:
+        remove_tree(tmp)
+
+
+def publish_dir(tmp: Path, path: Path, *, replace: bool) -> None:
+    """Put the complete directory ``tmp`` at ``path`` (see :func:`staged_dir`)."""
+    try:
+        if replace and path.is_dir() and not path.is_symlink():
+            exchange(tmp, path)  # tmp now holds the old directory, removed by the caller
+            return
+        with contextlib.suppress(OSError):
+            path.rmdir()  # only ever removes an empty directory: it is claimed by the rename below
+        rename_noreplace(tmp, path)
+    except FileExistsError:
+        raise UsageError(f"{shown(path)} was written by another popviz meanwhile; popviz never writes over "
+                         "reports: choose a new directory") from None
+    except OSError as exc:
+        if exc.errno == errno.ENOTEMPTY:
+            raise UsageError(f"{shown(path)} was written by another popviz meanwhile; popviz never writes "
+                             "over reports: choose a new directory") from None
+        raise write_error(path, exc) from None
 
 
 MAX_JSON_BYTES = 64 * 2**20
@@ -171,24 +388,13 @@ def check_output(path: str | os.PathLike[str], force: bool) -> None:
 
 def write_output(path: str | os.PathLike[str], data: bytes | str | Callable[[Any], None], force: bool) -> None:
     """Write an output file all or nothing: over an existing regular file only with ``force``
-    (an atomic replace: readers see the old file or the new one), else only as a new file."""
-    from popviz.errors import UsageError
-
+    (an atomic replace: readers see the old file or the new one), else only as a new file (an
+    existing one refused at the moment of the rename, so of two writers one wins)."""
     if isinstance(data, str):
         data = data.encode("utf-8", "surrogateescape")
-    if not force:
-        write_new_bytes(path, data)
-        return
-    check_replaceable(path)  # checked again: a link or a directory may have appeared meanwhile
-    p = Path(path)
-    try:
-        if callable(data):
-            buf = io.BytesIO()
-            data(buf)
-            data = buf.getvalue()
-        atomic_write_bytes(p, data)
-    except OSError as exc:
-        raise UsageError(f"{shown(p)}: cannot be written ({exc.strerror})") from None
+    if force:
+        check_replaceable(path)  # checked again: a link or a directory may have appeared meanwhile
+    write_file(path, data, replace=force)
 
 
 def check_replaceable(path: str | os.PathLike[str]) -> None:
@@ -232,19 +438,60 @@ def check_appendable(path: str | os.PathLike[str], what: str) -> None:
         raise UsageError(f"{what} ({shown(p)}) is not writable")
 
 
-def append_text(path: str | os.PathLike[str], text: str) -> None:
-    """Append ``text`` to the regular file ``path`` (created when absent); never opens a FIFO."""
-    from popviz.errors import UsageError
+APPEND_LOCK_SECONDS = 10.0
+"""How long an append waits for another popviz appending to the same file (a job summary)."""
 
+
+def append_text(path: str | os.PathLike[str], text: str) -> None:
+    """Append ``text`` to the regular file ``path`` (created when absent) all or nothing: under an
+    exclusive lock, and when the write fails part way (a full disk) the file is cut back to its
+    length before, so a reader never sees half an append. Never opens a FIFO."""
     p = Path(path)
+    data = text.encode("utf-8", "surrogateescape")
+    existed = os.path.lexists(p)
     try:
         fd = os.open(p, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NONBLOCK", 0), 0o666)
     except OSError as exc:
-        raise UsageError(f"{shown(p)}: cannot be written ({exc.strerror})") from None
-    with os.fdopen(fd, "a", encoding="utf-8") as fh:
+        raise write_error(p, exc) from None
+    try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise UsageError(f"{shown(p)} is not a regular file; popviz appends only to regular files")
-        fh.write(text)
+        _lock(fd)
+        start = os.fstat(fd).st_size
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, start)
+                if not existed and start == 0:
+                    os.unlink(p)
+            raise write_error(p, exc, "cannot be appended to") from None
+    finally:
+        os.close(fd)
+
+
+def _lock(fd: int) -> None:
+    """An exclusive advisory lock on ``fd`` (released when it is closed), waited for a while."""
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: appends are not serialised
+        return
+    import time
+
+    deadline = time.monotonic() + APPEND_LOCK_SECONDS
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                return  # a stuck holder: append anyway (O_APPEND keeps whole writes apart)
+            time.sleep(0.02)
+        except OSError:
+            return  # a file system without locks
 
 
 def write_new_text(path: str | os.PathLike[str], text: str) -> None:
@@ -258,33 +505,7 @@ def write_new_text(path: str | os.PathLike[str], text: str) -> None:
 def write_new_bytes(path: str | os.PathLike[str], data: bytes | Callable[[Any], None]) -> None:
     """:func:`write_new_text` for bytes, or for a ``writer(fh)`` that writes into a binary file
     (a figure's ``savefig``): all or nothing, never over an existing file."""
-    from popviz.errors import UsageError
-
-    p = Path(path)
-    try:
-        fd, tmp = temp_file(p)
-    except OSError as exc:
-        raise UsageError(f"{shown(p)}: cannot be written ({exc.strerror})") from None
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            if callable(data):
-                data(fh)
-            else:
-                fh.write(data)
-        try:
-            os.link(tmp, p)
-        except FileExistsError:
-            raise UsageError(f"{shown(p)} exists; popviz never writes over files: choose a new file name") from None
-        except OSError as exc:
-            if exc.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.ENOSYS, errno.EXDEV):
-                raise UsageError(f"{shown(p)}: cannot be written ({exc.strerror})") from None
-            # a file system without hard links: exclusive create, then the bytes copied in
-            with open(tmp, "rb") as src, open(p, "xb") as dst:
-                shutil.copyfileobj(src, dst)
-    except OSError as exc:
-        raise UsageError(f"{shown(p)}: cannot be written ({exc.strerror})") from None
-    finally:
-        Path(tmp).unlink(missing_ok=True)
+    write_file(path, data, replace=False, force_hint=False)
 
 
 def path_arg(text: str) -> str:

@@ -5,6 +5,7 @@ atomically."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import json
 import os
@@ -182,3 +183,50 @@ def write_run_manifest(path: Path, doc: Mapping[str, Any]) -> None:
     from popviz.fileio import atomic_write_bytes
 
     atomic_write_bytes(path, _encode(doc))
+
+
+RESERVE_FILE = ".popviz-run.reserve"
+RESERVE_BYTES = 256 * 1024
+"""Space set aside when the run starts, given back if the disk is full when the run ends, so the
+run record can always say how the run ended (the record of a large run is a few tens of KiB)."""
+
+
+def make_reserve(root: Path) -> Path | None:
+    """Set ``RESERVE_BYTES`` aside in ``root`` (None when even that does not fit: the run starts
+    anyway, and its end may then go unrecorded on a full disk)."""
+    path = root / RESERVE_FILE
+    try:
+        with open(path, "wb") as fh:
+            fh.write(b"\0" * RESERVE_BYTES)  # written, not sparse: the blocks are really taken
+            fh.flush()
+            os.fsync(fh.fileno())
+        return path
+    except OSError:
+        with contextlib.suppress(OSError):
+            path.unlink()
+        return None
+
+
+def finish_record(path: Path, doc: Mapping[str, Any], reserve: Path | None) -> str | None:
+    """Write the run record at the end of the run, giving the reserve back first if the disk is
+    full; the reserve is removed in any case. The error (one line) when even then it cannot be
+    written, else None."""
+    from popviz.errors import PopvizError
+
+    error = None
+    try:
+        write_run_manifest(path, doc)
+    except PopvizError as exc:
+        error = exc.message
+        if reserve is not None:
+            with contextlib.suppress(OSError):
+                reserve.unlink()
+            try:
+                write_run_manifest(path, doc)
+                error = None
+            except PopvizError as again:
+                error = again.message
+    if reserve is not None:
+        with contextlib.suppress(OSError):
+            reserve.unlink()
+    return error

@@ -78,6 +78,13 @@ def not_reached_reason(doc: dict[str, Any] | None) -> str | None:
             return f"--calls {int(calls)} stopped the script before it called this engine"
     if doc.get("signal"):
         return f"the script was killed by {doc['signal']} before it called this engine"
+    if doc.get("status") == "running":  # popviz itself was killed (or still runs): not the script's doing
+        alive = pid_alive(doc.get("popviz_pid"), doc.get("hostname"))
+        if alive:
+            return "the capture is still running: the script may call this engine later"
+        return "the capture was interrupted (popviz was killed) before the script called this engine"
+    if doc.get("ended") in ("disk full", "write error"):
+        return f"the capture ended with a {doc['ended']}, so its records of this engine may be incomplete"
     code = doc.get("exit_code")
     if isinstance(code, int) and not isinstance(code, bool) and code != 0:
         return f"the script exited with code {code} before it called this engine"
@@ -154,6 +161,16 @@ def failed_instance_warnings(root: Path, instances_with_engines: set[str]) -> li
         out.append(f"{child.name} {how} before any engine was captured, so the run's other instances are "
                    f"analysed without it: see {shown(child / str(doc.get('log') or 'capture.log'))}")
     return out
+
+
+def unfinished_manifest(engine_dir: Path) -> bool:
+    """The engine's ``popviz-model.json`` says ``running`` and its process is gone: it was killed
+    (or could no longer write) before its exit handlers finalised the record."""
+    doc = _read(engine_dir / "popviz-model.json")
+    if doc is None or doc.get("status") != "running":
+        return False
+    process = doc.get("process") if isinstance(doc.get("process"), dict) else {}
+    return not pid_alive(process.get("pid"), process.get("hostname"))
 
 
 def manifest_warning(engine_dir: Path, label: str) -> str | None:
