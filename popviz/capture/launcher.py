@@ -92,6 +92,10 @@ class Tee:
         """A :class:`popviz.capture.status_line.StatusLine` on a terminal (emulated runs), or None."""
         self.logged = 0
         """Bytes written to the log so far."""
+        try:
+            self.base = os.fstat(log.fileno()).st_size
+        except (OSError, ValueError, AttributeError):
+            self.base = 0
         self.failure: str | None = None
         """Why the log could not be written any more (``No space left on device``), or None."""
         self.failure_errno: int | None = None
@@ -138,10 +142,13 @@ class Tee:
             if self.log.closed or self.failure is not None:
                 return
             try:
-                self.log.write(data)
-                self.log.flush()
+                view = memoryview(data)
+                while view:  # unbuffered: a short write on a full disk leaves the rest in view
+                    view = view[self.log.write(view):]
                 self.logged += len(data)
             except (OSError, ValueError) as exc:
+                with contextlib.suppress(OSError, ValueError):  # the log ends at a whole write
+                    os.ftruncate(self.log.fileno(), self.base + self.logged)
                 # A full disk (or quota, or I/O error) must not stop the script: it would block on
                 # its pipe once both threads died. The output is still shown; the log stops here.
                 self.failure = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
@@ -444,7 +451,7 @@ def run_capture(command: Sequence[str], *, output: str | None = None, new_run: b
         write_run_manifest(run_path, run)
         reserve = make_reserve(root)
         try:
-            log = open(root / LOG_FILE, "ab")
+            log = open(root / LOG_FILE, "ab", buffering=0)
         except OSError as exc:
             raise write_error(root / LOG_FILE, exc) from None
         tee = Tee(log, _status_line(err) if emulate else None)

@@ -77,7 +77,8 @@ def write_bundle(report: Report, directory: str | Path, *, overwrite: bool = Fal
     failure leaves nothing under its name and of two writers exactly one wins. Into a directory
     holding other files (the capture hooks' ``popviz-model.json``) only popviz's own files are
     written, each atomically, the metadata last; every table carries the identity of this write
-    (``bundle_id``) and a table of another write is refused when read, never mixed in. An
+    (``bundle_id``) and a table of another popviz write is refused when read, never mixed in (a
+    table without one, written by other tools, is read). An
     existing bundle there is replaced only with ``overwrite=True``. ``run_id`` (default: the
     capture's ``POPVIZ_RUN_ID``) names the run, so bundles of two runs are never read as one.
     """
@@ -246,7 +247,7 @@ class _Reader:
         except (pa.ArrowException, OSError, ValueError) as exc:
             first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             raise self.fail(f"is not a readable Parquet file ({first})", path=path) from None
-        if self.bundle_id is not None and written != self.bundle_id.encode():
+        if self.bundle_id is not None and written is not None and written != self.bundle_id.encode():
             raise self.fail("belongs to another write of this bundle than its metadata (a write that was "
                             "interrupted, or two at once)", path=path)
         if isinstance(rows, int) and len(frame) != rows:

@@ -235,7 +235,7 @@ def _mark_not_reached(engine: EngineDir, report: Report) -> Report:
         return report
     reason = not_reached_reason(record_of(engine.path))
     if reason is None and unfinished_manifest(engine.path):
-        reason = "its process was killed before it called this engine (popviz-model.json was never finalised)"
+        reason = "its process was killed before it called this engine, leaving popviz-model.json unfinalised"
     if reason is None:
         return report
     options = {**report.config.options, NOT_REACHED: reason}
