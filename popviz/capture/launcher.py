@@ -75,6 +75,9 @@ TEE_JOIN_SECONDS = 2.0
 keeps them open is not waited for)."""
 
 
+DISK_FULL_WORDS = (os.strerror(errno.ENOSPC).encode(), os.strerror(errno.EDQUOT).encode())
+
+
 class RunError(PopvizError):
     """The command could not be started."""
 
@@ -99,6 +102,8 @@ class Tee:
         self.failure: str | None = None
         """Why the log could not be written any more (``No space left on device``), or None."""
         self.failure_errno: int | None = None
+        self.child_disk_full = False
+        """The child's popviz code (hooks, emulator) said a write failed for lack of space."""
         self.on_failure: Any = None
         """Called once, with the cause and the bytes logged, when the log stops."""
 
@@ -127,6 +132,8 @@ class Tee:
                         sink.flush()
                 except (OSError, ValueError):
                     sink = None  # our stdout went away (e.g. `| head`): keep logging
+            if stderr and b"popviz" in chunk and any(c in chunk for c in DISK_FULL_WORDS):
+                self.child_disk_full = True  # popviz's hooks or emulator in the child could not write
             pending += chunk
             end = max(pending.rfind(b"\n"), pending.rfind(b"\r")) + 1
             if len(pending) > 65536:
@@ -331,12 +338,34 @@ def summary_lines(run: Mapping[str, Any], root: Path) -> list[str]:
     return lines
 
 
+def _unsaved_engine_files(run: Mapping[str, Any], tee: Tee | None) -> list[dict[str, Any]]:
+    """Engine records the child's popviz code could not save: a ``popviz-model.json`` still
+    ``running`` after the script exited by itself (its exit handlers finalise it), and an emulated
+    engine that was called but has no bundle. The cause is ``No space left on device`` when the
+    child said so."""
+    if run.get("status") not in ("succeeded", "failed"):
+        return []  # killed: an unfinished record is the kill's doing, said as such
+    full = tee is not None and tee.child_disk_full
+    out = []
+    for e in run.get("engines") or []:
+        m = e.get("model") or {}
+        if m.get("record") == "running":
+            out.append({"path": f"{e['path']}/popviz-model.json", "bytes_written": None,
+                        "error": (f"not finalised ({os.strerror(errno.ENOSPC)})" if full else
+                                  "not finalised by the script's exit handlers (see the log)")})
+        elif run.get("emulated") and m.get("calls") and "popviz-report.json" not in e.get("files", []) and full:
+            out.append({"path": f"{e['path']}/popviz-report.json", "bytes_written": None,
+                        "error": f"the estimated report was not written ({os.strerror(errno.ENOSPC)})"})
+    return out
+
+
 def how_ended(run: Mapping[str, Any]) -> str:
     """How the run ended, in the words of ``ended`` in popviz-run.json: ``completed``, ``failed``,
     ``killed``, ``interrupted`` (SIGINT), ``disk full`` or ``write error`` (popviz could not save
     all of the capture), ``launch failed`` or ``error`` (popviz's own)."""
     errors = run.get("write_errors") or []
-    if any(w.get("error") in (os.strerror(errno.ENOSPC), os.strerror(errno.EDQUOT)) for w in errors):
+    if any(word in str(w.get("error")) for w in errors for word in (os.strerror(errno.ENOSPC),
+                                                                     os.strerror(errno.EDQUOT))):
         return "disk full"
     if errors:
         return "write error"
@@ -514,6 +543,7 @@ def run_capture(command: Sequence[str], *, output: str | None = None, new_run: b
             tee.close()
             if tee.failure and not any(w["path"] == LOG_FILE for w in run["write_errors"]):
                 run["write_errors"].append({"path": LOG_FILE, "error": tee.failure, "bytes_written": tee.logged})
+        run["write_errors"] += _unsaved_engine_files(run, tee)
         if run["write_errors"] and run["popviz_exit_code"] == 0:
             run["popviz_exit_code"] = exit_code = 2  # the script ran, its capture is incomplete
         run["ended"] = how_ended(run)
@@ -528,7 +558,9 @@ def run_capture(command: Sequence[str], *, output: str | None = None, new_run: b
                 say("  " + line)
         problems = [f"{shown(root / w['path'])}: cannot be written ({w['error']}) after {w['bytes_written']:,} "
                     "bytes: the script's output from then on was shown, not saved; free some space and capture "
-                    "again" for w in run["write_errors"]]
+                    "again" if w.get("bytes_written") is not None else
+                    f"{shown(root / w['path'])}: {w['error']}; the capture is incomplete: free some space and "
+                    "capture again" for w in run["write_errors"]]
         if record_error:
             problems.insert(0, f"{record_error} (the run record could not say how the run ended)")
         if problems:  # one line: the first thing that could not be written

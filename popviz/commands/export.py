@@ -54,6 +54,8 @@ def run(args: argparse.Namespace) -> int:
     if out.exists() and any(out.iterdir()) and not args.force:
         raise UsageError(f"{shown(out)} already exists and is not empty; pass -o with a new "
                          "directory, or --force to replace its bundles (popviz never overwrites otherwise)")
+    # decided now, before the (long) read: another export finishing meanwhile does not make this one replace
+    replacing = bool(args.force and out.is_dir() and any(out.iterdir()))
     with status(f"reading {src}"):
         reports = load(src)
     # Names come from the report files: check every destination before writing anything.
@@ -72,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
                              f"{f' and {len(others) - 1} more' if len(others) > 1 else ''}), and they would be "
                              "analysed with the new ones; remove them or pass -o with a new directory")
     run_id = bundle.new_id()  # one identity for the export: bundles of two exports never read as one
-    if out.is_dir() and any(out.iterdir()):
+    if replacing:
         _replace_engines(reports, dests, run_id)
     else:  # the whole of OUT built beside it and renamed into place: all of it, or nothing
         with staged_dir(out) as tmp:

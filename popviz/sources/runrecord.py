@@ -117,6 +117,24 @@ def run_warnings(root: Path) -> list[str]:
         return [f"{shown(path)}: unreadable (not a JSON object, or over {MAX_RECORD_BYTES // 2**20} MiB); the "
                 "capture's command, status and timings are unknown and `popviz plan` cannot give its re-run "
                 "command (the reports themselves were read)"]
+    out = _write_error_warnings(doc)
+    return out + _status_warnings(doc, path)
+
+
+def _write_error_warnings(doc: dict[str, Any] | None) -> list[str]:
+    """A warning when the capture could not save all it captured (``write_errors``: a full disk)."""
+    errors = doc.get("write_errors") if isinstance(doc, dict) else None
+    if not isinstance(errors, list) or not errors:
+        return []
+    paths = [str(w.get("path")) for w in errors if isinstance(w, dict)  # data from a file: plain names only
+             and re.fullmatch(r"[\w.+-]{1,100}(/[\w.+-]{1,100}){0,3}", str(w.get("path")))][:3] or ["files"]
+    ended = doc.get("ended") if doc.get("ended") in ("disk full", "write error") else "write error"
+    return [f"{RUN_FILE}: the capture ended with a {ended}: {', '.join(paths)} could not be saved whole; "
+            "figures and call counts may be incomplete: free some space and capture again"]
+
+
+def _status_warnings(doc: dict[str, Any] | None, path: Path) -> list[str]:
+    """Warnings from the record's status: failed, killed, still running, interrupted."""
     if doc is not None and doc.get("status") in ("failed", "killed") and doc.get("engines"):
         code, sig = doc.get("exit_code"), doc.get("signal")  # data from a file: shown only when well-formed
         code = f" (exit {code})" if isinstance(code, int) and not isinstance(code, bool) else ""
