@@ -186,13 +186,21 @@ def publish_file(path: str | os.PathLike[str], data: bytes | Callable[[Any], Non
     an exception in ``data``) removes the temporary file and leaves ``path`` as it was.
     OSError as raised; :func:`write_file` gives the messages."""
     p = Path(path)
-    fd, tmp = temp_file(p)
+    try:
+        fd, tmp = temp_file(p)
+    except OSError as exc:
+        exc.filename = exc.filename and str(real_name(exc.filename))
+        raise
     try:
         _fill(fd, data)
         if replace:
             os.replace(tmp, p)
         else:
             rename_noreplace(tmp, p)
+    except OSError as exc:
+        if exc.filename is None or not isinstance(exc, FileExistsError):
+            exc.filename = str(p)  # the file it was for, not its temporary name
+        raise
     finally:
         with contextlib.suppress(OSError):
             os.unlink(tmp)

@@ -159,24 +159,17 @@ def _encode(doc: Mapping[str, Any]) -> bytes:
 
 
 def _publish_exclusive(path: Path, doc: Mapping[str, Any]) -> bool:
-    """Write ``path`` whole, only if it does not exist (hard link of a complete temp file)."""
-    from popviz.fileio import temp_file
+    """Write ``path`` whole, only if it does not exist (decided at the rename: of two captures
+    claiming one directory, exactly one wins)."""
+    from popviz.fileio import publish_file, write_error
 
-    fd, tmp = temp_file(path)
     try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(_encode(doc))
-        try:
-            os.link(tmp, path)
-        except FileExistsError:
-            return False
-        except OSError:  # a filesystem without hard links: best effort
-            if path.exists():
-                return False
-            os.replace(tmp, path)
-        return True
-    finally:
-        Path(tmp).unlink(missing_ok=True)
+        publish_file(path, _encode(doc), replace=False)
+    except FileExistsError:
+        return False
+    except OSError as exc:
+        raise write_error(path, exc) from None
+    return True
 
 
 def write_run_manifest(path: Path, doc: Mapping[str, Any]) -> None:
