@@ -541,7 +541,8 @@ def _check_parent(p: Path) -> None:
     except OSError as exc:  # e.g. a name too long for the file system
         raise UsageError(f"{shown(p)} cannot be created ({exc.strerror}); choose another path") from None
     if not os.access(p.parent, os.W_OK | os.X_OK):
-        raise UsageError(f"{shown(p.parent)} is not writable; choose a directory you can write to")
+        cause = " (Read-only file system)" if _read_only(p.parent) else ""
+        raise UsageError(f"{shown(p.parent)} is not writable{cause}; choose a directory you can write to")
     try:  # what access() cannot tell (root in /proc, a read-only mount): a file made and removed
         fd, tmp = temp_file(p)
     except OSError as exc:
@@ -549,3 +550,11 @@ def _check_parent(p: Path) -> None:
     os.close(fd)
     os.unlink(tmp)
 
+
+
+def _read_only(directory: Path) -> bool:
+    """``directory`` is on a file system mounted read-only."""
+    try:
+        return bool(os.statvfs(directory).f_flag & getattr(os, "ST_RDONLY", 1))
+    except (OSError, AttributeError):
+        return False
