@@ -56,6 +56,7 @@ def fill(mount: Path, leave_kib: int = 0) -> Path:
     """Fill the file system at ``mount`` until ``leave_kib`` KiB are free (0: none at all)."""
     filler = mount / "filler"
     st = os.statvfs(mount)
+    assert st.f_blocks * st.f_frsize <= 8 * 2**20, f"{mount} is not a small test file system: not filling it"
     free = st.f_bavail * st.f_frsize
     fd = os.open(filler, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     try:

@@ -53,8 +53,10 @@ def record_of(report_dir: str | os.PathLike[str]) -> dict[str, Any] | None:
         if parent != here:
             rel = here.relative_to(parent).as_posix()
             engines = doc.get("engines")
-            if not (isinstance(engines, list)
-                    and any(isinstance(e, dict) and e.get("path") == rel for e in engines)):
+            listed = isinstance(engines, list) and any(isinstance(e, dict) and e.get("path") == rel for e in engines)
+            # a capture whose popviz was killed never listed its engines: its record says running
+            unlisted = doc.get("status") == "running" and engines == [] and len(Path(rel).parts) <= 2
+            if not (listed or unlisted):
                 return None  # the nearest record is not this report's capture
         doc["_root"] = str(parent)
         doc["_file"] = str(parent / RUN_FILE)
