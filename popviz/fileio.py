@@ -236,8 +236,9 @@ def staged_dir(path: str | os.PathLike[str], *, replace: bool = False) -> Iterat
     else refused at the moment of the rename: UsageError) or, with ``replace``, swapped with the
     existing one. On any failure the temporary directory is removed and ``path`` is untouched."""
     p = Path(path)
+    inside = not replace and p.is_dir() and os.path.ismount(p)  # an empty mount point: staged in it
     try:
-        tmp = temp_dir(p)
+        tmp = temp_dir(p / p.name) if inside else temp_dir(p)
     except OSError as exc:
         raise write_error(p, exc) from None
     try:
@@ -245,9 +246,25 @@ def staged_dir(path: str | os.PathLike[str], *, replace: bool = False) -> Iterat
             yield tmp
         except OSError as exc:
             raise write_error(exc.filename or p, exc) from None
-        publish_dir(tmp, p, replace=replace)
+        if inside:
+            try:
+                _move_entries(tmp, p)
+            except FileExistsError:
+                raise UsageError(f"{shown(p)} was written by another popviz meanwhile; popviz never writes "
+                                 "over reports: choose a new directory") from None
+            except OSError as exc:
+                raise write_error(p, exc) from None
+        else:
+            publish_dir(tmp, p, replace=replace)
     finally:
         remove_tree(tmp)
+
+
+def _move_entries(tmp: Path, path: Path) -> None:
+    """Move each entry of the complete ``tmp`` into the empty directory ``path`` (refusing any
+    name that appeared there meanwhile)."""
+    for entry in sorted(tmp.iterdir()):
+        rename_noreplace(entry, path / entry.name)
 
 
 def publish_dir(tmp: Path, path: Path, *, replace: bool) -> None:
@@ -256,8 +273,19 @@ def publish_dir(tmp: Path, path: Path, *, replace: bool) -> None:
         if replace and path.is_dir() and not path.is_symlink():
             exchange(tmp, path)  # tmp now holds the old directory, removed by the caller
             return
-        with contextlib.suppress(OSError):
-            path.rmdir()  # only ever removes an empty directory: it is claimed by the rename below
+        if path.is_dir() and not path.is_symlink():
+            # an empty directory the user made: taken by the rename below, with its permissions
+            with contextlib.suppress(OSError):
+                os.chmod(tmp, stat.S_IMODE(os.stat(path).st_mode))
+            try:
+                path.rmdir()  # only ever removes an empty directory
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                if exc.errno in (errno.ENOTEMPTY, errno.EEXIST):
+                    raise
+                _move_entries(tmp, path)  # a mount point, a directory we may not remove: filled in place
+                return
         rename_noreplace(tmp, path)
     except FileExistsError:
         raise UsageError(f"{shown(path)} was written by another popviz meanwhile; popviz never writes over "
