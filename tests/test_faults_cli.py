@@ -159,3 +159,14 @@ def test_engines_sharing_a_name_give_a_baseline_compare_accepts(tmp_path):
     assert names == ["a", "b"]
     proc = cli("compare", "b.json", "run", cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_export_into_an_empty_mount_point_and_an_empty_private_directory(src, tmp_path):
+    with tmpfs(tmp_path / "mnt") as mount:  # cannot be replaced by a rename: filled in place
+        proc = cli("export", str(src), "-o", str(mount), cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr
+        assert sorted(p.name for p in mount.iterdir()) == ["inference", "training"]
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    assert cli("export", str(src), "-o", "private", cwd=tmp_path).returncode == 0
+    assert private.stat().st_mode & 0o777 == 0o700 and leftovers(tmp_path) == []
