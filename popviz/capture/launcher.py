@@ -57,9 +57,11 @@ from popviz.capture.rundir import (
     RUN_FORMAT_VERSION,
     claim_dir,
     finish_record,
+    how_ended,
     iso_now,
     make_reserve,
     plan_dir,
+    unsaved_engine_files,
     write_run_manifest,
 )
 from popviz.childproc import SignalForwarder, exit_status, find_command
@@ -338,43 +340,6 @@ def summary_lines(run: Mapping[str, Any], root: Path) -> list[str]:
     return lines
 
 
-def _unsaved_engine_files(run: Mapping[str, Any], tee: Tee | None) -> list[dict[str, Any]]:
-    """Engine records the child's popviz code could not save: a ``popviz-model.json`` still
-    ``running`` after the script exited by itself (its exit handlers finalise it), and an emulated
-    engine that was called but has no bundle. The cause is ``No space left on device`` when the
-    child said so."""
-    if run.get("status") not in ("succeeded", "failed"):
-        return []  # killed: an unfinished record is the kill's doing, said as such
-    full = tee is not None and tee.child_disk_full
-    out = []
-    for e in run.get("engines") or []:
-        m = e.get("model") or {}
-        if m.get("record") == "running":
-            out.append({"path": f"{e['path']}/popviz-model.json", "bytes_written": None,
-                        "error": (f"not finalised ({os.strerror(errno.ENOSPC)})" if full else
-                                  "not finalised by the script's exit handlers (see the log)")})
-        elif run.get("emulated") and m.get("calls") and "popviz-report.json" not in e.get("files", []) and full:
-            out.append({"path": f"{e['path']}/popviz-report.json", "bytes_written": None,
-                        "error": f"the estimated report was not written ({os.strerror(errno.ENOSPC)})"})
-    return out
-
-
-def how_ended(run: Mapping[str, Any]) -> str:
-    """How the run ended, in the words of ``ended`` in popviz-run.json: ``completed``, ``failed``,
-    ``killed``, ``interrupted`` (SIGINT), ``disk full`` or ``write error`` (popviz could not save
-    all of the capture), ``launch failed`` or ``error`` (popviz's own)."""
-    errors = run.get("write_errors") or []
-    if any(word in str(w.get("error")) for w in errors for word in (os.strerror(errno.ENOSPC),
-                                                                     os.strerror(errno.EDQUOT))):
-        return "disk full"
-    if errors:
-        return "write error"
-    status = run.get("status")
-    if status == "killed":
-        return "interrupted" if run.get("signal") == "SIGINT" else "killed"
-    return {"succeeded": "completed", "failed": "failed", "launch_failed": "launch failed"}.get(str(status), "error")
-
-
 def _status_line(err: IO[bytes]) -> Any:
     """A live status line for the emulator's heartbeats when ``err`` is a terminal, else None."""
     try:
@@ -543,7 +508,7 @@ def run_capture(command: Sequence[str], *, output: str | None = None, new_run: b
             tee.close()
             if tee.failure and not any(w["path"] == LOG_FILE for w in run["write_errors"]):
                 run["write_errors"].append({"path": LOG_FILE, "error": tee.failure, "bytes_written": tee.logged})
-        run["write_errors"] += _unsaved_engine_files(run, tee)
+        run["write_errors"] += unsaved_engine_files(run, tee is not None and tee.child_disk_full)
         if run["write_errors"] and run["popviz_exit_code"] == 0:
             run["popviz_exit_code"] = exit_code = 2  # the script ran, its capture is incomplete
         run["ended"] = how_ended(run)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import errno
 import json
 import os
 from collections.abc import Mapping
@@ -223,3 +224,40 @@ def finish_record(path: Path, doc: Mapping[str, Any], reserve: Path | None) -> s
         with contextlib.suppress(OSError):
             reserve.unlink()
     return error
+
+
+def unsaved_engine_files(run: Mapping[str, Any], child_disk_full: bool) -> list[dict[str, Any]]:
+    """Engine records the child's popviz code could not save: a ``popviz-model.json`` still
+    ``running`` after the script exited by itself (its exit handlers finalise it), and an emulated
+    engine that was called but has no bundle. The cause is ``No space left on device`` when the
+    child said so."""
+    if run.get("status") not in ("succeeded", "failed"):
+        return []  # killed: an unfinished record is the kill's doing, said as such
+    full = child_disk_full
+    out = []
+    for e in run.get("engines") or []:
+        m = e.get("model") or {}
+        if m.get("record") == "running":
+            out.append({"path": f"{e['path']}/popviz-model.json", "bytes_written": None,
+                        "error": (f"not finalised ({os.strerror(errno.ENOSPC)})" if full else
+                                  "not finalised by the script's exit handlers (see the log)")})
+        elif run.get("emulated") and m.get("calls") and "popviz-report.json" not in e.get("files", []) and full:
+            out.append({"path": f"{e['path']}/popviz-report.json", "bytes_written": None,
+                        "error": f"the estimated report was not written ({os.strerror(errno.ENOSPC)})"})
+    return out
+
+
+def how_ended(run: Mapping[str, Any]) -> str:
+    """How the run ended, in the words of ``ended`` in popviz-run.json: ``completed``, ``failed``,
+    ``killed``, ``interrupted`` (SIGINT), ``disk full`` or ``write error`` (popviz could not save
+    all of the capture), ``launch failed`` or ``error`` (popviz's own)."""
+    errors = run.get("write_errors") or []
+    if any(word in str(w.get("error")) for w in errors for word in (os.strerror(errno.ENOSPC),
+                                                                     os.strerror(errno.EDQUOT))):
+        return "disk full"
+    if errors:
+        return "write error"
+    status = run.get("status")
+    if status == "killed":
+        return "interrupted" if run.get("signal") == "SIGINT" else "killed"
+    return {"succeeded": "completed", "failed": "failed", "launch_failed": "launch failed"}.get(str(status), "error")
