@@ -11,6 +11,7 @@ regression); 2 bad input or usage (one line on stderr); 3 an internal error (a p
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import os
 import re
@@ -92,6 +93,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     return code
 
 
+_ENVIRONMENT_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO, errno.EFBIG})
+"""Errors of the machine (no space left, over quota, read-only, I/O), never a popviz bug."""
+
+
 def _main(argv: Sequence[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
@@ -124,6 +129,11 @@ def _main(argv: Sequence[str] | None) -> int:
 
             print(f"popviz: error: {escape.term(shown(exc.filename))}: {escape.term(exc.strerror or exc)}; "
                   "choose another path", file=sys.stderr)
+            return EXIT_USAGE
+        if isinstance(exc, OSError) and exc.errno in _ENVIRONMENT_ERRNOS:
+            # the system's fault, not popviz's (a full disk met where no path is known): exit 2
+            print(f"popviz: error: {escape.term(exc.strerror or exc)} (errno {exc.errno}); free space or fix the "
+                  "file system and run again", file=sys.stderr)
             return EXIT_USAGE
         first = str(exc).splitlines()[0] if str(exc) else ""
         print(f"popviz: internal error: {type(exc).__name__}: {escape.term(first)} (this is a popviz bug; "

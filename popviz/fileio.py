@@ -1,48 +1,38 @@
-"""Small file helpers shared by the bundle writer, the capture manifests and the launcher.
+"""Small file helpers shared by the bundle writer, the capture manifests and the launcher: reading
+regular files only, checking output paths, the writes of :mod:`popviz.atomic` (re-exported here).
 
 Imports only the standard library: capture hooks use it inside the user's process.
 """
 
 from __future__ import annotations
 
-import errno
-import io
+import contextlib
 import json
 import os
-import secrets
-import shutil
 import stat
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from popviz.errors import CorruptReportError, UnsupportedFormatError, shown
-
-
-def temp_file(path: Path) -> tuple[int, str]:
-    """A new file beside ``path`` for an atomic replace: (fd, name). Unlike mkstemp's 0600 it
-    gets the permissions the umask gives any new file, so reports stay readable by others."""
-    while True:
-        tmp = str(path.parent / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-        try:
-            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), tmp
-        except FileExistsError:
-            continue
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` so that readers see the old file or the new one, never half."""
-    fd, tmp = temp_file(path)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
+from popviz.atomic import (  # noqa: F401 (re-exported: fileio is where writers look)
+    RUN_ID_ENV,
+    WriteError,
+    atomic_write_bytes,
+    exchange,
+    exists_error,
+    new_id,
+    publish_dir,
+    publish_file,
+    real_name,
+    remove_tree,
+    rename_noreplace,
+    staged_dir,
+    temp_dir,
+    temp_file,
+    write_error,
+    write_file,
+)
+from popviz.errors import CorruptReportError, UnsupportedFormatError, UsageError, shown
 
 MAX_JSON_BYTES = 64 * 2**20
 """The largest popviz JSON file read (bundle metadata, popviz-model.json, baselines, plan files):
@@ -171,24 +161,13 @@ def check_output(path: str | os.PathLike[str], force: bool) -> None:
 
 def write_output(path: str | os.PathLike[str], data: bytes | str | Callable[[Any], None], force: bool) -> None:
     """Write an output file all or nothing: over an existing regular file only with ``force``
-    (an atomic replace: readers see the old file or the new one), else only as a new file."""
-    from popviz.errors import UsageError
-
+    (an atomic replace: readers see the old file or the new one), else only as a new file (an
+    existing one refused at the moment of the rename, so of two writers one wins)."""
     if isinstance(data, str):
         data = data.encode("utf-8", "surrogateescape")
-    if not force:
-        write_new_bytes(path, data)
-        return
-    check_replaceable(path)  # checked again: a link or a directory may have appeared meanwhile
-    p = Path(path)
-    try:
-        if callable(data):
-            buf = io.BytesIO()
-            data(buf)
-            data = buf.getvalue()
-        atomic_write_bytes(p, data)
-    except OSError as exc:
-        raise UsageError(f"{shown(p)}: cannot be written ({exc.strerror})") from None
+    if force:
+        check_replaceable(path)  # checked again: a link or a directory may have appeared meanwhile
+    write_file(path, data, replace=force)
 
 
 def check_replaceable(path: str | os.PathLike[str]) -> None:
@@ -232,19 +211,60 @@ def check_appendable(path: str | os.PathLike[str], what: str) -> None:
         raise UsageError(f"{what} ({shown(p)}) is not writable")
 
 
-def append_text(path: str | os.PathLike[str], text: str) -> None:
-    """Append ``text`` to the regular file ``path`` (created when absent); never opens a FIFO."""
-    from popviz.errors import UsageError
+APPEND_LOCK_SECONDS = 10.0
+"""How long an append waits for another popviz appending to the same file (a job summary)."""
 
+
+def append_text(path: str | os.PathLike[str], text: str) -> None:
+    """Append ``text`` to the regular file ``path`` (created when absent) all or nothing: under an
+    exclusive lock, and when the write fails part way (a full disk) the file is cut back to its
+    length before, so a reader never sees half an append. Never opens a FIFO."""
     p = Path(path)
+    data = text.encode("utf-8", "surrogateescape")
+    existed = os.path.lexists(p)
     try:
         fd = os.open(p, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NONBLOCK", 0), 0o666)
     except OSError as exc:
-        raise UsageError(f"{shown(p)}: cannot be written ({exc.strerror})") from None
-    with os.fdopen(fd, "a", encoding="utf-8") as fh:
+        raise write_error(p, exc) from None
+    try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise UsageError(f"{shown(p)} is not a regular file; popviz appends only to regular files")
-        fh.write(text)
+        _lock(fd)
+        start = os.fstat(fd).st_size
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, start)
+                if not existed and start == 0:
+                    os.unlink(p)
+            raise write_error(p, exc, "cannot be appended to") from None
+    finally:
+        os.close(fd)
+
+
+def _lock(fd: int) -> None:
+    """An exclusive advisory lock on ``fd`` (released when it is closed), waited for a while."""
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: appends are not serialised
+        return
+    import time
+
+    deadline = time.monotonic() + APPEND_LOCK_SECONDS
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                return  # a stuck holder: append anyway (O_APPEND keeps whole writes apart)
+            time.sleep(0.02)
+        except OSError:
+            return  # a file system without locks
 
 
 def write_new_text(path: str | os.PathLike[str], text: str) -> None:
@@ -258,33 +278,7 @@ def write_new_text(path: str | os.PathLike[str], text: str) -> None:
 def write_new_bytes(path: str | os.PathLike[str], data: bytes | Callable[[Any], None]) -> None:
     """:func:`write_new_text` for bytes, or for a ``writer(fh)`` that writes into a binary file
     (a figure's ``savefig``): all or nothing, never over an existing file."""
-    from popviz.errors import UsageError
-
-    p = Path(path)
-    try:
-        fd, tmp = temp_file(p)
-    except OSError as exc:
-        raise UsageError(f"{shown(p)}: cannot be written ({exc.strerror})") from None
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            if callable(data):
-                data(fh)
-            else:
-                fh.write(data)
-        try:
-            os.link(tmp, p)
-        except FileExistsError:
-            raise UsageError(f"{shown(p)} exists; popviz never writes over files: choose a new file name") from None
-        except OSError as exc:
-            if exc.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.ENOSYS, errno.EXDEV):
-                raise UsageError(f"{shown(p)}: cannot be written ({exc.strerror})") from None
-            # a file system without hard links: exclusive create, then the bytes copied in
-            with open(tmp, "rb") as src, open(p, "xb") as dst:
-                shutil.copyfileobj(src, dst)
-    except OSError as exc:
-        raise UsageError(f"{shown(p)}: cannot be written ({exc.strerror})") from None
-    finally:
-        Path(tmp).unlink(missing_ok=True)
+    write_file(path, data, replace=False, force_hint=False)
 
 
 def path_arg(text: str) -> str:
@@ -312,7 +306,8 @@ def _check_parent(p: Path) -> None:
     except OSError as exc:  # e.g. a name too long for the file system
         raise UsageError(f"{shown(p)} cannot be created ({exc.strerror}); choose another path") from None
     if not os.access(p.parent, os.W_OK | os.X_OK):
-        raise UsageError(f"{shown(p.parent)} is not writable; choose a directory you can write to")
+        cause = " (Read-only file system)" if _read_only(p.parent) else ""
+        raise UsageError(f"{shown(p.parent)} is not writable{cause}; choose a directory you can write to")
     try:  # what access() cannot tell (root in /proc, a read-only mount): a file made and removed
         fd, tmp = temp_file(p)
     except OSError as exc:
@@ -320,3 +315,11 @@ def _check_parent(p: Path) -> None:
     os.close(fd)
     os.unlink(tmp)
 
+
+
+def _read_only(directory: Path) -> bool:
+    """``directory`` is on a file system mounted read-only."""
+    try:
+        return bool(os.statvfs(directory).f_flag & getattr(os, "ST_RDONLY", 1))
+    except (OSError, AttributeError):
+        return False

@@ -31,7 +31,7 @@ LAYERS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
     (6, "analysis", ("popviz.analysis",)),
     (6, "sources", ("popviz.sources",)),
     (7, "model", ("popviz.model",)),
-    (8, "base", ("popviz._version", "popviz.errors", "popviz.escape", "popviz.fileio", "popviz.paths",
+    (8, "base", ("popviz._version", "popviz.errors", "popviz.escape", "popviz.fileio", "popviz.atomic", "popviz.paths",
                  "popviz.childproc", "popviz.ui", "popviz.schedule", "popviz.plan_file", "popviz.units",
                  "popviz._hooks", "popviz.block_names")),
 )

@@ -18,7 +18,7 @@ import os
 import shutil
 from pathlib import Path
 
-from popviz.errors import shown
+from popviz.errors import PopvizError, shown
 
 MANIFEST = "popviz-model.json"
 MAX_DEPTH = 3
@@ -46,17 +46,32 @@ def _inside(path: Path, root: Path) -> bool:
 
 
 def _link_or_copy(src: Path, dest: Path) -> None:
+    """``src`` at ``dest``, whole or not at all (a full disk leaves no half copy under its name):
+    a hard link, else a copy made beside ``dest`` and renamed into place; never over a file."""
+    from popviz.fileio import publish_dir, remove_tree, temp_dir
+
     if src.is_dir():
-        shutil.copytree(src, dest, copy_function=_link_or_copy_file)
+        tmp = temp_dir(dest)
+        try:
+            shutil.copytree(src, tmp, copy_function=_link_or_copy_file, dirs_exist_ok=True)
+            publish_dir(tmp, dest, replace=False)
+        finally:
+            remove_tree(tmp)
     else:
         _link_or_copy_file(src, dest)
 
 
 def _link_or_copy_file(src: str | Path, dest: str | Path) -> None:
+    from popviz.fileio import publish_file
+
     try:
         os.link(src, dest)
+    except FileExistsError:
+        raise
     except OSError:
-        shutil.copy2(src, dest)
+        with open(src, "rb") as fh:
+            publish_file(dest, lambda out: shutil.copyfileobj(fh, out), replace=False)
+        shutil.copystat(src, dest)
 
 
 def follow_reports(root: Path) -> list[str]:
@@ -80,7 +95,7 @@ def follow_reports(root: Path) -> list[str]:
                 lines.append(f"{engine}: the program set autoReport.directory={used}, but "
                              f"{shown(source)} holds no profile")
                 continue
-            taken, kept = [], []
+            taken, kept, failed = [], [], []
             for item in sorted(source.iterdir()):
                 if item.name == MANIFEST or item.name.startswith("."):
                     continue
@@ -88,9 +103,15 @@ def follow_reports(root: Path) -> list[str]:
                 if dest.exists():
                     kept.append(item.name)
                     continue
-                _link_or_copy(item, dest)
+                try:
+                    _link_or_copy(item, dest)
+                except (OSError, PopvizError) as exc:  # a full disk: that file is not gathered, said so
+                    failed.append(f"{item.name} ({getattr(exc, 'strerror', None) or exc})")
+                    continue
                 taken.append(item.name)
             what = f"linked {', '.join(taken)} into {where}" if taken else "nothing new to gather"
+            if failed:
+                what += f"; could not gather {', '.join(failed)}"
             if kept:
                 what += f" (kept {where}'s own {', '.join(kept)})"
             lines.append(f"{engine}: profile written to {shown(source)} (the program's "

@@ -21,6 +21,7 @@ The run directory and manifest are :mod:`popviz.capture.rundir`; the child's env
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import shutil
@@ -56,13 +57,18 @@ from popviz.capture.rundir import (
     RUN_FORMAT,
     RUN_FORMAT_VERSION,
     claim_dir,
+    finish_record,
+    how_ended,
     iso_now,
+    make_reserve,
     plan_dir,
+    unsaved_engine_files,
     write_run_manifest,
 )
 from popviz.childproc import SignalForwarder, exit_status, find_command
 from popviz.errors import PopvizError, UsageError, shown
 from popviz.escape import status_line as esc_status
+from popviz.fileio import RUN_ID_ENV, new_id, write_error
 from popviz.model.names import output_mode_label
 from popviz.model.numbers import wall_seconds
 from popviz.ui import wrap_line
@@ -70,6 +76,9 @@ from popviz.ui import wrap_line
 TEE_JOIN_SECONDS = 2.0
 """How long to wait, once the child has exited, for output still in the pipes (a grandchild that
 keeps them open is not waited for)."""
+
+
+DISK_FULL_WORDS = (os.strerror(errno.ENOSPC).encode(), os.strerror(errno.EDQUOT).encode())
 
 
 class RunError(PopvizError):
@@ -87,6 +96,19 @@ class Tee:
         self.threads: list[threading.Thread] = []
         self.status = status
         """A :class:`popviz.capture.status_line.StatusLine` on a terminal (emulated runs), or None."""
+        self.logged = 0
+        """Bytes written to the log so far."""
+        try:
+            self.base = os.fstat(log.fileno()).st_size
+        except (OSError, ValueError, AttributeError):
+            self.base = 0
+        self.failure: str | None = None
+        """Why the log could not be written any more (``No space left on device``), or None."""
+        self.failure_errno: int | None = None
+        self.child_disk_full = False
+        """The child's popviz code (hooks, emulator) said a write failed for lack of space."""
+        self.on_failure: Any = None
+        """Called once, with the cause and the bytes logged, when the log stops."""
 
     def start(self, source: IO[bytes], sink: IO[bytes] | None, stderr: bool = False) -> None:
         thread = threading.Thread(target=self._pump, args=(source, sink, stderr), daemon=True)
@@ -113,6 +135,8 @@ class Tee:
                         sink.flush()
                 except (OSError, ValueError):
                     sink = None  # our stdout went away (e.g. `| head`): keep logging
+            if stderr and b"popviz" in chunk and any(c in chunk for c in DISK_FULL_WORDS):
+                self.child_disk_full = True  # popviz's hooks or emulator in the child could not write
             pending += chunk
             end = max(pending.rfind(b"\n"), pending.rfind(b"\r")) + 1
             if len(pending) > 65536:
@@ -125,9 +149,23 @@ class Tee:
         if not data:
             return
         with self.lock:
-            if not self.log.closed:
-                self.log.write(data)
-                self.log.flush()
+            if self.log.closed or self.failure is not None:
+                return
+            try:
+                view = memoryview(data)
+                while view:  # unbuffered: a short write on a full disk leaves the rest in view
+                    view = view[self.log.write(view):]
+                self.logged += len(data)
+            except (OSError, ValueError) as exc:
+                with contextlib.suppress(OSError, ValueError):  # the log ends at a whole write
+                    os.ftruncate(self.log.fileno(), self.base + self.logged)
+                # A full disk (or quota, or I/O error) must not stop the script: it would block on
+                # its pipe once both threads died. The output is still shown; the log stops here.
+                self.failure = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+                self.failure_errno = getattr(exc, "errno", None)
+                if self.on_failure is not None:
+                    with contextlib.suppress(Exception):
+                        self.on_failure(self.failure, self.logged)
 
     def join(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -136,7 +174,12 @@ class Tee:
 
     def close(self) -> None:
         with self.lock:
-            self.log.close()
+            try:
+                self.log.close()
+            except OSError as exc:  # the last buffered bytes could not be written
+                if self.failure is None:
+                    self.failure = exc.strerror or str(exc)
+                    self.failure_errno = exc.errno
 
 
 def _engines_found(root: Path) -> list[dict[str, Any]]:
@@ -176,6 +219,7 @@ def _engines_found(root: Path) -> list[dict[str, Any]]:
                                                  if s.get("metric") == "wall_seconds"), None),
                     "compile_error": (calls.get("compile") or {}).get("error"),
                     "poptorch": (doc.get("versions") or {}).get("poptorch"),
+                    "record": doc.get("status"),
                 }
         bundle_path = engine.path / "popviz-report.json"
         if "model" in entry and bundle_path.is_file():
@@ -251,7 +295,9 @@ def summary_lines(run: Mapping[str, Any], root: Path) -> list[str]:
         m = e.get("model")
         if m and report == "no profile" and m.get("calls") == 0 and m.get("compile_seconds") is None \
                 and not m.get("compile_error"):
-            early = not_reached_reason(run)
+            early = not_reached_reason(run) or (
+                "its record was never finalised (the hooks could not update popviz-model.json: see the log)"
+                if m.get("record") == "running" else None)
             desc = [f"not reached: {early}" if early else
                     f"NEVER CALLED: the script built this {m.get('mode') or 'PopTorch'} model but never called or "
                     "compiled it (an empty poptorch.DataLoader?)",
@@ -267,6 +313,8 @@ def summary_lines(run: Mapping[str, Any], root: Path) -> list[str]:
                         f"R={m.get('replication_factor')}, output "
                         f"{output_mode_label(m.get('output_mode'), m.get('output_return_period'))}")
             calls = f"{m.get('calls')} call(s)" + _times_text(m, run)
+            if m.get("record") == "running":
+                calls += " (record not finalised: counts stop at its last update)"
             if m.get("compile_error"):
                 calls += f", compile failed: {esc.term(m['compile_error'])}"  # the script's text: no ESC
             desc.append(calls)
@@ -356,7 +404,8 @@ def run_capture(command: Sequence[str], *, output: str | None = None, new_run: b
         "instance": instance, "emulated": emulate,
         "versions": {"popviz": __version__, "python": sys.version.split()[0], **sdk_versions(base_env)},
         "environment": {}, "engine_options": {}, "log": LOG_FILE, "engines": [],
-        "signals_received": [], "signals_forwarded": [], "notes": [],
+        "signals_received": [], "signals_forwarded": [], "notes": [], "write_errors": [],
+        "run_id": new_id(),
     }
     root = claim_dir(planned, output, new_run, instance, run)
     abs_root = str(root.resolve())
@@ -372,11 +421,14 @@ def run_capture(command: Sequence[str], *, output: str | None = None, new_run: b
     bootstrap: Path | None = None
     forwarder = SignalForwarder()
     tee: Tee | None = None
+    reserve: Path | None = None
+    record_error: str | None = None
     exit_code = 3
     try:
         engine_opts, conflicts = merge_options(user_engine, {**engine_options(abs_root, run_count),
                                                              **lwp_options(lwp)})
-        set_env = {ENGINE_OPTIONS_ENV: json.dumps(engine_opts), hooks.ENV_DIR: abs_root}
+        set_env = {ENGINE_OPTIONS_ENV: json.dumps(engine_opts), hooks.ENV_DIR: abs_root,
+                   RUN_ID_ENV: run["run_id"]}
         if instance:
             set_env[hooks.ENV_INSTANCE] = instance
         if pvti:
@@ -394,8 +446,19 @@ def run_capture(command: Sequence[str], *, output: str | None = None, new_run: b
                                  "conflicts": [dict(c, variable=c.get("variable", ENGINE_OPTIONS_ENV))
                                                for c in conflicts]}
         write_run_manifest(run_path, run)
-        log = open(root / LOG_FILE, "ab")
+        reserve = make_reserve(root)
+        try:
+            log = open(root / LOG_FILE, "ab", buffering=0)
+        except OSError as exc:
+            raise write_error(root / LOG_FILE, exc) from None
         tee = Tee(log, _status_line(err) if emulate else None)
+
+        def log_stopped(cause: str, logged: int) -> None:
+            run["write_errors"].append({"path": LOG_FILE, "error": cause, "bytes_written": logged})
+            say(f"popviz capture: {shown(root / LOG_FILE)} cannot be written ({cause}) after {logged:,} bytes; "
+                "the script keeps running and its output is still shown here, no longer saved")
+
+        tee.on_failure = log_stopped
         forwarder.before_spawn()
         try:
             proc = subprocess.Popen(command, env=child_env, stdout=subprocess.PIPE,
@@ -425,7 +488,6 @@ def run_capture(command: Sequence[str], *, output: str | None = None, new_run: b
         status, exit_code, signame = exit_status(returncode)
         run.update(status=status, exit_code=returncode if returncode >= 0 else None, signal=signame,
                    popviz_exit_code=exit_code)
-        return exit_code
     except BaseException as exc:
         if run["status"] == "running":
             run.update(status="error", error=f"{type(exc).__name__}: {exc}")
@@ -445,10 +507,15 @@ def run_capture(command: Sequence[str], *, output: str | None = None, new_run: b
                                     if e.get("model", {}).get("poptorch")})
         if poptorch_versions:
             run["versions"]["poptorch"] = ", ".join(poptorch_versions)
-        with contextlib.suppress(Exception):
-            write_run_manifest(run_path, run)
         if tee is not None:
             tee.close()
+            if tee.failure and not any(w["path"] == LOG_FILE for w in run["write_errors"]):
+                run["write_errors"].append({"path": LOG_FILE, "error": tee.failure, "bytes_written": tee.logged})
+        run["write_errors"] += unsaved_engine_files(run, tee is not None and tee.child_disk_full)
+        if run["write_errors"] and run["popviz_exit_code"] == 0:
+            run["popviz_exit_code"] = exit_code = 2  # the script ran, its capture is incomplete
+        run["ended"] = how_ended(run)
+        record_error = finish_record(run_path, run, reserve)
         if bootstrap is not None:
             shutil.rmtree(bootstrap, ignore_errors=True)
         if run["status"] not in ("running", "error", "launch_failed"):
@@ -457,3 +524,15 @@ def run_capture(command: Sequence[str], *, output: str | None = None, new_run: b
                     say(part)
             for line in followed:
                 say("  " + line)
+        problems = [f"{shown(root / w['path'])}: cannot be written ({w['error']}) after {w['bytes_written']:,} "
+                    "bytes: the script's output from then on was shown, not saved; free some space and capture "
+                    "again" if w.get("bytes_written") is not None else
+                    f"{shown(root / w['path'])}: {w['error']}; the capture is incomplete: free some space and "
+                    "capture again" for w in run["write_errors"]]
+        if record_error:
+            problems.insert(0, f"{record_error} (the run record could not say how the run ended)")
+        if problems:  # one line: the first thing that could not be written
+            say(f"popviz: error: {problems[0]}")
+    if record_error and exit_code == 0:
+        return 2
+    return exit_code

@@ -5,7 +5,9 @@ atomically."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
+import errno
 import json
 import os
 from collections.abc import Mapping
@@ -158,27 +160,104 @@ def _encode(doc: Mapping[str, Any]) -> bytes:
 
 
 def _publish_exclusive(path: Path, doc: Mapping[str, Any]) -> bool:
-    """Write ``path`` whole, only if it does not exist (hard link of a complete temp file)."""
-    from popviz.fileio import temp_file
+    """Write ``path`` whole, only if it does not exist (decided at the rename: of two captures
+    claiming one directory, exactly one wins)."""
+    from popviz.fileio import publish_file, write_error
 
-    fd, tmp = temp_file(path)
     try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(_encode(doc))
-        try:
-            os.link(tmp, path)
-        except FileExistsError:
-            return False
-        except OSError:  # a filesystem without hard links: best effort
-            if path.exists():
-                return False
-            os.replace(tmp, path)
-        return True
-    finally:
-        Path(tmp).unlink(missing_ok=True)
+        publish_file(path, _encode(doc), replace=False)
+    except FileExistsError:
+        return False
+    except OSError as exc:
+        raise write_error(path, exc) from None
+    return True
 
 
 def write_run_manifest(path: Path, doc: Mapping[str, Any]) -> None:
     from popviz.fileio import atomic_write_bytes
 
     atomic_write_bytes(path, _encode(doc))
+
+
+RESERVE_FILE = ".popviz-run.reserve"
+RESERVE_BYTES = 256 * 1024
+"""Space set aside when the run starts, given back if the disk is full when the run ends, so the
+run record can always say how the run ended (the record of a large run is a few tens of KiB)."""
+
+
+def make_reserve(root: Path) -> Path | None:
+    """Set ``RESERVE_BYTES`` aside in ``root`` (None when even that does not fit: the run starts
+    anyway, and its end may then go unrecorded on a full disk)."""
+    path = root / RESERVE_FILE
+    try:
+        with open(path, "wb") as fh:
+            fh.write(b"\0" * RESERVE_BYTES)  # written, not sparse: the blocks are really taken
+            fh.flush()
+            os.fsync(fh.fileno())
+        return path
+    except OSError:
+        with contextlib.suppress(OSError):
+            path.unlink()
+        return None
+
+
+def finish_record(path: Path, doc: Mapping[str, Any], reserve: Path | None) -> str | None:
+    """Write the run record at the end of the run, giving the reserve back first if the disk is
+    full; the reserve is removed in any case. The error (one line) when even then it cannot be
+    written, else None."""
+    from popviz.errors import PopvizError
+
+    error = None
+    try:
+        write_run_manifest(path, doc)
+    except PopvizError as exc:
+        error = exc.message
+        if reserve is not None:
+            with contextlib.suppress(OSError):
+                reserve.unlink()
+            try:
+                write_run_manifest(path, doc)
+                error = None
+            except PopvizError as again:
+                error = again.message
+    if reserve is not None:
+        with contextlib.suppress(OSError):
+            reserve.unlink()
+    return error
+
+
+def unsaved_engine_files(run: Mapping[str, Any], child_disk_full: bool) -> list[dict[str, Any]]:
+    """Engine records the child's popviz code could not save: a ``popviz-model.json`` still
+    ``running`` after the script exited by itself (its exit handlers finalise it), and an emulated
+    engine that was called but has no bundle. The cause is ``No space left on device`` when the
+    child said so."""
+    if run.get("status") not in ("succeeded", "failed"):
+        return []  # killed: an unfinished record is the kill's doing, said as such
+    full = child_disk_full
+    out = []
+    for e in run.get("engines") or []:
+        m = e.get("model") or {}
+        if m.get("record") == "running":
+            out.append({"path": f"{e['path']}/popviz-model.json", "bytes_written": None,
+                        "error": (f"not finalised ({os.strerror(errno.ENOSPC)})" if full else
+                                  "not finalised by the script's exit handlers (see the log)")})
+        elif run.get("emulated") and m.get("calls") and "popviz-report.json" not in e.get("files", []) and full:
+            out.append({"path": f"{e['path']}/popviz-report.json", "bytes_written": None,
+                        "error": f"the estimated report was not written ({os.strerror(errno.ENOSPC)})"})
+    return out
+
+
+def how_ended(run: Mapping[str, Any]) -> str:
+    """How the run ended, in the words of ``ended`` in popviz-run.json: ``completed``, ``failed``,
+    ``killed``, ``interrupted`` (SIGINT), ``disk full`` or ``write error`` (popviz could not save
+    all of the capture), ``launch failed`` or ``error`` (popviz's own)."""
+    errors = run.get("write_errors") or []
+    if any(word in str(w.get("error")) for w in errors for word in (os.strerror(errno.ENOSPC),
+                                                                     os.strerror(errno.EDQUOT))):
+        return "disk full"
+    if errors:
+        return "write error"
+    status = run.get("status")
+    if status == "killed":
+        return "interrupted" if run.get("signal") == "SIGINT" else "killed"
+    return {"succeeded": "completed", "failed": "failed", "launch_failed": "launch failed"}.get(str(status), "error")

@@ -188,7 +188,7 @@ def document(engines: list[EngineMetrics], source: str) -> dict[str, Any]:
 def save(report: str | os.PathLike[str], out: str | os.PathLike[str], *, force: bool = False) -> list[EngineMetrics]:
     """Write the baseline of ``report`` to ``out`` (an existing file only with ``force``): its engines
     with metrics (every engine is returned; those without metrics were left out)."""
-    from popviz.fileio import atomic_write_bytes, check_replaceable
+    from popviz.fileio import check_replaceable, write_output
 
     target = Path(out)
     if (target.exists() or target.is_symlink()) and not force:
@@ -201,8 +201,6 @@ def save(report: str | os.PathLike[str], out: str | os.PathLike[str], *, force: 
         raise UsageError(f"{shown(report)}: no metric to save, so the baseline would gate nothing "
                          f"({'; '.join(no_metrics_reason(e) for e in engines) or 'no engine'}); save a run that ran")
     text = json.dumps(document(kept, str(report)), indent=1, sort_keys=False) + "\n"
-    try:
-        atomic_write_bytes(target, text.encode())
-    except OSError as exc:
-        raise UsageError(f"{shown(target)}: cannot be written ({exc.strerror})") from None
+    # exclusive at the rename without --force: of two saves at once, exactly one wins
+    write_output(target, text, force)
     return engines

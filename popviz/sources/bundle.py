@@ -17,7 +17,7 @@ from typing import Any
 
 from popviz._version import __version__
 from popviz.errors import CorruptReportError, PopvizError, shown
-from popviz.fileio import atomic_write_bytes, read_versioned_json
+from popviz.fileio import RUN_ID_ENV, atomic_write_bytes, new_id, read_versioned_json
 from popviz.model import (
     ExecutionTable,
     HostIO,
@@ -47,40 +47,90 @@ OPTIONAL_TABLES = (("streams", STREAMS_FILE), ("blocks", BLOCKS_FILE))
 reads as before (stream copies then derived by program name)."""
 
 
+BUNDLE_ID_KEY = b"popviz.bundle_id"
+"""Key of the Parquet schema metadata naming the write of the bundle a table belongs to."""
+
+
 def is_bundle(directory: str | Path) -> bool:
     return (Path(directory) / METADATA_FILE).is_file()
 
 
-def _write_parquet(frame, path: Path) -> None:
+def _write_parquet(frame, path: Path, bundle_id: str) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     # One thread: bundles are small, and a thread pool cannot start while the interpreter exits
     # (the emulator and capture hooks update their reports from atexit handlers).
     table = pa.Table.from_pandas(frame, preserve_index=False, nthreads=1)
+    table = table.replace_schema_metadata({**(table.schema.metadata or {}), BUNDLE_ID_KEY: bundle_id.encode()})
     sink = pa.BufferOutputStream()
     pq.write_table(table, sink, compression="zstd")
     atomic_write_bytes(path, sink.getvalue().to_pybytes())
 
 
-def write_bundle(report: Report, directory: str | Path, *, overwrite: bool = False) -> Path:
+def _empty_dir(path: Path) -> bool:
+    try:
+        return path.is_dir() and not path.is_symlink() and not any(path.iterdir())
+    except OSError:
+        return False
+
+
+def write_bundle(report: Report, directory: str | Path, *, overwrite: bool = False,
+                 run_id: str | None = None) -> Path:
     """Write ``report`` as a bundle in ``directory`` (created if needed) and return it.
 
-    Only popviz's own files are written; other files in the directory are left alone. An
-    existing bundle there is replaced only with ``overwrite=True``. The metadata file is written
-    last, so a reader never sees metadata pointing at tables not yet written.
+    A new (or empty) directory is built beside it and renamed into place when complete, so a
+    failure leaves nothing under its name and of two writers exactly one wins. Into a directory
+    holding other files (the capture hooks' ``popviz-model.json``) only popviz's own files are
+    written, each atomically, the metadata last; every table carries the identity of this write
+    (``bundle_id``) and a table of another popviz write is refused when read, never mixed in (a
+    table without one, written by other tools, is read). An
+    existing bundle there is replaced only with ``overwrite=True``. ``run_id`` (default: the
+    capture's ``POPVIZ_RUN_ID``) names the run, so bundles of two runs are never read as one.
     """
+    from popviz.fileio import publish_dir, temp_dir, write_error
+
     directory = Path(directory)
+    run_id = run_id or os.environ.get(RUN_ID_ENV) or None
+    if (not directory.exists() and not directory.is_symlink()) or _empty_dir(directory):
+        try:
+            directory.parent.mkdir(parents=True, exist_ok=True)
+            tmp = temp_dir(directory)
+        except OSError as exc:
+            raise write_error(directory, exc) from None
+        try:
+            write_files(report, tmp, run_id=run_id)
+            try:
+                publish_dir(tmp, directory, replace=False)
+                return directory
+            except PopvizError:
+                if not overwrite:
+                    raise  # another writer made it meanwhile: theirs stays
+        finally:
+            from popviz.fileio import remove_tree
+
+            remove_tree(tmp)
     meta_path = directory / METADATA_FILE
-    if meta_path.exists() and not overwrite:
+    if (meta_path.exists() or meta_path.is_symlink()) and not overwrite:
         raise PopvizError(f"{shown(meta_path)} already exists; choose another directory "
                           "(popviz does not overwrite reports)")
-    directory.mkdir(parents=True, exist_ok=True)
+    write_files(report, directory, run_id=run_id)
+    return directory
+
+
+def write_files(report: Report, directory: Path, *, run_id: str | None = None) -> None:
+    """Write the bundle's files into the existing ``directory``: the tables, each atomically and
+    tagged with a new ``bundle_id``, then the metadata naming them (a reader never sees metadata
+    pointing at tables not yet written), then stale tables of an earlier write removed.
+    WriteError (one line: the path and the cause) when a file cannot be written."""
+    bundle_id = new_id()
     meta: dict[str, Any] = {
         "format": FORMAT_NAME,
         "format_version": FORMAT_VERSION,
         "written_by": f"popviz {__version__}",
         "written_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "bundle_id": bundle_id,
+        "run_id": run_id,
         "name": report.name,
         "provenance": report.provenance.to_dict(),
         "target": report.target.to_dict() if report.target else None,
@@ -92,26 +142,38 @@ def write_bundle(report: Report, directory: str | Path, *, overwrite: bool = Fal
     }
     written = set()
     if report.memory is not None:
-        _write_parquet(report.memory.frame, directory / MEMORY_FILE)
+        _write_parquet(report.memory.frame, directory / MEMORY_FILE, bundle_id)
         meta["memory"] = {"level": report.memory.level, "file": MEMORY_FILE,
                           "rows": len(report.memory.frame)}
         written.add(MEMORY_FILE)
     if report.execution is not None:
-        _write_parquet(report.execution.steps, directory / STEPS_FILE)
-        _write_parquet(report.execution.runs, directory / RUNS_FILE)
+        _write_parquet(report.execution.steps, directory / STEPS_FILE, bundle_id)
+        _write_parquet(report.execution.runs, directory / RUNS_FILE, bundle_id)
         meta["execution"] = {"steps_file": STEPS_FILE, "runs_file": RUNS_FILE,
                              "rows": len(report.execution.steps)}
         written |= {STEPS_FILE, RUNS_FILE}
     for key, file_name in OPTIONAL_TABLES:
         table = getattr(report, key)
         if table is not None:
-            _write_parquet(table.frame, directory / file_name)
+            _write_parquet(table.frame, directory / file_name, bundle_id)
             meta[key] = {"file": file_name, "rows": len(table.frame)}
             written.add(file_name)
-    atomic_write_bytes(meta_path, (json.dumps(meta, indent=1, allow_nan=False) + "\n").encode())
+    atomic_write_bytes(directory / METADATA_FILE, (json.dumps(meta, indent=1, allow_nan=False) + "\n").encode())
     for stale in set(TABLE_FILES) - written:  # tables of a previous version of this bundle
-        (directory / stale).unlink(missing_ok=True)
-    return directory
+        with contextlib.suppress(OSError):
+            (directory / stale).unlink(missing_ok=True)
+
+
+def run_id_of(directory: str | Path) -> str | None:
+    """The ``run_id`` a bundle's metadata names (None: none, or not a readable bundle)."""
+    from popviz.fileio import read_regular_text
+
+    try:
+        doc = json.loads(read_regular_text(Path(directory) / METADATA_FILE))
+    except (PopvizError, ValueError, RecursionError):
+        return None
+    value = doc.get("run_id") if isinstance(doc, dict) else None
+    return value if isinstance(value, str) and value else None
 
 
 # --------------------------------------------------------------------------------- reading
@@ -141,6 +203,8 @@ class _Reader:
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         self.meta_path = directory / METADATA_FILE
+        self.bundle_id: str | None = None
+        """The write the metadata belongs to (bundles from before popviz 0.1 have none)."""
 
     def fail(self, what: str, path: Path | None = None) -> CorruptReportError:
         return CorruptReportError(f"{shown(path or self.meta_path)}: {what}; the bundle is damaged "
@@ -187,6 +251,7 @@ class _Reader:
                 raw = _arrow_owned_bytes(fh, pa)
             table = pq.ParquetFile(pa.BufferReader(raw)).read()
             del raw
+            written = (table.schema.metadata or {}).get(BUNDLE_ID_KEY)
             empty = [c for c in optional if c in table.column_names
                      and table.column(c).null_count == table.num_rows]
             frame = table.drop_columns(empty).to_pandas(split_blocks=True)
@@ -194,12 +259,17 @@ class _Reader:
         except (pa.ArrowException, OSError, ValueError) as exc:
             first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             raise self.fail(f"is not a readable Parquet file ({first})", path=path) from None
+        if self.bundle_id is not None and written is not None and written != self.bundle_id.encode():
+            raise self.fail("belongs to another write of this bundle than its metadata (a write that was "
+                            "interrupted, or two at once)", path=path)
         if isinstance(rows, int) and len(frame) != rows:
             raise self.fail(f"has {len(frame)} rows, the metadata says {rows}", path=path)
         return frame
 
     def read(self) -> Report:
         meta = self.load_meta()
+        bundle_id = meta.get("bundle_id")
+        self.bundle_id = bundle_id if isinstance(bundle_id, str) and bundle_id else None
         try:
             name = meta.get("name")
             if name is None or name == "":

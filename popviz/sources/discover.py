@@ -21,7 +21,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from popviz.errors import ReportNotFoundError, UsageError, shown
+from popviz.errors import CorruptReportError, ReportNotFoundError, UsageError, shown
 from popviz.model import Report, ReportSet
 from popviz.model.names import INSTANCE_DIR
 from popviz.sources import attribution, bundle, infer, manifest, pva
@@ -48,7 +48,8 @@ class EngineDir:
 
     path: Path
     kind: str
-    """``bundle``, ``pva`` or ``manifest`` (only popviz-model.json)."""
+    """``bundle``, ``pva``, ``manifest`` (only popviz-model.json) or ``incomplete`` (a bundle's
+    tables without its metadata: a write killed before its last file; reported, never read)."""
     instance: str | None
     name: str | None
     """The directory's name, or None when the report directory is the engine itself."""
@@ -61,6 +62,8 @@ def _kind(directory: Path, names: set[str]) -> str | None:
         return "pva"
     if manifest.MODEL_FILE in names:
         return "manifest"
+    if names & set(bundle.TABLE_FILES):
+        return "incomplete"
     return None
 
 
@@ -102,12 +105,13 @@ def find_engines(root: str | Path) -> list[EngineDir]:
 
     from popviz.ui import progress
 
+    def too_many(what: str) -> ReportNotFoundError:
+        return ReportNotFoundError(f"{shown(root)} holds more than {what}; that is not one run: pass the "
+                                   "directory of the run (popviz capture -o DIR) or of one engine")
+
     for seen, (dirpath, dirnames, filenames) in enumerate(os.walk(root, onerror=unreadable), 1):
-        if seen > MAX_DIRECTORIES or len(found) > MAX_ENGINES:
-            what = (f"more than {MAX_ENGINES:,} engines" if len(found) > MAX_ENGINES
-                    else f"more than {MAX_DIRECTORIES:,} directories")
-            raise ReportNotFoundError(f"{shown(root)} holds {what}; that is not one run: pass the "
-                                      "directory of the run (popviz capture -o DIR) or of one engine")
+        if seen > MAX_DIRECTORIES:
+            raise too_many(f"{MAX_DIRECTORIES:,} directories")
         if seen % 500 == 0:
             progress(f"{seen:,} directories looked at, {len(found):,} engines found")
         dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d not in SKIP_DIRS)
@@ -118,6 +122,8 @@ def find_engines(root: str | Path) -> list[EngineDir]:
         parts = here.relative_to(root).parts
         instance = "/".join(map(_decoded, parts[:-1])) or None
         found.append(EngineDir(here, kind, instance, _decoded(parts[-1])))
+        if len(found) > MAX_ENGINES:
+            raise too_many(f"{MAX_ENGINES:,} engines")
         dirnames[:] = []  # an engine directory's subdirectories are not engines
     if not found and "popviz-run.json" in top:
         raise ReportNotFoundError(
@@ -223,11 +229,13 @@ def _mark_not_reached(engine: EngineDir, report: Report) -> Report:
     import dataclasses
 
     from popviz.model.frames import NOT_REACHED, no_call_recorded
-    from popviz.sources.runrecord import not_reached_reason, record_of
+    from popviz.sources.runrecord import not_reached_reason, record_of, unfinished_manifest
 
     if report.config is None or not no_call_recorded(report):
         return report
     reason = not_reached_reason(record_of(engine.path))
+    if reason is None and unfinished_manifest(engine.path):
+        reason = "its process was killed before it called this engine, leaving popviz-model.json unfinalised"
     if reason is None:
         return report
     options = {**report.config.options, NOT_REACHED: reason}
@@ -279,6 +287,69 @@ def one_run(root: Path, engines: list[EngineDir], single: bool) -> Path:
     return root
 
 
+def _incomplete_text(engine: EngineDir) -> str:
+    tables = sorted(n for n in bundle.TABLE_FILES if (engine.path / n).exists())
+    return (f"{shown(engine.path)} holds {', '.join(tables)} but no {bundle.METADATA_FILE} (a bundle whose "
+            "write was interrupted: killed, or out of space)")
+
+
+def _without_incomplete(root: Path, engines: list[EngineDir], single_run: bool) -> tuple[list[EngineDir], list[str]]:
+    """The engines to read, and a warning per incomplete engine directory left out. Refused when
+    nothing else is there, or for a single run (a baseline or a gate must not lose an engine)."""
+    incomplete = [e for e in engines if e.kind == "incomplete"]
+    complete = [e for e in engines if e.kind != "incomplete"]
+    if incomplete and (single_run or not complete):
+        more = f" (and {len(incomplete) - 1} more)" if len(incomplete) > 1 else ""
+        raise CorruptReportError(f"{_incomplete_text(incomplete[0])}{more}; write it again (popviz export / "
+                                 "capture), or remove that directory to leave the engine out")
+    notes = [f"{_incomplete_text(e)}: left out of this analysis; write it again" for e in incomplete]
+    notes += [f"{_incomplete_text(e)}: only its {manifest.MODEL_FILE} was read" for e in complete
+              if e.kind == "manifest" and any((e.path / n).exists() for n in bundle.TABLE_FILES)]
+    return complete, notes
+
+
+def _check_one_run_id(root: Path, engines: list[EngineDir]) -> None:
+    """CorruptReportError when bundles that would be read as one run (same capture run, same
+    instance) name different runs: two exports into one directory, a replace that stopped half way."""
+    seen: dict[tuple[Path | None, str | None], tuple[str, EngineDir]] = {}
+    for e in engines:
+        if e.kind != "bundle":
+            continue
+        run_id = bundle.run_id_of(e.path)
+        if run_id is None:
+            continue
+        key = (_capture_run(root, e), e.instance)
+        first = seen.setdefault(key, (run_id, e))
+        if first[0] != run_id:
+            raise CorruptReportError(
+                f"{shown(first[1].path)} and {shown(e.path)} are bundles of two different runs (run_id "
+                f"{first[0]} and {run_id}), which would be read as one: export into a new directory, or "
+                "pass each engine directory on its own")
+
+
+def _unique_labels(engines: list[EngineDir], reports: list[Report]) -> tuple[list[Report], list[str]]:
+    """Engines whose files give them the same name (two bundles both named ``training``) take their
+    directory's name instead, with a warning: one label per engine, so a baseline saved from them
+    can be compared."""
+    from collections import Counter
+
+    counts = Counter(r.label for r in reports)
+    if all(n == 1 for n in counts.values()):
+        return reports, []
+    out, notes = [], []
+    for e, r in zip(engines, reports, strict=True):
+        if counts[r.label] > 1 and e.name and e.name != r.name:
+            notes.append(f"{shown(e.path)}: its report names the engine {r.name!r}, as another engine here "
+                         f"does; it is shown as {e.name!r}, its directory's name")
+            r = r.replace(name=e.name)
+        out.append(r)
+    dup = next((label for label, n in Counter(r.label for r in out).items() if n > 1), None)
+    if dup is not None:
+        raise CorruptReportError(f"two engines here are both named {dup!r} and their directories cannot tell "
+                                 "them apart; pass each engine directory on its own")
+    return out, notes
+
+
 def load(path: str | os.PathLike[str], *, single_run: bool = False) -> ReportSet:
     """Every engine found under ``path`` (a report directory, an engine directory or a bundle);
     ``single_run``: refuse a directory holding several capture runs (:func:`one_run`).
@@ -296,17 +367,20 @@ def load(path: str | os.PathLike[str], *, single_run: bool = False) -> ReportSet
         run = one_run(Path(path), engines, single_run)
         if run != Path(path):
             path, engines = run, find_engines(run)
+    root = Path(path)
+    engines, warnings = _without_incomplete(root, engines, single_run)
+    _check_one_run_id(root, engines)
     reports = []
     for k, e in enumerate(engines, 1):
         if len(engines) > 1:
             progress(f"engine {k:,} of {len(engines):,}")
         reports.append(read_engine(e))
     reports = [_mark_not_reached(e, r) for e, r in zip(engines, reports, strict=True)]
-    root = Path(path)
+    reports, renamed = _unique_labels(engines, reports)
     from popviz.sources import pva_trace  # host traces (.pvti) of the run, where captured
 
     reports, trace_warnings = pva_trace.attach(root, reports)
-    warnings = (run_warnings(root) if root.is_dir() else []) + trace_warnings
+    warnings = (run_warnings(root) if root.is_dir() else []) + warnings + renamed + trace_warnings
     if root.is_dir():
         warnings += failed_instance_warnings(root, {r.instance.rsplit("/", 1)[-1] for r in reports if r.instance})
     for engine, report in zip(engines, reports, strict=True):

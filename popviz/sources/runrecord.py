@@ -53,8 +53,10 @@ def record_of(report_dir: str | os.PathLike[str]) -> dict[str, Any] | None:
         if parent != here:
             rel = here.relative_to(parent).as_posix()
             engines = doc.get("engines")
-            if not (isinstance(engines, list)
-                    and any(isinstance(e, dict) and e.get("path") == rel for e in engines)):
+            listed = isinstance(engines, list) and any(isinstance(e, dict) and e.get("path") == rel for e in engines)
+            # a capture whose popviz was killed never listed its engines: its record says running
+            unlisted = doc.get("status") == "running" and engines == [] and len(Path(rel).parts) <= 2
+            if not (listed or unlisted):
                 return None  # the nearest record is not this report's capture
         doc["_root"] = str(parent)
         doc["_file"] = str(parent / RUN_FILE)
@@ -78,6 +80,13 @@ def not_reached_reason(doc: dict[str, Any] | None) -> str | None:
             return f"--calls {int(calls)} stopped the script before it called this engine"
     if doc.get("signal"):
         return f"the script was killed by {doc['signal']} before it called this engine"
+    if doc.get("status") == "running":  # popviz itself was killed (or still runs): not the script's doing
+        alive = pid_alive(doc.get("popviz_pid"), doc.get("hostname"))
+        if alive:
+            return "the capture is still running: the script may call this engine later"
+        return "the capture was interrupted (popviz was killed) before the script called this engine"
+    if doc.get("ended") in ("disk full", "write error"):
+        return f"the capture ended with a {doc['ended']}, so its records of this engine may be incomplete"
     code = doc.get("exit_code")
     if isinstance(code, int) and not isinstance(code, bool) and code != 0:
         return f"the script exited with code {code} before it called this engine"
@@ -110,6 +119,24 @@ def run_warnings(root: Path) -> list[str]:
         return [f"{shown(path)}: unreadable (not a JSON object, or over {MAX_RECORD_BYTES // 2**20} MiB); the "
                 "capture's command, status and timings are unknown and `popviz plan` cannot give its re-run "
                 "command (the reports themselves were read)"]
+    out = _write_error_warnings(doc)
+    return out + _status_warnings(doc, path)
+
+
+def _write_error_warnings(doc: dict[str, Any] | None) -> list[str]:
+    """A warning when the capture could not save all it captured (``write_errors``: a full disk)."""
+    errors = doc.get("write_errors") if isinstance(doc, dict) else None
+    if not isinstance(errors, list) or not errors:
+        return []
+    paths = [str(w.get("path")) for w in errors if isinstance(w, dict)  # data from a file: plain names only
+             and re.fullmatch(r"[\w.+-]{1,100}(/[\w.+-]{1,100}){0,3}", str(w.get("path")))][:3] or ["files"]
+    ended = doc.get("ended") if doc.get("ended") in ("disk full", "write error") else "write error"
+    return [f"{RUN_FILE}: the capture ended with a {ended}: {', '.join(paths)} could not be saved whole; "
+            "figures and call counts may be incomplete: free some space and capture again"]
+
+
+def _status_warnings(doc: dict[str, Any] | None, path: Path) -> list[str]:
+    """Warnings from the record's status: failed, killed, still running, interrupted."""
     if doc is not None and doc.get("status") in ("failed", "killed") and doc.get("engines"):
         code, sig = doc.get("exit_code"), doc.get("signal")  # data from a file: shown only when well-formed
         code = f" (exit {code})" if isinstance(code, int) and not isinstance(code, bool) else ""
@@ -154,6 +181,16 @@ def failed_instance_warnings(root: Path, instances_with_engines: set[str]) -> li
         out.append(f"{child.name} {how} before any engine was captured, so the run's other instances are "
                    f"analysed without it: see {shown(child / str(doc.get('log') or 'capture.log'))}")
     return out
+
+
+def unfinished_manifest(engine_dir: Path) -> bool:
+    """The engine's ``popviz-model.json`` says ``running`` and its process is gone: it was killed
+    (or could no longer write) before its exit handlers finalised the record."""
+    doc = _read(engine_dir / "popviz-model.json")
+    if doc is None or doc.get("status") != "running":
+        return False
+    process = doc.get("process") if isinstance(doc.get("process"), dict) else {}
+    return not pid_alive(process.get("pid"), process.get("hostname"))
 
 
 def manifest_warning(engine_dir: Path, label: str) -> str | None:
