@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from popviz.model.layers import LayerTable
+from popviz.model.liveness import LivenessTable
 from popviz.model.names import PARTS
 from popviz.model.parts import HostIO, ModelConfig, Provenance, Target
 from popviz.model.tables import ExecutionTable, MemoryTable, ModelError
@@ -33,6 +34,8 @@ class Report:
     """Instance (process) of a multi-instance run, e.g. ``instance-1``; None for a single one."""
     layers: LayerTable | None = None
     """Per-layer placement and costs (for ``popviz plan``), where known."""
+    liveness: LivenessTable | None = None
+    """Not-always-live bytes per program step and IPU (Poplar's liveness report), where known."""
 
     def has(self, part: str) -> bool:
         if part not in PARTS:

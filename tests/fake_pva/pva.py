@@ -195,6 +195,7 @@ def openReport(path: str, debug_path: str | None = None) -> NS:
     tiles, run_cols = _columns(data)
     per_ipu = t["tilesPerIpu"]
     n_ipus = len(tiles["inc"]) // per_ipu
+    _liveness_programs(data)
     programs = [NS(name=n, type=_ProgramType[ty]) for n, ty in data.get("programs", [])]
     runs = [NS(name=name, microseconds=micro, steps=_Steps(programs, codes, cycles, start))
             for name, micro, codes, cycles, start in run_cols]
@@ -204,6 +205,7 @@ def openReport(path: str, debug_path: str | None = None) -> NS:
                                            for k in range(n_ipus)]))
     execution = NS(steps=_Chain([r.steps for r in runs])) if flat else NS(runs=runs)
     compilation.alwaysLiveVariables = [NS(name=n, size=b) for n, b in data.get("variables", [])]
+    _add_liveness(compilation, data, programs, target)  # SDKs without these names: data has none
     # operations carry debug contexts only when debug.cbor is opened with the profile
     operations = data.get("operations", []) if debug_path else []
     return NS(poplarVersion=NS(major=3, minor=3, point=0, string=data.get("version", "3.3.0")),
@@ -392,4 +394,164 @@ def out_of_memory(*, flat=False) -> dict:
             "runs": []}
     data["tiles"][1][1]["inc"] = full + 12_000
     data["tiles"][1][3]["inc"] = full + 3_000
+    return data
+
+
+# ------------------------------------------------------------------------- liveness and code
+# Names followed (each optional: a profile built without them reads as from an SDK without it):
+# - compilation.livenessProgramSteps[i].program / .notAlwaysLiveMemory.bytes: graphcore/tensorflow
+#   tensorflow/python/ipu/tests/keras/keras_pipeline_recomputation_test.py (peak liveness = the
+#   tiles' memory.alwaysLiveBytes + the largest step's notAlwaysLiveMemory.bytes);
+# - .notAlwaysLiveMemoryForIpu(k).bytes and livenessProgramSteps[0]: graphcore/ipu_tensorflow_addons
+#   ipu_tensorflow_addons/keras/experimental/auto_pipeline/utils/pva_utils.py (get_max_live_memory);
+# - .notAlwaysLiveMemory.variables (.name, .size): graphcore-research/flash-attention-ipu
+#   demo/profile_utils.py (get_step_variables);
+# - compilation.programs with .name, .type, .codeBytesByTile, .controlCodeByTile, .children:
+#   pva_utils.py above (get_internal_exchange_code, get_control_code) and graphcore/popliner
+#   popliner/operation.py (control code of childless programs only, as a program's includes its
+#   children's).
+
+
+class _LiveStep:
+    __slots__ = ("_bytes", "_vars", "program")
+
+    def __init__(self, program: NS, per_ipu, variables) -> None:
+        self.program, self._bytes, self._vars = program, per_ipu, variables
+
+    @property
+    def notAlwaysLiveMemory(self) -> NS:
+        return NS(bytes=int(sum(int(b) for b in self._bytes)),
+                  variables=[NS(name=n, size=int(b)) for n, b in self._vars])
+
+    def notAlwaysLiveMemoryForIpu(self, ipu: int) -> NS:
+        return NS(bytes=int(self._bytes[ipu]))
+
+
+class _LiveSteps:
+    """``compilation.livenessProgramSteps``: built on access, as libpva does."""
+
+    def __init__(self, programs: list[NS], codes, per_ipu, variables: dict, total_only: bool) -> None:
+        self.programs, self.codes, self.per_ipu, self.variables = programs, codes, per_ipu, variables
+        self.total_only = total_only
+
+    def __len__(self) -> int:
+        return len(self.codes)
+
+    def __getitem__(self, i: int) -> _LiveStep:
+        if not 0 <= i < len(self):
+            raise IndexError(i)
+        step = _LiveStep(self.programs[int(self.codes[i])], self.per_ipu[i], self.variables.get(str(i), ()))
+        if self.total_only:  # an SDK without notAlwaysLiveMemoryForIpu
+            return NS(program=step.program, notAlwaysLiveMemory=step.notAlwaysLiveMemory)
+        return step
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self)))
+
+
+def _liveness_programs(data: dict) -> None:
+    """Add the liveness steps' programs (``[name, type]``) to the profile's program list."""
+    live = data.get("liveness")
+    if not live or "_arrays" in data:
+        return
+    programs = data.setdefault("programs", [])
+    codes = []
+    for name, kind, _bytes in live["steps"]:
+        key = [name, kind]
+        if key not in programs:
+            programs.append(key)
+        codes.append(programs.index(key))
+    live["_codes"] = codes
+
+
+def _add_liveness(compilation: NS, data: dict, programs: list[NS], target: NS) -> None:
+    live = data.get("liveness")
+    if "_arrays" in data and "liveness_program" in data["_arrays"]:
+        a = data["_arrays"]
+        compilation.livenessProgramSteps = _LiveSteps(programs, a["liveness_program"], a["liveness_bytes"], {},
+                                                      total_only=bool(data.get("liveness_total_only")))
+    elif live:
+        compilation.livenessProgramSteps = _LiveSteps(
+            programs, live["_codes"], [b for _n, _k, b in live["steps"]], live.get("variables", {}),
+            total_only=bool(live.get("total_only")))
+    code = data.get("program_code")
+    if code is None:
+        return
+    tiles = target.numIPUs * target.tilesPerIpu
+    by_name = {p.name: p for p in programs}
+    for name, (ipu, code_per_tile, control_per_tile) in code.items():
+        program = by_name.get(name)
+        if program is None:
+            continue
+        first = ipu * target.tilesPerIpu
+        program.codeBytesByTile = [code_per_tile if first <= t < first + target.tilesPerIpu else 0
+                                   for t in range(tiles)]
+        program.controlCodeByTile = [control_per_tile if first <= t < first + target.tilesPerIpu else 0
+                                     for t in range(tiles)]
+        program.children = []
+    compilation.programs = programs
+
+
+def with_liveness(data: dict, *, activation=None, fwd_temp=None, bwd_temp=None, always_live=600_000,
+                  code=(1000, 1500), control=100, total_only=False) -> dict:
+    """``pipeline_profile`` data with the liveness of its first weight update and code per program.
+
+    The compiled program's steps are those of the first call's first weight update, in order. On
+    IPU i, stage i's forward of a micro-batch makes ``activation[i]`` bytes that stay live until
+    its backward (the stash) and needs ``fwd_temp[i]`` more while it runs; its backward needs
+    ``bwd_temp[i]`` above the stash while it runs and frees the micro-batch's activation at its
+    end. Defaults: 10, 5 and 8 bytes per cycle of work. Each IPU's tiles hold ``always_live``
+    bytes (a quarter per tile) plus, spread evenly, its peak not-always-live bytes; a tile beyond
+    its capacity overflows (``overflowed``), as in a compile with ``debug.allowOutOfMemory``.
+    ``stage<i>/fwd`` and ``/bwd`` take ``code`` bytes per tile of IPU i (and ``control`` bytes of
+    control code per tile). Variables live at each step are named ``layers.<i>/act<mb>`` and
+    ``layers.<i>/MatMul[Grad]/tmp``."""
+    n = len(data["tiles"])
+    fwd_work = {}
+    for run in data["runs"][1:2]:
+        for st in run["steps"]:
+            if st["name"].endswith("/fwd"):
+                i = int(st["name"][5:].split("/")[0])
+                fwd_work[i] = max(st["cycles"])
+    w = [fwd_work.get(i, 0) for i in range(n)]
+    act = list(activation or [10 * x for x in w])
+    ft = list(fwd_temp or [5 * x for x in w])
+    bt = list(bwd_temp or [8 * x for x in w])
+    steps, variables = [], {}
+    stash: list[list[int]] = [[] for _ in range(n)]
+    counter = [0] * n
+    run = data["runs"][1]["steps"]
+    end = next(k for k, st in enumerate(run) if st["name"].endswith("/weightUpdate"))
+    while end < len(run) and run[end]["name"].endswith("/weightUpdate"):
+        end += 1
+    for st in run[:end]:
+        name = st["name"]
+        per = [sum(act[i] for _ in stash[i]) for i in range(n)]
+        live = [(f"layers.{i}/act{mb}", act[i]) for i in range(n) for mb in stash[i]]
+        if name.endswith("/fwd") or name.endswith("/bwd"):
+            i = int(name[5:].split("/")[0])
+            if name.endswith("/fwd"):
+                mb = counter[i]
+                counter[i] += 1
+                per[i] += act[i] + ft[i]
+                live += [(f"layers.{i}/act{mb}", act[i]), (f"layers.{i}/MatMul/tmp", ft[i])]
+                stash[i].append(mb)
+            else:
+                per[i] += bt[i]
+                live.append((f"layers.{i}/MatMulGrad/tmp", bt[i]))
+                stash[i].pop(0)
+        variables[str(len(steps))] = sorted(live, key=lambda v: -v[1])
+        steps.append([name, st["type"], per])
+    peak = [max(s[2][i] for s in steps) for i in range(n)]
+    cap = data["target"]["bytesPerTile"]
+    per_tile = data["target"]["tilesPerIpu"]
+    for i, row in enumerate(data["tiles"]):
+        for t in row:
+            al, nal = always_live // per_tile, -(-peak[i] // per_tile)
+            inc = al + nal
+            t.update(al=al, nal=nal, inc=inc, exc=inc - 100, over=max(0, inc - cap),
+                     cats={"variable": inc // 2, "vertexCode": inc - inc // 2})
+    data["liveness"] = {"steps": steps, "variables": variables, "total_only": total_only}
+    data["program_code"] = {f"stage{i}/{d}": [i, code[k], control] for i in range(n)
+                            for k, d in enumerate(("fwd", "bwd"))}
     return data
