@@ -138,6 +138,21 @@ def temporaries_shrink(report: Report, rows: Sequence[tuple[int, Cats]]) -> bool
     return streamed is not None and any(cats.get("temporaries", 0) > streamed.get(ipu, 0) for ipu, cats in rows)
 
 
+def lower_proportion(report: Report, ipu: int) -> tuple[float, float, str]:
+    """(current, proposed, ``now 0.3`` / ``PopTorch's default 0.6``) available memory proportion
+    of ``ipu``: half the current one, not below the smallest the memory findings propose. Every
+    finding that proposes a lower proportion for an IPU (MEM001-003, MEM006) uses this value."""
+    from popviz.analysis.thresholds import (
+        DEFAULT_AVAILABLE_MEMORY_PROPORTION,
+        MIN_AVAILABLE_MEMORY_PROPORTION,
+    )
+
+    set_amp = report.cfg.available_memory_proportion.get(ipu)
+    cur = set_amp if set_amp is not None else DEFAULT_AVAILABLE_MEMORY_PROPORTION
+    new = max(MIN_AVAILABLE_MEMORY_PROPORTION, round(cur / 2, 2))
+    return cur, new, (f"now {cur:g}" if set_amp is not None else f"PopTorch's default {cur:g}")
+
+
 def keep_batch_text(training: bool) -> str:
     """What keeps the batch when the micro-batch halves: G in training (D would halve the samples
     per weight update, only keeping those per call), D in inference."""

@@ -555,3 +555,15 @@ def with_liveness(data: dict, *, activation=None, fwd_temp=None, bwd_temp=None, 
     data["program_code"] = {f"stage{i}/{d}": [i, code[k], control] for i in range(n)
                             for k, d in enumerate(("fwd", "bwd"))}
     return data
+
+
+def liveness_overflow(*, runs: bool = True) -> dict:
+    """``pipeline_profile`` with liveness in which IPU1 overflows at one step: the backward of
+    layers.1 (``stage1/bwd``, operation ``layers.1/MatMulGrad``) needs 2,000,000 bytes of
+    temporaries above its stash of 5 micro-batches × 10,000 bytes, on top of 600,000 always-live
+    bytes: 2,650,000 bytes, 94,096 over the IPU's 2,555,904. Without ``runs``: the compile of a
+    model that does not fit (``debug.allowOutOfMemory``), memory only."""
+    data = with_liveness(pipeline_profile(), bwd_temp=[8000, 2_000_000, 16_000, 8000])
+    if not runs:
+        data["runs"] = []
+    return data
