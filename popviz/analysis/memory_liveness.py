@@ -69,8 +69,9 @@ def analyse(report: Report, o: Collector) -> None:
                "no liveness steps in this report (libpva's livenessProgramSteps, or an estimate's schedule)")
         return
     lv = report.liveness
-    for note in lv.notes:
-        o.skip("liveness per IPU", note)
+    if not lv.per_ipu:
+        for note in lv.notes:
+            o.skip("liveness per IPU", note)
     est = " (estimated)" if report.provenance.estimated else ""
     for row in rows:
         if row["ipu"] is None or row["peak_pct"] is None or row["peak_pct"] <= 100 * IPU_FULL_FRAC:

@@ -24,6 +24,7 @@ from the sources, analyses, renderers or the package face. Its modules:
 """
 
 from popviz.model.layers import LAYER_PINS, LAYER_ROLES, LAYER_SOURCES, Layer, LayerTable
+from popviz.model.liveness import LivenessTable, StepLabel
 from popviz.model.names import (
     COMPUTE_TYPES,
     EXCHANGE_TYPES,
@@ -36,7 +37,6 @@ from popviz.model.names import (
     SOURCES,
     STREAM_COPY_TYPES,
 )
-from popviz.model.liveness import LivenessTable, StepLabel
 from popviz.model.parts import CallStats, HostIO, HostTensor, ModelConfig, Provenance, Stage, Target
 from popviz.model.report import Report, ReportSet
 from popviz.model.tables import (

@@ -33,12 +33,14 @@ from popviz.paths import is_safe_component, regular_file_inside
 
 FORMAT_NAME = "popviz-bundle"
 FORMAT_VERSION = 2
-"""2 added ``layers``; version 1 bundles are read unchanged."""
+"""2 added ``layers``; version 1 bundles are read unchanged. ``liveness`` (optional) was added
+within version 2: bundles without it read as before."""
 METADATA_FILE = "popviz-report.json"
 MEMORY_FILE = "memory.parquet"
 STEPS_FILE = "execution.parquet"
 RUNS_FILE = "runs.parquet"
-TABLE_FILES = (MEMORY_FILE, STEPS_FILE, RUNS_FILE)
+LIVENESS_FILE = "liveness.parquet"
+TABLE_FILES = (MEMORY_FILE, STEPS_FILE, RUNS_FILE, LIVENESS_FILE)
 
 
 def is_bundle(directory: str | Path) -> bool:
@@ -96,6 +98,12 @@ def write_bundle(report: Report, directory: str | Path, *, overwrite: bool = Fal
         meta["execution"] = {"steps_file": STEPS_FILE, "runs_file": RUNS_FILE,
                              "rows": len(report.execution.steps)}
         written |= {STEPS_FILE, RUNS_FILE}
+    if report.liveness is not None:
+        from popviz.sources.bundle_liveness import liveness_frame, liveness_meta
+
+        _write_parquet(liveness_frame(report.liveness), directory / LIVENESS_FILE)
+        meta["liveness"] = liveness_meta(report.liveness, LIVENESS_FILE)
+        written.add(LIVENESS_FILE)
     atomic_write_bytes(meta_path, (json.dumps(meta, indent=1, allow_nan=False) + "\n").encode())
     for stale in set(TABLE_FILES) - written:  # tables of a previous version of this bundle
         (directory / stale).unlink(missing_ok=True)
@@ -216,6 +224,14 @@ class _Reader:
                 runs = self.table(exe_meta.get("runs_file"), None, "runs")
                 with self.naming(exe_meta.get("steps_file")):
                     execution = ExecutionTable(steps, runs)
+            liveness = None
+            live_meta = self.section(meta, "liveness", dict)
+            if live_meta is not None:
+                from popviz.sources.bundle_liveness import read_liveness
+
+                frame = self.table(live_meta.get("file"), live_meta.get("rows"), "liveness")
+                with self.naming(live_meta.get("file")):
+                    liveness = read_liveness(frame, live_meta)
             return Report(
                 name=name,
                 provenance=Provenance(**prov),
@@ -226,6 +242,7 @@ class _Reader:
                 host_io=HostIO(**host_io) if host_io is not None else None,
                 path=str(self.directory),
                 layers=LayerTable(**layers) if layers is not None else None,
+                liveness=liveness,
             )
         except (ModelError, TypeError, ValueError, AttributeError, OverflowError) as exc:
             first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
