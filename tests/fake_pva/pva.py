@@ -15,6 +15,7 @@ from __future__ import annotations
 import enum
 import io
 import json
+import re
 from types import SimpleNamespace as NS
 
 CATEGORY_NAMES = ("vertexCode", "vertexInstanceState", "vectorListDescriptor",
@@ -507,39 +508,44 @@ def with_liveness(data: dict, *, activation=None, fwd_temp=None, bwd_temp=None, 
     control code per tile). Variables live at each step are named ``layers.<i>/act<mb>`` and
     ``layers.<i>/MatMul[Grad]/tmp``."""
     n = len(data["tiles"])
-    fwd_work = {}
-    for run in data["runs"][1:2]:
-        for st in run["steps"]:
-            if st["name"].endswith("/fwd"):
-                i = int(st["name"][5:].split("/")[0])
-                fwd_work[i] = max(st["cycles"])
-    w = [fwd_work.get(i, 0) for i in range(n)]
-    act = list(activation or [10 * x for x in w])
-    ft = list(fwd_temp or [5 * x for x in w])
-    bt = list(bwd_temp or [8 * x for x in w])
+    pattern = re.compile(r"^stage(\d+)/(?:layers\.(\d+)/)?(fwd|bwd)$")
+    layer_of: dict[str, tuple[int, int, str]] = {}  # program -> (IPU, layer, pass)
+    w: dict[int, int] = {}
+    for st in data["runs"][1]["steps"]:
+        m = pattern.match(st["name"])
+        if m:
+            i = int(m.group(1))
+            j = int(m.group(2)) if m.group(2) is not None else i
+            layer_of[st["name"]] = (i, j, m.group(3))
+            if m.group(3) == "fwd":
+                w[j] = max(w.get(j, 0), max(st["cycles"]))
+    layers = range(max(w) + 1)
+    act = list(activation or [10 * w.get(j, 0) for j in layers])
+    ft = list(fwd_temp or [5 * w.get(j, 0) for j in layers])
+    bt = list(bwd_temp or [8 * w.get(j, 0) for j in layers])
     steps, variables = [], {}
-    stash: list[list[int]] = [[] for _ in range(n)]
-    counter = [0] * n
+    stash: list[list[tuple[int, int]]] = [[] for _ in range(n)]  # per IPU: (layer, micro-batch)
+    counter = [0] * len(act)
     run = data["runs"][1]["steps"]
     end = next(k for k, st in enumerate(run) if st["name"].endswith("/weightUpdate"))
     while end < len(run) and run[end]["name"].endswith("/weightUpdate"):
         end += 1
     for st in run[:end]:
         name = st["name"]
-        per = [sum(act[i] for _ in stash[i]) for i in range(n)]
-        live = [(f"layers.{i}/act{mb}", act[i]) for i in range(n) for mb in stash[i]]
-        if name.endswith("/fwd") or name.endswith("/bwd"):
-            i = int(name[5:].split("/")[0])
-            if name.endswith("/fwd"):
-                mb = counter[i]
-                counter[i] += 1
-                per[i] += act[i] + ft[i]
-                live += [(f"layers.{i}/act{mb}", act[i]), (f"layers.{i}/MatMul/tmp", ft[i])]
-                stash[i].append(mb)
+        per = [sum(act[j] for j, _mb in stash[i]) for i in range(n)]
+        live = [(f"layers.{j}/act{mb}", act[j]) for i in range(n) for j, mb in stash[i]]
+        if name in layer_of:
+            i, j, kind = layer_of[name]
+            if kind == "fwd":
+                mb = counter[j]
+                counter[j] += 1
+                per[i] += act[j] + ft[j]
+                live += [(f"layers.{j}/act{mb}", act[j]), (f"layers.{j}/MatMul/tmp", ft[j])]
+                stash[i].append((j, mb))
             else:
-                per[i] += bt[i]
-                live.append((f"layers.{i}/MatMulGrad/tmp", bt[i]))
-                stash[i].pop(0)
+                per[i] += bt[j]
+                live.append((f"layers.{j}/MatMulGrad/tmp", bt[j]))
+                stash[i].remove(next(x for x in stash[i] if x[0] == j))
         variables[str(len(steps))] = sorted(live, key=lambda v: -v[1])
         steps.append([name, st["type"], per])
     peak = [max(s[2][i] for s in steps) for i in range(n)]
@@ -552,8 +558,8 @@ def with_liveness(data: dict, *, activation=None, fwd_temp=None, bwd_temp=None, 
             t.update(al=al, nal=nal, inc=inc, exc=inc - 100, over=max(0, inc - cap),
                      cats={"variable": inc // 2, "vertexCode": inc - inc // 2})
     data["liveness"] = {"steps": steps, "variables": variables, "total_only": total_only}
-    data["program_code"] = {f"stage{i}/{d}": [i, code[k], control] for i in range(n)
-                            for k, d in enumerate(("fwd", "bwd"))}
+    data["program_code"] = {name: [i, code[0 if kind == "fwd" else 1], control]
+                            for name, (i, _j, kind) in layer_of.items()}
     return data
 
 
@@ -567,3 +573,47 @@ def liveness_overflow(*, runs: bool = True) -> dict:
     if not runs:
         data["runs"] = []
     return data
+
+
+def layered_pipeline(layer_work=((1000, 1000), (1000, 1000), (3000, 1000), (1000, 1000)), **liveness) -> dict:
+    """``pipeline_profile`` with several layers per stage, each with programs of its own
+    (``stage<i>/layers.<j>/fwd`` and ``/bwd``, ``w`` and ``2w`` cycles per micro-batch, run one
+    after another within the stage's, each followed by a step of its own exchange, which holds
+    no temporaries), operations ``layers.<j>/MatMul`` and ``MatMulGrad`` and
+    weights ``layers.<j>.weight`` of 100 × w bytes; with the liveness of :func:`with_liveness`
+    (``liveness`` passed on)."""
+    work = [sum(stage) for stage in layer_work]
+    data = pipeline_profile(work=tuple(work))
+    index = {}
+    j = 0
+    for i, stage in enumerate(layer_work):
+        index[i] = list(range(j, j + len(stage)))
+        j += len(stage)
+    cycles = [w for stage in layer_work for w in stage]
+    for run in data["runs"]:
+        out = []
+        for st in run["steps"]:
+            m = re.match(r"^stage(\d+)/(fwd|bwd)$", st["name"])
+            if not m:
+                out.append(st)
+                continue
+            i, kind = int(m.group(1)), m.group(2)
+            offset = 0
+            for k in index[i]:
+                c = cycles[k] * (1 if kind == "fwd" else 2)
+                cyc = [c if x else 0 for x in st["cycles"]]
+                start = [s0 + offset if x else 0 for s0, x in zip(st["start"], st["cycles"], strict=True)]
+                out.append({"name": f"stage{i}/layers.{k}/{kind}", "type": st["type"], "cycles": cyc,
+                            "start": start})
+                # the exchange feeding the next operation: a step of its own (no cycles counted here)
+                out.append({"name": f"stage{i}/layers.{k}/{kind}/exchange", "type": "DoExchange",
+                            "cycles": [0] * len(cyc), "start": [0] * len(cyc)})
+                offset += c
+        run["steps"] = out
+    data["operations"] = [op for i, ks in index.items() for k in ks for op in (
+        {"name": f"layers.{k}/MatMul", "op_type": "MatMul", "layer": f"layers.{k}",
+         "programs": [f"stage{i}/layers.{k}/fwd"]},
+        {"name": f"layers.{k}/MatMulGrad", "op_type": "MatMulGrad", "layer": f"layers.{k}",
+         "programs": [f"stage{i}/layers.{k}/bwd"]})]
+    data["variables"] = [[f"layers.{k}.weight", 100 * w] for k, w in enumerate(cycles)] + [["loss/scale", 4]]
+    return with_liveness(data, **liveness)
