@@ -54,6 +54,7 @@ def test_liveness_table_peaks_and_layer_bytes(tmp_path, fake_pva):
 
 def test_an_sdk_without_per_ipu_liveness_or_without_liveness(tmp_path, fake_pva):
     import popviz
+    from popviz.model import ReportSet
 
     data = fake_pva.with_liveness(fake_pva.pipeline_profile(), total_only=True)
     r = popviz.load(_write(tmp_path / "total", fake_pva, data))[0]
@@ -62,12 +63,12 @@ def test_an_sdk_without_per_ipu_liveness_or_without_liveness(tmp_path, fake_pva)
     assert r.layers.frame()["activation_bytes"].tolist() == [0] * 4
     assert any("activation and temporary bytes: 0, the profile's liveness has the replica's total" in n
                for n in r.layers.notes)
-    e = popviz.analyse(popviz.ReportSet([r])).engines[0]
+    e = popviz.analyse(ReportSet([r])).engines[0]
     assert e.metrics["memory"]["liveness"][0]["ipu"] is None
     assert any(n.check == "liveness per IPU" for n in e.not_checked)
     old = popviz.load(_write(tmp_path / "old", fake_pva, fake_pva.pipeline_profile()))[0]
     assert old.liveness is None
-    e = popviz.analyse(popviz.ReportSet([old])).engines[0]
+    e = popviz.analyse(ReportSet([old])).engines[0]
     assert e.metrics["memory"]["liveness"] is None
     assert [n.reason for n in e.not_checked if n.check.startswith("liveness peak")] == [
         "no liveness steps in this report (libpva's livenessProgramSteps, or an estimate's schedule)"]
