@@ -24,14 +24,8 @@ from popviz.analysis.thresholds import (
 from popviz.model import CATEGORY_PREFIX, CATEGORY_SUFFIX, Report
 from popviz.model.frames import unrun_reason
 
-RECOMPUTE_BACK_ON = ("turn recomputation back on: the script sets autoRecomputation to None, so no stage "
-                     "recomputes and recomputationCheckpoint does nothing; remove "
-                     "opts._Popart.set(\"autoRecomputation\", ...) (PopTorch then recomputes each stage of a "
-                     "multi-IPU pipeline) or set it to 3 (Pipeline) or 1 (Standard)")
-
-ENABLE_RECOMPUTATION = ("enable recomputation: opts._Popart.set(\"autoRecomputation\", 1) (outside a "
-                        "multi-IPU pipeline PopTorch recomputes nothing by default, and "
-                        "recomputationCheckpoint alone does nothing)")
+RECOMPUTE_BACK_ON = ml.RECOMPUTE_BACK_ON
+ENABLE_RECOMPUTATION = ml.ENABLE_RECOMPUTATION
 
 NAME = "memory"
 OVERFLOWING_TILES_NAMED = 8
@@ -199,10 +193,7 @@ def _no_fit(report: Report, o: Collector, rows: list[dict[str, Any]]) -> bool:
     return True
 
 
-def _pipelined(cfg: Any) -> bool:
-    """A multi-stage pipeline: PopTorch recomputes its stages by default, and micro-batches are in
-    flight."""
-    return cfg.execution_strategy == "PipelinedExecution" and cfg.num_stages > 1
+_pipelined = ml.pipelined
 
 
 def _more_ipus(report: Report, total: int) -> str:

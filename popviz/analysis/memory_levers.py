@@ -34,6 +34,22 @@ if TYPE_CHECKING:
 
 __all__ = ["FLOAT16", "accumulators_typed", "precision"]  # re-exported: the levers' callers use them
 
+RECOMPUTE_BACK_ON = ("turn recomputation back on: the script sets autoRecomputation to None, so no stage "
+                     "recomputes and recomputationCheckpoint does nothing; remove "
+                     "opts._Popart.set(\"autoRecomputation\", ...) (PopTorch then recomputes each stage of a "
+                     "multi-IPU pipeline) or set it to 3 (Pipeline) or 1 (Standard)")
+
+ENABLE_RECOMPUTATION = ("enable recomputation: opts._Popart.set(\"autoRecomputation\", 1) (outside a "
+                        "multi-IPU pipeline PopTorch recomputes nothing by default, and "
+                        "recomputationCheckpoint alone does nothing)")
+
+
+def pipelined(cfg: Any) -> bool:
+    """A multi-stage pipeline: PopTorch recomputes its stages by default, and micro-batches are in
+    flight."""
+    return cfg.execution_strategy == "PipelinedExecution" and cfg.num_stages > 1
+
+
 Cats = dict[str, int]
 """Bytes per memory category of one IPU (plus ``moved``: bytes moved to another IPU, negative)."""
 Change = Callable[[int, Cats], Cats]

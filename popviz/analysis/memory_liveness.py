@@ -121,8 +121,6 @@ def _contributors(row: dict[str, Any]) -> str:
 
 def _recommend(report: Report, row: dict[str, Any]) -> str:
     """What to change at the peak, in the memory findings' words and values."""
-    from popviz.analysis.memory import ENABLE_RECOMPUTATION, RECOMPUTE_BACK_ON, _pipelined
-
     cfg = report.cfg
     k = row["ipu"]
     training = cfg.mode == "training"
@@ -132,14 +130,14 @@ def _recommend(report: Report, row: dict[str, Any]) -> str:
     nal_dominates = row["not_always_live_bytes"] >= row["always_live_bytes"]
     if training and nal_dominates:
         if ml.recomputation_turned_off(report):
-            levers.append(RECOMPUTE_BACK_ON)
-        elif _pipelined(cfg):
+            levers.append(ml.RECOMPUTE_BACK_ON)
+        elif ml.pipelined(cfg):
             levers.append("recompute more: PopTorch already recomputes each pipeline stage; add "
                           "poptorch.recomputationCheckpoint(x) on layer outputs inside "
                           + (f"{layer} (the layer that peaks)" if layer else f"the stage on IPU{k}")
                           + " so less of its forward is live at once")
         else:
-            levers.append(ENABLE_RECOMPUTATION + (f", with poptorch.recomputationCheckpoint(x) on {layer}'s output"
+            levers.append(ml.ENABLE_RECOMPUTATION + (f", with poptorch.recomputationCheckpoint(x) on {layer}'s output"
                                                   if layer else ""))
     cur, new, now = ml.lower_proportion(report, k)
     if new < cur and (PROPORTION_OP.search(op_type) or not op_type):

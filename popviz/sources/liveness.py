@@ -26,13 +26,6 @@ CONTRIBUTORS = 5
 PROGRESS_EVERY = 8192
 
 
-def _name(program: Any) -> str:
-    try:
-        return str(program.name)
-    except AttributeError:
-        return "?"
-
-
 def read_liveness(pva_report: Any, memory: MemoryTable | None, target: Target) -> LivenessTable | None:
     """The profile's liveness table, or None when its libpva has no ``livenessProgramSteps`` (or
     they are empty)."""
@@ -60,7 +53,10 @@ def read_liveness(pva_report: Any, memory: MemoryTable | None, target: Target) -
     except TypeError:
         total = None
     for step in steps:
-        name = _name(step.program)
+        try:
+            name = str(step.program.name)
+        except AttributeError:
+            name = "?"
         codes.append(names.setdefault(name, len(names)))
         if by_ipu:
             try:

@@ -246,7 +246,7 @@ def write_data(path, data: dict) -> None:
 
 
 def write_columns(path, *, target: dict, tiles: dict, categories: dict, programs: list,
-                  runs: list, flat: bool = False) -> None:
+                  runs: list, flat: bool = False, liveness: tuple | None = None) -> None:
     """Write a profile of any size from NumPy columns: ``tiles`` maps ``inc``, ``exc``, ``over``,
     ``al``, ``nal`` to one value per tile (IPU-major); ``categories`` maps a category name to one
     value per tile; ``programs`` lists ``[name, type]``; each run is ``(name, microseconds,
@@ -259,6 +259,9 @@ def write_columns(path, *, target: dict, tiles: dict, categories: dict, programs
     arrays = {"meta": np.array(json.dumps(meta))}
     arrays.update({f"tile_{k}": np.asarray(v) for k, v in tiles.items()})
     arrays.update({f"cat_{k}": np.asarray(v) for k, v in categories.items()})
+    if liveness is not None:  # (program codes per step, bytes[step, ipu]): livenessProgramSteps
+        arrays["liveness_program"] = np.asarray(liveness[0], dtype="int32")
+        arrays["liveness_bytes"] = np.asarray(liveness[1])
     for k, (_name, _micro, codes, cycles, start) in enumerate(runs):
         arrays[f"run{k}_program"] = np.asarray(codes, dtype="int32")
         arrays[f"run{k}_cycles"] = np.asarray(cycles)
@@ -441,7 +444,9 @@ class _LiveSteps:
     def __getitem__(self, i: int) -> _LiveStep:
         if not 0 <= i < len(self):
             raise IndexError(i)
-        step = _LiveStep(self.programs[int(self.codes[i])], self.per_ipu[i], self.variables.get(str(i), ()))
+        row = self.per_ipu[i]
+        step = _LiveStep(self.programs[int(self.codes[i])], row.tolist() if hasattr(row, "tolist") else row,
+                         self.variables.get(str(i), ()))
         if self.total_only:  # an SDK without notAlwaysLiveMemoryForIpu
             return NS(program=step.program, notAlwaysLiveMemory=step.notAlwaysLiveMemory)
         return step
