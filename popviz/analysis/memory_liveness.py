@@ -98,7 +98,10 @@ def analyse(report: Report, o: Collector) -> None:
 
 
 def _short(row: dict[str, Any]) -> str:
-    return row["operation"] or row["program"]
+    """The operation at the peak, else its layer and program, else the program."""
+    if row["operation"]:
+        return row["operation"]
+    return f"{row['layer']}, {row['program']}" if row["layer"] else row["program"]
 
 
 def _where(row: dict[str, Any]) -> str:
@@ -150,8 +153,9 @@ def _recommend(report: Report, row: dict[str, Any]) -> str:
                       "matmul into factor pieces (optimum-graphcore: embedding_serialization_factor "
                       "for an embedding)")
     if training and cfg.optimizer_state_on_chip and not nal_dominates:
-        levers.append("most of the peak is always live: offload the optimizer state with "
-                      "opts.TensorLocations.setOptimizerLocation("
+        # first: the always-live bytes are most of the peak, which the other levers do not touch
+        levers.insert(0, f"{pct(row['always_live_bytes'] / row['peak_bytes'], 0)} of the peak is always live: "
+                      "offload the optimizer state with opts.TensorLocations.setOptimizerLocation("
                       "poptorch.TensorLocationSettings().useOnChipStorage(False))")
     if not levers:
         levers.append(f"move blocks off IPU{k} (poptorch.BeginBlock ipu_id): the always-live bytes "

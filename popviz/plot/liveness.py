@@ -47,7 +47,7 @@ def liveness_frame(report: Report):
 def liveness(report: Report, ax: Axes | None = None) -> Figure:
     """Bytes live at each program step per IPU (always live + not always live), with each IPU's
     peak marked (and named by its operation or program) and the capacity line."""
-    from popviz.analysis.memory_liveness import peaks
+    from popviz.analysis.memory_liveness import _short, peaks
     from popviz.analysis.thresholds import IPU_FULL_FRAC
 
     frame = liveness_frame(report)
@@ -71,7 +71,7 @@ def liveness(report: Report, ax: Axes | None = None) -> Figure:
         r = rows[k]
         peak_y = ((r["peak_bytes"] if r["peak_bytes"] is not None else r["not_always_live_bytes"]) / mib)
         ax.plot([r["peak_step"]], [peak_y], marker="v", color=colour, markersize=7, zorder=4)
-        what = r["operation"] or r["program"]
+        what = _short(r)
         if i == 0 or (r["peak_pct"] or 0) > 100 * IPU_FULL_FRAC:
             ax.annotate(f"peak {what}\nstep {r['peak_step']:,}", (r["peak_step"], peak_y), xytext=(6, 4),
                         textcoords="offset points", fontsize="x-small", color=colour, zorder=5)
