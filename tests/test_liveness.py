@@ -122,6 +122,10 @@ def test_liveness_figure_bundle_and_html(tmp_path, fake_pva, fake_pva_env):
     assert labels == ["IPU1", "IPU1 always live", "IPU0", "IPU2", "IPU3", "capacity 2.4 MiB"]  # highest peak first
     frame = plot.liveness_frame(r)
     assert frame.loc[(frame["ipu"] == 1) & (frame["step"] == 37), "live_bytes"].tolist() == [2_650_000]
+    steps = r.liveness_steps()
+    assert len(steps) == 4 * 104 and steps.attrs["estimated"] is False
+    reduced = r.liveness_steps(max_points=10)  # each IPU's peak survives the reduction
+    assert reduced.groupby("ipu")["not_always_live_bytes"].max().tolist() == [78_000, 2_050_000, 76_000, 18_000]
     proc = run_cli("export", str(tmp_path / "run"), "-o", str(tmp_path / "bundle"), env=fake_pva_env)
     assert proc.returncode == 0, proc.stderr
     back = popviz.load(tmp_path / "bundle")[0]
@@ -175,3 +179,28 @@ def test_the_emulator_estimates_liveness_from_its_schedule():
     assert lv.always_live_bytes == {0: 10_000, 1: 10_000}
     assert lv.label(lv.peak(0)[0]).contributors == (("stage 0 activation stash (up to 3 micro-batches)", 3000),
                                                    ("stage 0 forward temporaries", 500))
+
+
+def test_a_damaged_liveness_table_is_a_one_line_error(tmp_path, fake_pva):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    import popviz
+    from conftest import assert_one_line_error
+    from popviz.sources.bundle import write_bundle
+
+    r = popviz.load(_write(tmp_path / "run", fake_pva, fake_pva.liveness_overflow()))[0]
+    for name, change in (("negative", lambda t: t.set_column(t.schema.get_field_index("ipu1_bytes"), "ipu1_bytes",
+                                                             pa.array([-5] * t.num_rows, pa.int64()))),
+                         ("missing", lambda t: t.drop_columns(["ipu3_bytes"]))):
+        bundle = write_bundle(r, tmp_path / name / "training")
+        path = bundle / "liveness.parquet"
+        pq.write_table(change(pq.read_table(path)), path)
+        proc = run_cli("analyse", str(tmp_path / name))
+        assert_one_line_error(proc, "liveness.parquet", "does not match the bundle format")
+    meta = tmp_path / "outside" / "training"
+    write_bundle(r, meta)
+    doc = json.loads((meta / "popviz-report.json").read_text())
+    doc["liveness"]["always_live_bytes"]["7"] = 1
+    (meta / "popviz-report.json").write_text(json.dumps(doc))
+    assert_one_line_error(run_cli("analyse", str(tmp_path / "outside")), "liveness", "IPU 7 is outside")

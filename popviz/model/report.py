@@ -125,6 +125,18 @@ class Report:
         from popviz.model import frames
         return self._labelled(frames.output_modes(self))
 
+    def liveness_steps(self, max_points: int | None = None) -> pd.DataFrame:
+        """Bytes live at each liveness step per IPU: ``ipu``, ``step``, ``program``,
+        ``not_always_live_bytes``, ``always_live_bytes``, ``live_bytes`` (``max_points``: at most
+        that many steps per IPU, each the largest of its run). Raises MissingDataError without a
+        liveness table."""
+        from popviz.model.frames import MissingDataError
+        from popviz.model.liveness import liveness_frame
+
+        if self.liveness is None:
+            raise MissingDataError(f"engine '{self.label}' has no liveness steps")
+        return self._labelled(liveness_frame(self.liveness, max_points))
+
     def __repr__(self) -> str:
         return (f"Report(name={self.label!r}, source={self.provenance.source!r}, "
                 f"estimated={self.provenance.estimated}, present={self.present})")

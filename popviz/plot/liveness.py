@@ -26,21 +26,10 @@ def liveness_frame(report: Report):
     """``ipu``, ``step``, ``program``, ``not_always_live_bytes``, ``always_live_bytes`` and
     ``live_bytes`` (their sum) per liveness step, at most :data:`MAX_POINTS` steps per IPU (``ipu``
     null: the replica's total, when the report has no per-IPU liveness)."""
-    import pandas as pd
-
-    lv = report.liveness
-    if lv is None:
+    if report.liveness is None:
         raise PlotDataError(f"liveness: engine '{report.label}' has no liveness steps (a profile whose libpva "
                             "has no livenessProgramSteps, or a report from before they were read)")
-    parts = []
-    for k in (lv.ipus if lv.per_ipu else (None,)):
-        f = lv.frame(k, max_points=MAX_POINTS)
-        al = (lv.always_live_bytes.get(k, 0) if k is not None else sum(lv.always_live_bytes.values()))
-        f.insert(0, "ipu", pd.array([k] * len(f), dtype="Int64"))
-        f["always_live_bytes"] = al
-        f["live_bytes"] = f["not_always_live_bytes"] + al
-        parts.append(f)
-    return pd.concat(parts, ignore_index=True)
+    return report.liveness_steps(max_points=MAX_POINTS)
 
 
 @takes_report
