@@ -186,8 +186,9 @@ def test_a_damaged_liveness_table_is_a_one_line_error(tmp_path, fake_pva):
     import pyarrow.parquet as pq
 
     import popviz
-    from conftest import assert_one_line_error
     from popviz.sources.bundle import write_bundle
+
+    from conftest import assert_one_line_error
 
     r = popviz.load(_write(tmp_path / "run", fake_pva, fake_pva.liveness_overflow()))[0]
     for name, change in (("negative", lambda t: t.set_column(t.schema.get_field_index("ipu1_bytes"), "ipu1_bytes",
