@@ -80,6 +80,11 @@ def test_ipu1_overflowing_at_one_step_is_named_with_its_lever(tmp_path, fake_pva
     _write(tmp_path, fake_pva, fake_pva.liveness_overflow(runs=runs))
     proc = run_cli("analyse", str(tmp_path), "--json", env=fake_pva_env)
     doc = json.loads(proc.stdout)
+    import jsonschema
+
+    from popviz.render.json import schema
+
+    jsonschema.Draft202012Validator(schema()).validate(doc)  # memory.liveness is in the schema
     found = {f["code"]: f for f in doc["engines"][0]["findings"]}
     mem006 = found["MEM006"]
     assert mem006["severity"] == "error"
