@@ -204,7 +204,7 @@ def test_plot_command_writes_what_it_can_and_never_overwrites(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert sorted(p.name for p in out.iterdir()) == ["training-host_io.png", "training-memory.png",
                                                      "training-tiles.png"]
-    assert proc.stderr.count("skipped") == 3
+    assert proc.stderr.count("skipped") == 4  # the sample predates liveness: "skipped liveness" too
     assert all((out / n).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for n in ("training-memory.png",))
     again = run_cli("plot", str(SAMPLES / "oom_compile"), "-o", str(out), env={"MPLBACKEND": "Agg"})
     assert_one_line_error(again, "training-memory.png", "never writes over", "--force")
@@ -293,6 +293,8 @@ def test_a_memory_only_report_draws_memory_and_says_why_for_the_rest():
                      "engine did not run, or execution profiling was off)",
         "host_io": "host_io: engine 'memonly' has no recorded output mode and batching (record them by running "
                    "under popviz capture)",
+        "liveness": "liveness: engine 'memonly' has no liveness steps (a profile whose libpva has no "
+                    "livenessProgramSteps, or a report from before they were read)",
     }
 
 
@@ -321,7 +323,7 @@ def test_an_emulated_capture_of_the_example_plots(tmp_path, mnist_capture):
     proc = run_cli("plot", str(run), "-o", str(out), env={"MPLBACKEND": "Agg", "COLUMNS": "80"}, timeout=300)
     assert proc.returncode == 0, proc.stderr
     expected = sorted(f"{e}-{n}.png" for e in ("inference", "training")
-                      for n in ("timeline", "stages", "memory", "breakdown", "host_io"))
+                      for n in ("timeline", "stages", "memory", "breakdown", "host_io", "liveness"))
     assert sorted(p.name for p in out.iterdir()) == expected
     assert proc.stderr.count("skipped tiles") == 2
     assert "the emulator does not estimate single tiles" in " ".join(proc.stderr.split())  # wrapped at 80 columns

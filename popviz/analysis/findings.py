@@ -15,7 +15,8 @@ SEVERITIES = ("info", "warning", "error")
 
 
 CODES = frozenset({"PIPE001", "PIPE002", "PIPE003", "PIPE004", "PIPE005", "MEM001", "MEM002", "MEM003", "MEM004", "MEM005",
-                   "HIO001", "HIO002", "HIO003", "HIO004", "INST001", "INST002", "INST003", "INST004", "INST005", "RUN001", "RUN002"})
+                   "MEM006", "HIO001", "HIO002", "HIO003", "HIO004", "INST001", "INST002", "INST003", "INST004", "INST005",
+                   "RUN001", "RUN002"})
 """Every finding code an analysis reports (docs/findings.md): all that ``--ignore`` and
 ``[tool.popviz] ignore`` may name."""
 

@@ -14,11 +14,9 @@ from popviz.analysis import planner
 from popviz.analysis._common import mib, nbytes, pct
 from popviz.analysis.findings import AnalysisOutput, Collector
 from popviz.analysis.thresholds import (
-    DEFAULT_AVAILABLE_MEMORY_PROPORTION,
     IPU_FULL_FRAC,
     MAX_MEMORY_LEVERS,
     MEMORY_SPREAD_WARN_FRAC,
-    MIN_AVAILABLE_MEMORY_PROPORTION,
     NOT_ALWAYS_LIVE_DOMINANT_FRAC,
     TILE_FULL_FRAC,
     VARIABLE_DOMINANT_FRAC,
@@ -26,14 +24,8 @@ from popviz.analysis.thresholds import (
 from popviz.model import CATEGORY_PREFIX, CATEGORY_SUFFIX, Report
 from popviz.model.frames import unrun_reason
 
-RECOMPUTE_BACK_ON = ("turn recomputation back on: the script sets autoRecomputation to None, so no stage "
-                     "recomputes and recomputationCheckpoint does nothing; remove "
-                     "opts._Popart.set(\"autoRecomputation\", ...) (PopTorch then recomputes each stage of a "
-                     "multi-IPU pipeline) or set it to 3 (Pipeline) or 1 (Standard)")
-
-ENABLE_RECOMPUTATION = ("enable recomputation: opts._Popart.set(\"autoRecomputation\", 1) (outside a "
-                        "multi-IPU pipeline PopTorch recomputes nothing by default, and "
-                        "recomputationCheckpoint alone does nothing)")
+RECOMPUTE_BACK_ON = ml.RECOMPUTE_BACK_ON
+ENABLE_RECOMPUTATION = ml.ENABLE_RECOMPUTATION
 
 NAME = "memory"
 OVERFLOWING_TILES_NAMED = 8
@@ -44,7 +36,7 @@ TILE_CHECK = "fullest tile, tiles above 90%, overflowing tiles"
 def empty_metrics() -> dict[str, Any]:
     return {"level": None, "bytes_per_tile": None, "capacity_bytes_per_ipu": None, "ipus": [],
             "fullest_ipu": None, "spread_pct": None, "total_used_bytes": None,
-            "total_capacity_bytes": None, "total_over_bytes": None}
+            "total_capacity_bytes": None, "total_over_bytes": None, "liveness": None}
 
 
 def analyse(report: Report) -> AnalysisOutput:
@@ -86,6 +78,9 @@ def analyse(report: Report) -> AnalysisOutput:
     if not no_fit:
         _spread(report, o, pressured, rows)
     _table(report, o, rows)
+    from popviz.analysis import memory_liveness
+
+    memory_liveness.analyse(report, o)
     return o.out
 
 
@@ -198,10 +193,7 @@ def _no_fit(report: Report, o: Collector, rows: list[dict[str, Any]]) -> bool:
     return True
 
 
-def _pipelined(cfg: Any) -> bool:
-    """A multi-stage pipeline: PopTorch recomputes its stages by default, and micro-batches are in
-    flight."""
-    return cfg.execution_strategy == "PipelinedExecution" and cfg.num_stages > 1
+_pipelined = ml.pipelined
 
 
 def _more_ipus(report: Report, total: int) -> str:
@@ -464,11 +456,8 @@ def _levers(report: Report, row: dict[str, Any], rows: list[dict[str, Any]], no_
             out.append(f"move blocks off IPU{k} to IPU{dst['ipu']} ({pct(dst['used_pct'] / 100, 0)} used)")
             changes[out[-1]] = ml.moved(excess) if excess else None
     if nal is not None and nal >= NOT_ALWAYS_LIVE_DOMINANT_FRAC and temps_dominate:
-        set_amp = cfg.available_memory_proportion.get(k)
-        cur = set_amp if set_amp is not None else DEFAULT_AVAILABLE_MEMORY_PROPORTION
-        new = max(MIN_AVAILABLE_MEMORY_PROPORTION, round(cur / 2, 2))
+        cur, new, now = ml.lower_proportion(report, k)
         if new < cur:
-            now = f"now {cur:g}" if set_amp is not None else f"PopTorch's default {cur:g}"
             out.append(f"not-always-live memory is {pct(nal, 0)}: lower the available memory proportion "
                        f"({now}) with opts.setAvailableMemoryProportion({{\"IPU{k}\": {new:g}}})")
             changes[out[-1]] = (lambda _ipu, c: {**c, "temporaries": c["temporaries"] - c["temporaries"] // 2}

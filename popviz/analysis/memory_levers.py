@@ -34,6 +34,22 @@ if TYPE_CHECKING:
 
 __all__ = ["FLOAT16", "accumulators_typed", "precision"]  # re-exported: the levers' callers use them
 
+RECOMPUTE_BACK_ON = ("turn recomputation back on: the script sets autoRecomputation to None, so no stage "
+                     "recomputes and recomputationCheckpoint does nothing; remove "
+                     "opts._Popart.set(\"autoRecomputation\", ...) (PopTorch then recomputes each stage of a "
+                     "multi-IPU pipeline) or set it to 3 (Pipeline) or 1 (Standard)")
+
+ENABLE_RECOMPUTATION = ("enable recomputation: opts._Popart.set(\"autoRecomputation\", 1) (outside a "
+                        "multi-IPU pipeline PopTorch recomputes nothing by default, and "
+                        "recomputationCheckpoint alone does nothing)")
+
+
+def pipelined(cfg: Any) -> bool:
+    """A multi-stage pipeline: PopTorch recomputes its stages by default, and micro-batches are in
+    flight."""
+    return cfg.execution_strategy == "PipelinedExecution" and cfg.num_stages > 1
+
+
 Cats = dict[str, int]
 """Bytes per memory category of one IPU (plus ``moved``: bytes moved to another IPU, negative)."""
 Change = Callable[[int, Cats], Cats]
@@ -136,6 +152,21 @@ def temporaries_shrink(report: Report, rows: Sequence[tuple[int, Cats]]) -> bool
         return True
     streamed = streamed_state(report)
     return streamed is not None and any(cats.get("temporaries", 0) > streamed.get(ipu, 0) for ipu, cats in rows)
+
+
+def lower_proportion(report: Report, ipu: int) -> tuple[float, float, str]:
+    """(current, proposed, ``now 0.3`` / ``PopTorch's default 0.6``) available memory proportion
+    of ``ipu``: half the current one, not below the smallest the memory findings propose. Every
+    finding that proposes a lower proportion for an IPU (MEM001-003, MEM006) uses this value."""
+    from popviz.analysis.thresholds import (
+        DEFAULT_AVAILABLE_MEMORY_PROPORTION,
+        MIN_AVAILABLE_MEMORY_PROPORTION,
+    )
+
+    set_amp = report.cfg.available_memory_proportion.get(ipu)
+    cur = set_amp if set_amp is not None else DEFAULT_AVAILABLE_MEMORY_PROPORTION
+    new = max(MIN_AVAILABLE_MEMORY_PROPORTION, round(cur / 2, 2))
+    return cur, new, (f"now {cur:g}" if set_amp is not None else f"PopTorch's default {cur:g}")
 
 
 def keep_batch_text(training: bool) -> str:

@@ -17,7 +17,7 @@ from popviz.fileio import path_arg
 from popviz.ui import wrap_line
 
 NAME = "plot"
-HELP = "write the figures of a report (timeline, stages, memory, tiles, breakdown, host_io)"
+HELP = "write the figures of a report (timeline, stages, memory, tiles, breakdown, host_io, liveness)"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -27,7 +27,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--force", action="store_true",
                    help="replace figure files of the same names in DIR (other files are left alone)")
     p.add_argument("--only", metavar="A,B", help="only these figures, comma-separated: timeline, stages, "
-                   "memory, tiles, breakdown, host_io")
+                   "memory, tiles, breakdown, host_io, liveness")
 
 
 def _safe(name: str) -> str:

@@ -23,7 +23,7 @@ from typing import Any
 
 from popviz._version import __version__
 from popviz.emulator import hardware as hw
-from popviz.emulator import host_transfers, known_errors, recompute, report_notes
+from popviz.emulator import host_transfers, known_errors, liveness_estimate, recompute, report_notes
 from popviz.emulator.cost_inputs import AnchoredTensor, EngineSetup, Measurement, OpCost, ParamInfo, Segment
 from popviz.model import (
     ExecutionTable,
@@ -572,6 +572,8 @@ def build_report(est: Estimate, setup: EngineSetup, *, versions: Mapping[str, st
         host_io=HostIO(tensors=tuple(setup.inputs) + tuple(setup.outputs) + tuple(a.tensor for a in setup.anchors),
                        calls=setup.calls),
         layers=est.layers,
+        liveness=liveness_estimate.estimate(est.steps, est.stages, est.memory, setup.training,
+                                            setup.optimizer_on_chip, est.layers),
     )
 
 

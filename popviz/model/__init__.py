@@ -15,6 +15,7 @@ from the sources, analyses, renderers or the package face. Its modules:
 * :mod:`~popviz.model.tables` — the memory and execution tables and their column checks;
 * :mod:`~popviz.model.parts` — target, configuration, host I/O, provenance;
 * :mod:`~popviz.model.layers` — the per-layer table;
+* :mod:`~popviz.model.liveness` — not-always-live bytes per program step and IPU;
 * :mod:`~popviz.model.report` — Report and ReportSet;
 * :mod:`~popviz.model.aggregate` — the one reduction of an execution table (per run, IPU and
   program type) every source and analysis shares;
@@ -23,6 +24,7 @@ from the sources, analyses, renderers or the package face. Its modules:
 """
 
 from popviz.model.layers import LAYER_PINS, LAYER_ROLES, LAYER_SOURCES, Layer, LayerTable
+from popviz.model.liveness import LivenessTable, StepLabel
 from popviz.model.names import (
     COMPUTE_TYPES,
     EXCHANGE_TYPES,
@@ -52,4 +54,4 @@ __all__ = ["CATEGORY_PREFIX", "CATEGORY_SUFFIX", "COMPUTE_TYPES", "EXCHANGE_TYPE
            "EXECUTION_STRATEGIES", "INFERABLE_FIELDS", "LAYER_PINS", "LAYER_ROLES", "LAYER_SOURCES",
            "MEMORY_COLUMNS", "MODES", "OUTPUT_MODES", "PARTS", "PROGRAM_TYPES", "RUN_COLUMNS", "SOURCES",
            "STREAM_COPY_TYPES", "CallStats", "ExecutionTable", "HostIO", "HostTensor", "Layer", "LayerTable",
-           "MemoryTable", "ModelConfig", "ModelError", "Provenance", "Report", "ReportSet", "Stage", "Target"]
+           "LivenessTable", "MemoryTable", "ModelConfig", "ModelError", "Provenance", "Report", "ReportSet", "Stage", "StepLabel", "Target"]

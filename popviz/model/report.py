@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from popviz.model.layers import LayerTable
+from popviz.model.liveness import LivenessTable
 from popviz.model.measured import BlockTable, HostTrace, StreamCopyTable
 from popviz.model.names import PARTS
 from popviz.model.parts import HostIO, ModelConfig, Provenance, Target
@@ -40,6 +41,8 @@ class Report:
     """Lightweight Profiling blocks (measured start/end cycles), where the profile has them."""
     host_trace: HostTrace | None = None
     """Host time per executor call from System Analyser traces (``.pvti``), where captured."""
+    liveness: LivenessTable | None = None
+    """Not-always-live bytes per program step and IPU (Poplar's liveness report), where known."""
 
     def has(self, part: str) -> bool:
         if part not in PARTS:
@@ -128,6 +131,18 @@ class Report:
         """Outputs and output bytes per call under each output mode, the current one marked."""
         from popviz.model import frames
         return self._labelled(frames.output_modes(self))
+
+    def liveness_steps(self, max_points: int | None = None) -> pd.DataFrame:
+        """Bytes live at each liveness step per IPU: ``ipu``, ``step``, ``program``,
+        ``not_always_live_bytes``, ``always_live_bytes``, ``live_bytes`` (``max_points``: at most
+        that many steps per IPU, each the largest of its run). Raises MissingDataError without a
+        liveness table."""
+        from popviz.model.frames import MissingDataError
+        from popviz.model.liveness import liveness_frame
+
+        if self.liveness is None:
+            raise MissingDataError(f"engine '{self.label}' has no liveness steps")
+        return self._labelled(liveness_frame(self.liveness, max_points))
 
     def __repr__(self) -> str:
         return (f"Report(name={self.label!r}, source={self.provenance.source!r}, "

@@ -1,5 +1,6 @@
 """Matplotlib figures of a Report: the execution trace, stage balance, memory, tiles, the share of
-each IPU's time, host I/O per output mode, and two reports side by side.
+each IPU's time, host I/O per output mode, memory live over the program steps (liveness), and two
+reports side by side.
 
 Each function takes a Report (``compare``: two), an optional ``ax`` to draw into, and returns the
 Figure. Figures are built with matplotlib's object API (no pyplot state), so they work in
@@ -21,6 +22,7 @@ from typing import TYPE_CHECKING
 from popviz.plot._style import FIGURE_NAMES, PALETTE, PlotDataError, new_figure
 from popviz.plot.compare import compare, key_metrics
 from popviz.plot.host import host_io, output_modes
+from popviz.plot.liveness import liveness, liveness_frame
 from popviz.plot.memory import memory, memory_by_ipu, tile_memory, tiles
 from popviz.plot.pipeline import ipu_cycles, stage_cycles, stages
 from popviz.plot.trace import MAX_BARS_PER_IPU, breakdown, steps_frame, time_shares, timeline
@@ -31,7 +33,7 @@ if TYPE_CHECKING:
     from popviz.model import Report
 
 _DRAW = {"timeline": timeline, "stages": stages, "memory": memory, "tiles": tiles, "breakdown": breakdown,
-         "host_io": host_io}
+         "host_io": host_io, "liveness": liveness}
 
 
 def figures(report: Report, only: Sequence[str] | None = None) -> dict[str, Figure | PlotDataError]:
@@ -47,5 +49,5 @@ def figures(report: Report, only: Sequence[str] | None = None) -> dict[str, Figu
 
 
 __all__ = ["FIGURE_NAMES", "MAX_BARS_PER_IPU", "PALETTE", "PlotDataError", "breakdown", "compare", "figures",
-           "host_io", "ipu_cycles", "key_metrics", "memory", "memory_by_ipu", "new_figure", "output_modes", "stage_cycles",
+           "host_io", "ipu_cycles", "key_metrics", "liveness", "liveness_frame", "memory", "memory_by_ipu", "new_figure", "output_modes", "stage_cycles",
            "stages", "steps_frame", "tile_memory", "tiles", "time_shares", "timeline"]

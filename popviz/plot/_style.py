@@ -61,7 +61,7 @@ MAX_MEMORY_CATEGORIES = 7
 MAX_TILE_PANELS = 16
 MAX_TILE_MARKERS = 300
 """Above this many tiles over 90% (or overflowing) on one IPU, the colour alone marks them."""
-FIGURE_NAMES = ("timeline", "stages", "memory", "tiles", "breakdown", "host_io")
+FIGURE_NAMES = ("timeline", "stages", "memory", "tiles", "breakdown", "host_io", "liveness")
 """The per-report figures, in the order ``popviz plot`` writes them."""
 
 

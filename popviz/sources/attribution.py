@@ -12,8 +12,9 @@ giving :attr:`popviz.model.Report.layers` with ``source="debug_context"``.
 Cycles are per micro-batch (the executor calls' cycles divided by the micro-batches they ran,
 recorded or inferred); an operation is backward when its type or name says ``Grad`` (PopART's
 gradient operations are named so). A program that several layers' operations run is split evenly
-between them. What debug contexts do not give (activation and temporary bytes, optimizer state)
-stays 0, and the table's notes say so.
+between them. Activation, temporary and code bytes come from the liveness steps and the programs'
+code (:mod:`popviz.sources.layer_memory`) where the profile has them; what it does not give
+(optimizer state) stays 0, and the table's notes say how each figure was obtained.
 """
 
 from __future__ import annotations
@@ -35,6 +36,9 @@ class Operation:
     name: str
     op_type: str
     programs: tuple[str, ...]
+    code: tuple[int, ...] = ()
+    """Code bytes of each of ``programs`` (``codeBytesByTile`` plus, for a program without
+    children, ``controlCodeByTile``, summed over the tiles); empty where libpva has neither."""
 
 
 def with_layers(report: Report, operations: list[Operation],
@@ -42,6 +46,10 @@ def with_layers(report: Report, operations: list[Operation],
     """``report`` with ``layers`` attributed from ``operations`` (unchanged when it has layers
     already, no execution, or no micro-batch count to turn cycles per call into cycles per
     micro-batch)."""
+    if report.liveness is not None and operations:
+        from popviz.sources.liveness import label_layers
+
+        report = report.replace(liveness=label_layers(report.liveness, operations))
     if report.layers is not None or not operations or report.execution is None:
         return report
     from popviz.model.aggregate import cycle_totals
@@ -65,12 +73,20 @@ def with_layers(report: Report, operations: list[Operation],
     bwd: dict[str, float] = {}
     ipu_cycles: dict[str, dict[int, float]] = {}
     seen: set[tuple[str, str]] = set()
+    code: dict[str, float] = {}
+    code_seen: set[tuple[str, str]] = set()
+    programs: dict[str, tuple[list[str], list[str]]] = {}
     for op in operations:
         if op.layer not in fwd:
             order.append(op.layer)
             fwd[op.layer] = bwd[op.layer] = 0.0
             ipu_cycles[op.layer] = {}
         backward = bool(BACKWARD_OP.search(op.op_type) or BACKWARD_OP.search(op.name))
+        programs.setdefault(op.layer, ([], []))[1 if backward else 0].extend(op.programs)
+        for p, c in zip(op.programs, op.code, strict=False):
+            if (p, op.layer) not in code_seen:
+                code_seen.add((p, op.layer))
+                code[op.layer] = code.get(op.layer, 0.0) + c / len(claims[p])
         for p in op.programs:
             if (p, op.layer) in seen or p not in by_program.index.get_level_values(0):
                 continue
@@ -81,18 +97,34 @@ def with_layers(report: Report, operations: list[Operation],
                 (bwd if backward else fwd)[op.layer] += c
                 if not backward:
                     ipu_cycles[op.layer][int(ipu)] = ipu_cycles[op.layer].get(int(ipu), 0.0) + c
+    from popviz.sources import layer_memory
+
     stage_of = {s.ipu: s.index for s in cfg.stages}
+    why_not = layer_memory.usable(report.liveness)
+    training = cfg.mode == "training"
     layers = []
     for name in order:
         ipus = ipu_cycles[name]
         ipu = max(ipus, key=lambda k: ipus[k]) if ipus else None
         weight = sum(size for var, size in variables if var == name or var.startswith(name + "."))
+        act = temp = 0
+        if why_not is None and ipu is not None and ipu in report.liveness.ipus:
+            act, temp = layer_memory.layer_bytes(report.liveness, ipu, *programs[name], training)
         layers.append(Layer(name=name, stage=stage_of.get(ipu) if ipu is not None else None, ipu=ipu,
                             fwd_cycles=round(fwd[name] / micro_batches),
-                            bwd_cycles=round(bwd[name] / micro_batches), weight_bytes=int(weight)))
+                            bwd_cycles=round(bwd[name] / micro_batches), weight_bytes=int(weight),
+                            activation_bytes=act, temporary_bytes=temp, code_bytes=round(code.get(name, 0))))
     basis = "inferred" if cfg.is_inferred("device_iterations") else "recorded"
-    notes = (f"cycles per micro-batch: the executor calls' cycles of each layer's programs (PopTorch "
+    notes = [f"cycles per micro-batch: the executor calls' cycles of each layer's programs (PopTorch "
              f"debug contexts) over {micro_batches:,} micro-batches ({basis} D·G)",
-             "weight bytes: always-live variables named after the layer; activation, temporary and "
-             "optimizer bytes are not in the debug contexts (0)")
-    return report.replace(layers=LayerTable(tuple(layers), source="debug_context", notes=notes))
+             "weight bytes: always-live variables named after the layer; optimizer bytes are not in the "
+             "debug contexts (0)"]
+    if why_not is None:
+        notes += [layer_memory.NOTE_ACTIVATION if training else
+                  "activation bytes: 0 in inference (nothing is kept for a backward pass)",
+                  layer_memory.NOTE_TEMPORARY]
+    else:
+        notes.append(f"activation and temporary bytes: 0, {why_not}")
+    notes.append(layer_memory.NOTE_CODE if code else
+                 "code bytes: 0, the profile's programs have no codeBytesByTile (the planner counts code per IPU)")
+    return report.replace(layers=LayerTable(tuple(layers), source="debug_context", notes=tuple(notes)))

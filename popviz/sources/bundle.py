@@ -34,14 +34,16 @@ from popviz.paths import is_safe_component, regular_file_inside
 
 FORMAT_NAME = "popviz-bundle"
 FORMAT_VERSION = 2
-"""2 added ``layers``; version 1 bundles are read unchanged."""
+"""2 added ``layers``; version 1 bundles are read unchanged. ``liveness`` (optional) was added
+within version 2: bundles without it read as before."""
 METADATA_FILE = "popviz-report.json"
 MEMORY_FILE = "memory.parquet"
 STEPS_FILE = "execution.parquet"
 RUNS_FILE = "runs.parquet"
 STREAMS_FILE = "streams.parquet"
 BLOCKS_FILE = "blocks.parquet"
-TABLE_FILES = (MEMORY_FILE, STEPS_FILE, RUNS_FILE, STREAMS_FILE, BLOCKS_FILE)
+LIVENESS_FILE = "liveness.parquet"
+TABLE_FILES = (MEMORY_FILE, STEPS_FILE, RUNS_FILE, STREAMS_FILE, BLOCKS_FILE, LIVENESS_FILE)
 OPTIONAL_TABLES = (("streams", STREAMS_FILE), ("blocks", BLOCKS_FILE))
 """Tables added within format 2 (``Report.streams``, ``Report.blocks``): a bundle without them
 reads as before (stream copies then derived by program name)."""
@@ -158,6 +160,12 @@ def write_files(report: Report, directory: Path, *, run_id: str | None = None) -
             _write_parquet(table.frame, directory / file_name, bundle_id)
             meta[key] = {"file": file_name, "rows": len(table.frame)}
             written.add(file_name)
+    if report.liveness is not None:
+        from popviz.sources.bundle_liveness import liveness_frame, liveness_meta
+
+        _write_parquet(liveness_frame(report.liveness), directory / LIVENESS_FILE, bundle_id)
+        meta["liveness"] = liveness_meta(report.liveness, LIVENESS_FILE)
+        written.add(LIVENESS_FILE)
     atomic_write_bytes(directory / METADATA_FILE, (json.dumps(meta, indent=1, allow_nan=False) + "\n").encode())
     for stale in set(TABLE_FILES) - written:  # tables of a previous version of this bundle
         with contextlib.suppress(OSError):
@@ -305,6 +313,14 @@ class _Reader:
                     frame = self.table(section.get("file"), section.get("rows"), key)
                     with self.naming(section.get("file")):
                         extra[key] = kind(frame)
+            liveness = None
+            live_meta = self.section(meta, "liveness", dict)
+            if live_meta is not None:
+                from popviz.sources.bundle_liveness import read_liveness
+
+                frame = self.table(live_meta.get("file"), live_meta.get("rows"), "liveness")
+                with self.naming(live_meta.get("file")):
+                    liveness = read_liveness(frame, live_meta)
             return Report(
                 **extra,
                 name=name,
@@ -316,6 +332,7 @@ class _Reader:
                 host_io=HostIO(**host_io) if host_io is not None else None,
                 path=str(self.directory),
                 layers=LayerTable(**layers) if layers is not None else None,
+                liveness=liveness,
             )
         except (ModelError, TypeError, ValueError, AttributeError, OverflowError) as exc:
             first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__

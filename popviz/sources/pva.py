@@ -297,17 +297,21 @@ def read_profile(profile: str | Path, name: str | None = None) -> Report:
     notes = () if execution is not None else (
         "no execution profile: the compile ran out of memory or the engine never ran",)
     notes += tuple(n for n in (pva_streams.note(streams), block_note) if n)
+    from popviz.sources.liveness import read_liveness
+
+    target, memory = _target(pva_report), _memory(pva_report)
     return Report(
         name=name or profile.parent.name,
         provenance=Provenance(source="pva", estimated=False, tool=f"Poplar SDK {version}",
                               versions={"poplar": version},
                               captured_at=mtime.isoformat(timespec="seconds"), notes=notes),
-        target=_target(pva_report),
-        memory=_memory(pva_report),
+        target=target,
+        memory=memory,
         execution=execution,
         path=str(profile.parent),
         streams=streams,
         blocks=blocks,
+        liveness=read_liveness(pva_report, memory, target),
     )
 
 
@@ -331,7 +335,10 @@ def read_operations(profile: str | Path):  # -> tuple[list[Operation], list[tupl
         operations = list(analysis(pva_report).operations)
     except Exception:  # libpva's own exception types: attribution is optional
         return [], []
+    from popviz.sources.layer_memory import program_code_bytes
+
     out = []
+    code_of: dict[str, int | None] = {}
     for op in operations:
         context = getattr(getattr(op, "debugContext", None), "json", None)
         try:
@@ -342,11 +349,14 @@ def read_operations(profile: str | Path):  # -> tuple[list[Operation], list[tupl
         if not isinstance(layer, str) or not layer:
             continue
         try:
-            programs = tuple(str(p.name) for p in op.programs())
+            listed = list(op.programs())
+            programs = tuple(str(p.name) for p in listed)
         except (AttributeError, TypeError):
             continue
+        code = tuple(program_code_bytes(p, code_of) for p in listed)
         out.append(Operation(layer=layer, name=str(getattr(op, "name", doc.get("op_name", ""))),
-                             op_type=str(doc.get("op_type", "")), programs=programs))
+                             op_type=str(doc.get("op_type", "")), programs=programs,
+                             code=code if None not in code else ()))
     variables = []
     for var in getattr(pva_report.compilation, "alwaysLiveVariables", None) or ():
         try:

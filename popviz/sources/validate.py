@@ -104,7 +104,18 @@ def check_report(report: Report, where: Path | str,
         report = _config(c, report)
     if report.host_io is not None:
         _host_io(c, report)
+    if report.liveness is not None:
+        _liveness(c, report)
     return report
+
+
+def _liveness(c: _Check, report: Report) -> None:
+    """IPUs of the liveness table within the target's (bytes are checked non-negative by the model)."""
+    n_ipus = _ipus(report)
+    lv = report.liveness
+    bad = [k for k in (*lv.ipus, *lv.always_live_bytes) if n_ipus and k >= n_ipus]
+    if bad:
+        raise c.fail("liveness", f"IPU {bad[0]} is outside the target's {n_ipus} IPU(s)")
 
 
 def _ipus(report: Report) -> int | None:

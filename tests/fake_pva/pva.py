@@ -15,6 +15,7 @@ from __future__ import annotations
 import enum
 import io
 import json
+import re
 from types import SimpleNamespace as NS
 
 CATEGORY_NAMES = ("vertexCode", "vertexInstanceState", "vectorListDescriptor",
@@ -212,6 +213,7 @@ def openReport(path: str, debug_path: str | None = None) -> NS:
     tiles, run_cols = _columns(data)
     per_ipu = t["tilesPerIpu"]
     n_ipus = len(tiles["inc"]) // per_ipu
+    _liveness_programs(data)
     programs = [NS(name=n, type=_ProgramType[ty]) for n, ty in data.get("programs", [])]
     # run.microseconds: a number, or libpva's .start / .end (reptil's _calculate_bandwidth reads
     # run.microseconds.end - run.microseconds.start)
@@ -226,6 +228,7 @@ def openReport(path: str, debug_path: str | None = None) -> NS:
     compilation.alwaysLiveVariables = [NS(name=n, size=b) for n, b in data.get("variables", [])]
     if "blocks" in data:
         execution.blocks = _blocks(data["blocks"], programs)
+    _add_liveness(compilation, data, programs, target)  # SDKs without these names: data has none
     # operations carry debug contexts only when debug.cbor is opened with the profile
     operations = data.get("operations", []) if debug_path else []
     return NS(poplarVersion=NS(major=3, minor=3, point=0, string=data.get("version", "3.3.0")),
@@ -327,7 +330,7 @@ def write_data(path, data: dict) -> None:
 
 
 def write_columns(path, *, target: dict, tiles: dict, categories: dict, programs: list,
-                  runs: list, flat: bool = False) -> None:
+                  runs: list, flat: bool = False, liveness: tuple | None = None) -> None:
     """Write a profile of any size from NumPy columns: ``tiles`` maps ``inc``, ``exc``, ``over``,
     ``al``, ``nal`` to one value per tile (IPU-major); ``categories`` maps a category name to one
     value per tile; ``programs`` lists ``[name, type]``; each run is ``(name, microseconds,
@@ -342,6 +345,9 @@ def write_columns(path, *, target: dict, tiles: dict, categories: dict, programs
     arrays = {"meta": np.array(json.dumps(meta))}
     arrays.update({f"tile_{k}": np.asarray(v) for k, v in tiles.items()})
     arrays.update({f"cat_{k}": np.asarray(v) for k, v in categories.items()})
+    if liveness is not None:  # (program codes per step, bytes[step, ipu]): livenessProgramSteps
+        arrays["liveness_program"] = np.asarray(liveness[0], dtype="int32")
+        arrays["liveness_bytes"] = np.asarray(liveness[1])
     for k, (_name, _micro, codes, cycles, start, *data) in enumerate(runs):
         arrays[f"run{k}_program"] = np.asarray(codes, dtype="int32")
         arrays[f"run{k}_cycles"] = np.asarray(cycles)
@@ -519,3 +525,226 @@ def out_of_memory(*, flat=False) -> dict:
     data["tiles"][1][1]["inc"] = full + 12_000
     data["tiles"][1][3]["inc"] = full + 3_000
     return data
+
+
+# ------------------------------------------------------------------------- liveness and code
+# Names followed (each optional: a profile built without them reads as from an SDK without it):
+# - compilation.livenessProgramSteps[i].program / .notAlwaysLiveMemory.bytes: graphcore/tensorflow
+#   tensorflow/python/ipu/tests/keras/keras_pipeline_recomputation_test.py (peak liveness = the
+#   tiles' memory.alwaysLiveBytes + the largest step's notAlwaysLiveMemory.bytes);
+# - .notAlwaysLiveMemoryForIpu(k).bytes and livenessProgramSteps[0]: graphcore/ipu_tensorflow_addons
+#   ipu_tensorflow_addons/keras/experimental/auto_pipeline/utils/pva_utils.py (get_max_live_memory);
+# - .notAlwaysLiveMemory.variables (.name, .size): graphcore-research/flash-attention-ipu
+#   demo/profile_utils.py (get_step_variables);
+# - compilation.programs with .name, .type, .codeBytesByTile, .controlCodeByTile, .children:
+#   pva_utils.py above (get_internal_exchange_code, get_control_code) and graphcore/popliner
+#   popliner/operation.py (control code of childless programs only, as a program's includes its
+#   children's).
+
+
+class _LiveStep:
+    __slots__ = ("_bytes", "_vars", "program")
+
+    def __init__(self, program: NS, per_ipu, variables) -> None:
+        self.program, self._bytes, self._vars = program, per_ipu, variables
+
+    @property
+    def notAlwaysLiveMemory(self) -> NS:
+        return NS(bytes=int(sum(int(b) for b in self._bytes)),
+                  variables=[NS(name=n, size=int(b)) for n, b in self._vars])
+
+    def notAlwaysLiveMemoryForIpu(self, ipu: int) -> NS:
+        return NS(bytes=int(self._bytes[ipu]))
+
+
+class _LiveSteps:
+    """``compilation.livenessProgramSteps``: built on access, as libpva does."""
+
+    def __init__(self, programs: list[NS], codes, per_ipu, variables: dict, total_only: bool) -> None:
+        self.programs, self.codes, self.per_ipu, self.variables = programs, codes, per_ipu, variables
+        self.total_only = total_only
+
+    def __len__(self) -> int:
+        return len(self.codes)
+
+    def __getitem__(self, i: int) -> _LiveStep:
+        if not 0 <= i < len(self):
+            raise IndexError(i)
+        row = self.per_ipu[i]
+        step = _LiveStep(self.programs[int(self.codes[i])], row.tolist() if hasattr(row, "tolist") else row,
+                         self.variables.get(str(i), ()))
+        if self.total_only:  # an SDK without notAlwaysLiveMemoryForIpu
+            return NS(program=step.program, notAlwaysLiveMemory=step.notAlwaysLiveMemory)
+        return step
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self)))
+
+
+def _liveness_programs(data: dict) -> None:
+    """Add the liveness steps' programs (``[name, type]``) to the profile's program list."""
+    live = data.get("liveness")
+    if not live or "_arrays" in data:
+        return
+    programs = data.setdefault("programs", [])
+    codes = []
+    for name, kind, _bytes in live["steps"]:
+        key = [name, kind]
+        if key not in programs:
+            programs.append(key)
+        codes.append(programs.index(key))
+    live["_codes"] = codes
+
+
+def _add_liveness(compilation: NS, data: dict, programs: list[NS], target: NS) -> None:
+    live = data.get("liveness")
+    if "_arrays" in data and "liveness_program" in data["_arrays"]:
+        a = data["_arrays"]
+        compilation.livenessProgramSteps = _LiveSteps(programs, a["liveness_program"], a["liveness_bytes"], {},
+                                                      total_only=bool(data.get("liveness_total_only")))
+    elif live:
+        compilation.livenessProgramSteps = _LiveSteps(
+            programs, live["_codes"], [b for _n, _k, b in live["steps"]], live.get("variables", {}),
+            total_only=bool(live.get("total_only")))
+    code = data.get("program_code")
+    if code is None:
+        return
+    tiles = target.numIPUs * target.tilesPerIpu
+    by_name = {p.name: p for p in programs}
+    for name, (ipu, code_per_tile, control_per_tile) in code.items():
+        program = by_name.get(name)
+        if program is None:
+            continue
+        first = ipu * target.tilesPerIpu
+        program.codeBytesByTile = [code_per_tile if first <= t < first + target.tilesPerIpu else 0
+                                   for t in range(tiles)]
+        program.controlCodeByTile = [control_per_tile if first <= t < first + target.tilesPerIpu else 0
+                                     for t in range(tiles)]
+        program.children = []
+    compilation.programs = programs
+
+
+def with_liveness(data: dict, *, activation=None, fwd_temp=None, bwd_temp=None, always_live=600_000,
+                  code=(1000, 1500), control=100, total_only=False) -> dict:
+    """``pipeline_profile`` data with the liveness of its first weight update and code per program.
+
+    The compiled program's steps are those of the first call's first weight update, in order. On
+    IPU i, stage i's forward of a micro-batch makes ``activation[i]`` bytes that stay live until
+    its backward (the stash) and needs ``fwd_temp[i]`` more while it runs; its backward needs
+    ``bwd_temp[i]`` above the stash while it runs and frees the micro-batch's activation at its
+    end. Defaults: 10, 5 and 8 bytes per cycle of work. Each IPU's tiles hold ``always_live``
+    bytes (a quarter per tile) plus, spread evenly, its peak not-always-live bytes; a tile beyond
+    its capacity overflows (``overflowed``), as in a compile with ``debug.allowOutOfMemory``.
+    ``stage<i>/fwd`` and ``/bwd`` take ``code`` bytes per tile of IPU i (and ``control`` bytes of
+    control code per tile). Variables live at each step are named ``layers.<i>/act<mb>`` and
+    ``layers.<i>/MatMul[Grad]/tmp``."""
+    n = len(data["tiles"])
+    pattern = re.compile(r"^stage(\d+)/(?:layers\.(\d+)/)?(fwd|bwd)$")
+    layer_of: dict[str, tuple[int, int, str]] = {}  # program -> (IPU, layer, pass)
+    w: dict[int, int] = {}
+    for st in data["runs"][1]["steps"]:
+        m = pattern.match(st["name"])
+        if m:
+            i = int(m.group(1))
+            j = int(m.group(2)) if m.group(2) is not None else i
+            layer_of[st["name"]] = (i, j, m.group(3))
+            if m.group(3) == "fwd":
+                w[j] = max(w.get(j, 0), max(st["cycles"]))
+    layers = range(max(w) + 1)
+    act = list(activation or [10 * w.get(j, 0) for j in layers])
+    ft = list(fwd_temp or [5 * w.get(j, 0) for j in layers])
+    bt = list(bwd_temp or [8 * w.get(j, 0) for j in layers])
+    steps, variables = [], {}
+    stash: list[list[tuple[int, int]]] = [[] for _ in range(n)]  # per IPU: (layer, micro-batch)
+    counter = [0] * len(act)
+    run = data["runs"][1]["steps"]
+    end = next(k for k, st in enumerate(run) if st["name"].endswith("/weightUpdate"))
+    while end < len(run) and run[end]["name"].endswith("/weightUpdate"):
+        end += 1
+    for st in run[:end]:
+        name = st["name"]
+        per = [sum(act[j] for j, _mb in stash[i]) for i in range(n)]
+        live = [(f"layers.{j}/act{mb}", act[j]) for i in range(n) for j, mb in stash[i]]
+        if name in layer_of:
+            i, j, kind = layer_of[name]
+            if kind == "fwd":
+                mb = counter[j]
+                counter[j] += 1
+                per[i] += act[j] + ft[j]
+                live += [(f"layers.{j}/act{mb}", act[j]), (f"layers.{j}/MatMul/tmp", ft[j])]
+                stash[i].append((j, mb))
+            else:
+                per[i] += bt[j]
+                live.append((f"layers.{j}/MatMulGrad/tmp", bt[j]))
+                stash[i].remove(next(x for x in stash[i] if x[0] == j))
+        variables[str(len(steps))] = sorted(live, key=lambda v: -v[1])
+        steps.append([name, st["type"], per])
+    peak = [max(s[2][i] for s in steps) for i in range(n)]
+    cap = data["target"]["bytesPerTile"]
+    per_tile = data["target"]["tilesPerIpu"]
+    for i, row in enumerate(data["tiles"]):
+        for t in row:
+            al, nal = always_live // per_tile, -(-peak[i] // per_tile)
+            inc = al + nal
+            t.update(al=al, nal=nal, inc=inc, exc=inc - 100, over=max(0, inc - cap),
+                     cats={"variable": inc // 2, "vertexCode": inc - inc // 2})
+    data["liveness"] = {"steps": steps, "variables": variables, "total_only": total_only}
+    data["program_code"] = {name: [i, code[0 if kind == "fwd" else 1], control]
+                            for name, (i, _j, kind) in layer_of.items()}
+    return data
+
+
+def liveness_overflow(*, runs: bool = True) -> dict:
+    """``pipeline_profile`` with liveness in which IPU1 overflows at one step: the backward of
+    layers.1 (``stage1/bwd``, operation ``layers.1/MatMulGrad``) needs 2,000,000 bytes of
+    temporaries above its stash of 5 micro-batches × 10,000 bytes, on top of 600,000 always-live
+    bytes: 2,650,000 bytes, 94,096 over the IPU's 2,555,904. Without ``runs``: the compile of a
+    model that does not fit (``debug.allowOutOfMemory``), memory only."""
+    data = with_liveness(pipeline_profile(), bwd_temp=[8000, 2_000_000, 16_000, 8000])
+    if not runs:
+        data["runs"] = []
+    return data
+
+
+def layered_pipeline(layer_work=((1000, 1000), (1000, 1000), (3000, 1000), (1000, 1000)), **liveness) -> dict:
+    """``pipeline_profile`` with several layers per stage, each with programs of its own
+    (``stage<i>/layers.<j>/fwd`` and ``/bwd``, ``w`` and ``2w`` cycles per micro-batch, run one
+    after another within the stage's, each followed by a step of its own exchange, which holds
+    no temporaries), operations ``layers.<j>/MatMul`` and ``MatMulGrad`` and
+    weights ``layers.<j>.weight`` of 100 × w bytes; with the liveness of :func:`with_liveness`
+    (``liveness`` passed on)."""
+    work = [sum(stage) for stage in layer_work]
+    data = pipeline_profile(work=tuple(work))
+    index = {}
+    j = 0
+    for i, stage in enumerate(layer_work):
+        index[i] = list(range(j, j + len(stage)))
+        j += len(stage)
+    cycles = [w for stage in layer_work for w in stage]
+    for run in data["runs"]:
+        out = []
+        for st in run["steps"]:
+            m = re.match(r"^stage(\d+)/(fwd|bwd)$", st["name"])
+            if not m:
+                out.append(st)
+                continue
+            i, kind = int(m.group(1)), m.group(2)
+            offset = 0
+            for k in index[i]:
+                c = cycles[k] * (1 if kind == "fwd" else 2)
+                cyc = [c if x else 0 for x in st["cycles"]]
+                start = [s0 + offset if x else 0 for s0, x in zip(st["start"], st["cycles"], strict=True)]
+                out.append({"name": f"stage{i}/layers.{k}/{kind}", "type": st["type"], "cycles": cyc,
+                            "start": start})
+                # the exchange feeding the next operation: a step of its own (no cycles counted here)
+                out.append({"name": f"stage{i}/layers.{k}/{kind}/exchange", "type": "DoExchange",
+                            "cycles": [0] * len(cyc), "start": [0] * len(cyc)})
+                offset += c
+        run["steps"] = out
+    data["operations"] = [op for i, ks in index.items() for k in ks for op in (
+        {"name": f"layers.{k}/MatMul", "op_type": "MatMul", "layer": f"layers.{k}",
+         "programs": [f"stage{i}/layers.{k}/fwd"]},
+        {"name": f"layers.{k}/MatMulGrad", "op_type": "MatMulGrad", "layer": f"layers.{k}",
+         "programs": [f"stage{i}/layers.{k}/bwd"]})]
+    data["variables"] = [[f"layers.{k}.weight", 100 * w] for k, w in enumerate(cycles)] + [["loss/scale", 4]]
+    return with_liveness(data, **liveness)
