@@ -83,6 +83,7 @@ def decompose(by_type: pd.DataFrame, ipus: list[int], elapsed: int,
     busiest = max(work.values())
     sums = dict.fromkeys(PARTS, 0)
     ramp_by_ipu = {}
+    host_by_ipu = {}
     host_of = {i: sum(per[i].get(t, 0) for t in STREAM_COPY_TYPES) for i in ipus}
     all_host = sum(host_of.values())
     for i in ipus:
@@ -105,6 +106,7 @@ def decompose(by_type: pd.DataFrame, ipus: list[int], elapsed: int,
         sums["ramp"] += ramp_by_ipu[i]
         sums["exchange"] += exchange + fixed
         sums["host"] += host + host_wait
+        host_by_ipu[i] = host + host_wait
         sums["other"] += total - known
     budget = sum(sums.values())  # = len(ipus) × elapsed unless an IPU ran longer than the call
     b = max(ipus, key=lambda i: work[i])
@@ -114,6 +116,9 @@ def decompose(by_type: pd.DataFrame, ipus: list[int], elapsed: int,
         **{f"{p}_cycles": int(sums[p]) for p in PARTS},
         **{f"{p}_frac": sums[p] / budget for p in PARTS},
         "bottleneck_ipu": int(b), "ramp_efficiency_frac": ramp_eff,
+        # the host time no IPU is free of (its copies, or its waits on another's): what a call
+        # without host I/O could save at most, every IPU's other cycles staying
+        "least_host_cycles": int(min(host_by_ipu.values())),
     }
 
 
