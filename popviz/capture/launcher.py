@@ -174,6 +174,7 @@ def _engines_found(root: Path) -> list[dict[str, Any]]:
                     "later_calls_seconds": next((s.get("sum") for s in calls.get("stats") or []
                                                  if s.get("metric") == "wall_seconds"), None),
                     "compile_error": (calls.get("compile") or {}).get("error"),
+                    "interrupted": (calls.get("compile") or {}).get("interrupted"),
                     "poptorch": (doc.get("versions") or {}).get("poptorch"),
                 }
         bundle_path = engine.path / "popviz-report.json"
@@ -249,7 +250,7 @@ def summary_lines(run: Mapping[str, Any], root: Path) -> list[str]:
         desc = [report]
         m = e.get("model")
         if m and report == "no profile" and m.get("calls") == 0 and m.get("compile_seconds") is None \
-                and not m.get("compile_error"):
+                and not m.get("compile_error") and not m.get("interrupted"):
             early = not_reached_reason(run)
             desc = [f"not reached: {early}" if early else
                     f"NEVER CALLED: the script built this {m.get('mode') or 'PopTorch'} model but never called or "
@@ -268,6 +269,10 @@ def summary_lines(run: Mapping[str, Any], root: Path) -> list[str]:
             calls = f"{m.get('calls')} call(s)" + _times_text(m, run)
             if m.get("compile_error"):
                 calls += f", compile failed: {esc.term(m['compile_error'])}"  # the script's text: no ESC
+            elif m.get("interrupted") == "first call":
+                calls += ", interrupted (Ctrl-C) during its first call, after the compile succeeded"
+            elif m.get("interrupted") == "compile":
+                calls += ", interrupted (Ctrl-C) while compiling"
             desc.append(calls)
         else:
             desc.append("no popviz-model.json (hooks did not see this executor)")
