@@ -20,10 +20,21 @@ def run_cli(*args: str, cwd: str | Path | None = None, env: dict[str, str] | Non
                           capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
 
 
+def unwrapped(text: str) -> str:
+    """``text`` with the lines popviz broke to fit the terminal joined again (a wrapped line's
+    continuations are indented four columns more: ``popviz.ui.wrap_line``)."""
+    import re
+
+    return re.sub(r"\n(\s*)    (?=\S)", " ", text)
+
+
 def assert_one_line_error(proc: subprocess.CompletedProcess[str], *needles: str) -> str:
-    """Exit 2, exactly one line on stderr naming what it must, no traceback."""
+    """Exit 2, exactly one message on stderr (its line wrapped at the terminal's width) naming
+    what it must, no traceback; returns it on one line."""
     assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
-    lines = proc.stderr.strip().splitlines()
+    lines = [line for line in unwrapped(proc.stderr.strip()).splitlines()
+             if line not in ("popviz plot: reading the report and drawing its figures ...",
+                             "popviz analyse: reading the report and writing the page ...")]
     assert len(lines) == 1, proc.stderr
     assert "Traceback" not in proc.stderr
     for needle in needles:

@@ -59,7 +59,9 @@ def emit(c: Comparison, args: argparse.Namespace) -> int:
     if (args.json or args.markdown) and c.failed:  # stdout may go to a file: the job's log says why
         from popviz.escape import term
 
-        print(term(c.headline()), file=sys.stderr)
+        from popviz.ui import wrap_line
+
+        print("\n".join(wrap_line(term(c.headline()))), file=sys.stderr)
     if args.summary or args.github:
         from popviz.fileio import append_text
 
