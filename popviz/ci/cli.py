@@ -58,7 +58,6 @@ def emit(c: Comparison, args: argparse.Namespace) -> int:
         render.console(c, all_rows=args.all)
     if (args.json or args.markdown) and c.failed:  # stdout may go to a file: the job's log says why
         from popviz.escape import term
-
         from popviz.ui import wrap_line
 
         print("\n".join(wrap_line(term(c.headline()))), file=sys.stderr)
