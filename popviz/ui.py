@@ -91,9 +91,11 @@ def wrap_command(command: str, width: int | None = None, indent: str = "") -> li
         return [indent + command]
     lines: list[str] = []
     cur = indent
-    for word in _shell_words(command):
+    words = _shell_words(command)
+    for k, word in enumerate(words):
         lead = indent if not lines and cur == indent else indent + "    "
-        if cur.strip() and len(cur) + 1 + len(word) + 2 > width:
+        room = width if k == len(words) - 1 else width - 2  # a line that goes on ends in " \"
+        if cur.strip() and len(cur) + 1 + len(word) > room:
             lines.append(cur + " \\")
             cur = indent + "    " + word
         else:
