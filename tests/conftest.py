@@ -12,12 +12,22 @@ SAMPLES = ROOT / "sample_reports"
 FAKE_PVA = Path(__file__).resolve().parent / "fake_pva"
 
 
+HANG_GUARD_SECONDS = 900
+"""How long a test lets a popviz command run before calling it hung (not a speed limit)."""
+
+
 def run_cli(*args: str, cwd: str | Path | None = None, env: dict[str, str] | None = None,
-            timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    """Run the real CLI (``python -m popviz``) in a subprocess."""
+            timeout: float = HANG_GUARD_SECONDS) -> subprocess.CompletedProcess[str]:
+    """Run the real CLI (``python -m popviz``) in a subprocess. ``timeout`` guards against a
+    hang only (generous: a loaded 2-core machine runs a command many times slower than an idle
+    one); reaching it fails the test saying so."""
     full_env = {**os.environ, "COLUMNS": "100", **(env or {})}
-    return subprocess.run([sys.executable, "-m", "popviz", *args], cwd=cwd, env=full_env,
-                          capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    try:
+        return subprocess.run([sys.executable, "-m", "popviz", *args], cwd=cwd, env=full_env,
+                              capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"hang guard: popviz {' '.join(map(str, args))} still running after {timeout:.0f} s "
+                    "(a limit for hangs, not for speed: is it stuck?)", pytrace=False)
 
 
 def unwrapped(text: str) -> str:

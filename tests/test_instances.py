@@ -181,7 +181,7 @@ def test_one_capture_per_rank_into_one_directory(tmp_path):
                               cwd=tmp_path, env={**env, "OMPI_COMM_WORLD_RANK": str(rank)},
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for rank in (0, 1)]
-    results = [p.communicate(timeout=120) for p in procs]
+    results = [p.communicate(timeout=600) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], results
     out = (tmp_path / "out").resolve()
     for rank in (0, 1):
