@@ -14,6 +14,11 @@ one.
 The DP is indexed by the number of stages *remaining*, on which the stash depth depends, so one
 table answers every N in 1..max at once: O(max_N × L²) segment checks. The time a split's
 pipeline takes, and a split refined for it, are in :mod:`popviz.analysis.pipeline_time`.
+
+The module is over 600 lines because the DP, the stage memory model it evaluates (each layer's
+stash in a stage that recomputes it and in one that does not) and the no-fit explanation, which
+reruns the DP per lever, share the private prefix sums (``_Prefix``); the stash figures are derived
+apart (:mod:`popviz.analysis.stash_modes`).
 """
 
 from __future__ import annotations
