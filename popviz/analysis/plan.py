@@ -176,8 +176,9 @@ def reconcile(engine: EngineResult) -> Plan:
             a.throughput_gain_frac = call if call is not None else pipe.get("balanced_gain_frac")
         elif f.code == "PIPE003":
             eff = pipe.get("ramp_efficiency_frac")
-            if eff:
+            if eff:  # at the ramp target: the value the finding sets may reach past it (an estimate)
                 a.throughput_gain_frac = max(0.0, pipe["ramp_target_frac"] / eff - 1)
+                a.gain_estimated = True
         elif f.code == "PIPE004" and pipe.get("pipelining_speedup_ratio"):
             a.throughput_gain_frac = pipe["pipelining_speedup_ratio"] - 1
         elif f.code == "HIO001":
