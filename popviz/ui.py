@@ -89,6 +89,12 @@ def wrap_command(command: str, width: int | None = None, indent: str = "") -> li
     width = max(width or shutil.get_terminal_size((80, 24)).columns, 40)
     if len(indent) + len(command) <= width:
         return [indent + command]
+    body, sep, comment = command.partition("  # ")
+    if sep and body.count("'") % 2 == 0 and body.count('"') % 2 == 0:  # a comment: kept whole, last
+        lines = wrap_command(body, width, indent)
+        if len(lines[-1]) + len(sep) + len(comment) <= width:
+            return [*lines[:-1], lines[-1] + sep + comment]
+        return [*lines[:-1], lines[-1] + " \\", indent + "    # " + comment]
     lines: list[str] = []
     cur = indent
     words = _shell_words(command)

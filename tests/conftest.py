@@ -32,10 +32,11 @@ def run_cli(*args: str, cwd: str | Path | None = None, env: dict[str, str] | Non
 
 def unwrapped(text: str) -> str:
     """``text`` with the lines popviz broke to fit the terminal joined again (a wrapped line's
-    continuations are indented four columns more: ``popviz.ui.wrap_line``)."""
+    continuations are indented four columns more, a command's lines end in `` \\``:
+    ``popviz.ui.wrap_line``, ``wrap_command``, ``wrap_code``)."""
     import re
 
-    return re.sub(r"\n(\s*)    (?=\S)", " ", text)
+    return re.sub(r"( \\)?\n(\s*)    (?=\S)", " ", text)
 
 
 def assert_one_line_error(proc: subprocess.CompletedProcess[str], *needles: str) -> str:

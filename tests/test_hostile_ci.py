@@ -400,7 +400,7 @@ def test_plan_reruns_only_the_command_its_own_capture_recorded(tmp_path):
     own = {**planted, "command": ["python", "train.py"], "engines": [{"path": "train"}]}
     (capture / "popviz-run.json").write_text(json.dumps(own))
     proc = run_cli("plan", str(engine), cwd=tmp_path)
-    assert "-- python train.py" in proc.stdout
+    assert "-- python train.py" in " ".join(proc.stdout.replace(" \\\n", " ").split())  # continuation lines
     assert "the command recorded in downloads/run/popviz-run.json" in " ".join(proc.stdout.split())
     doc = json.loads(run_cli("plan", "--json", str(engine), cwd=tmp_path).stdout)
     assert doc["rerun_command_recorded_in"] == "downloads/run/popviz-run.json"
