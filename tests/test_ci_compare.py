@@ -213,7 +213,8 @@ def test_compare_cli_regression_improvement_and_self(tmp_path):
     assert same.stdout.splitlines()[0].startswith("popviz: OK: no regression")
     bad = run_cli("compare", str(base), str(worse), env={"COLUMNS": "80"})
     assert bad.returncode == 1, bad.stderr
-    first = bad.stdout.splitlines()[0]
+    assert all(len(line) <= 80 for line in bad.stdout.splitlines()[:3])  # the headline wraps at the width
+    first = unwrapped(bad.stdout).splitlines()[0]
     assert first.startswith("popviz: FAIL: regression in training pipeline.cycles_per_micro_batch (3,031 → 4,850, +60.00%)")
     assert "pipeline.stage1.cycles_per_micro_batch" in first and "pipeline.imbalance_ratio" in first
     good = run_cli("compare", str(all_outputs), str(final), "--fail", "host_io.stream_copy_pct:+5pp",
@@ -505,8 +506,8 @@ def test_a_budget_on_a_metric_the_run_lacks_is_broken_not_bad_input(tmp_path):
     budgets.write_text('[budgets]\n"pipeline.imbalance_ratio" = "<1.2"\n')
     proc = run_cli("check", str(SAMPLES / "oom_model"), "--budget", str(budgets))  # never ran: no cycles
     assert proc.returncode == 1, proc.stderr
-    assert proc.stdout.startswith("popviz: FAIL: budget broken: training pipeline.imbalance_ratio = missing from "
-                                  "this run (budget < 1.2)")
+    assert unwrapped(proc.stdout).startswith("popviz: FAIL: budget broken: training pipeline.imbalance_ratio = "
+                                             "missing from this run (budget < 1.2)")
     budgets.write_text('[budgets]\n"pipeline.imbalanse_ratio" = "<1.2"\n')  # a typo is still bad input
     assert_one_line_error(run_cli("check", str(SAMPLES / "oom_model"), "--budget", str(budgets)),
                           "budget pipeline.imbalanse_ratio matches no metric")
