@@ -34,7 +34,19 @@ class Parser(argparse.ArgumentParser):
     """An ArgumentParser whose usage errors are one line and exit 2."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        self.exit(EXIT_USAGE, _fitted(f"{self.prog}: error: {message} (see {self.prog} --help)") + "\n")
+
+
+def _fitted(message: str) -> str:
+    """``message`` broken between words to the terminal's width (80 when unknown), continuation
+    lines indented: one message, every line of it within the width."""
+    from popviz.ui import wrap_line
+
+    return "\n".join(wrap_line(message))
+
+
+def _error(message: str) -> None:
+    print(_fitted(message), file=sys.stderr)
 
 
 class DescriptionFormatter(argparse.RawDescriptionHelpFormatter):
@@ -70,7 +82,7 @@ def build_parser() -> Parser:
                            aliases=getattr(module, "ALIASES", ()),
                            parents=[common], formatter_class=DescriptionFormatter)
         module.add_arguments(p)
-        p.set_defaults(run=module.run)
+        p.set_defaults(run=module.run, early_line=getattr(module, "early_line", None))
     return parser
 
 
@@ -86,8 +98,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout, sys.stderr = real_stdout, real_stderr
     if out.failure is not None and code != EXIT_USAGE:  # e.g. `popviz analyse DIR > /dev/full`
         err = _PipeSafeStdout(real_stderr, strip_padding=False)
-        err.write(f"popviz: error: the standard output cannot be written ({escape.term(out.failure)}); "
-                  "the output is incomplete: redirect it to a file or pipe that can take it\n")
+        err.write(_fitted(f"popviz: error: the standard output cannot be written ({escape.term(out.failure)}); "
+                          "the output is incomplete: redirect it to a file or pipe that can take it") + "\n")
         err.close_lines()
         return EXIT_USAGE
     return code
@@ -106,11 +118,18 @@ def _main(argv: Sequence[str] | None) -> int:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
     try:
-        return int(args.run(args) or 0)
+        early = getattr(args, "early_line", None)
+        message = early(args) if early is not None else None
+        if message is None:
+            return int(args.run(args) or 0)
+        from popviz.ui import early_line
+
+        with early_line(escape.term(message)):  # a command that reads and draws: never silent long
+            return int(args.run(args) or 0)
     except PopvizError as exc:
         if debug:
             raise
-        print(f"popviz: error: {escape.term(exc.message)}", file=sys.stderr)
+        _error(f"popviz: error: {escape.term(exc.message)}")
         return exc.exit_code
     except KeyboardInterrupt:
         if debug:
@@ -127,8 +146,8 @@ def _main(argv: Sequence[str] | None) -> int:
             # a path the system refuses (a name too long, no permission, no space): the user's input
             from popviz.errors import shown
 
-            print(f"popviz: error: {escape.term(shown(exc.filename))}: {escape.term(exc.strerror or exc)}; "
-                  "choose another path", file=sys.stderr)
+            _error(f"popviz: error: {escape.term(shown(exc.filename))}: {escape.term(exc.strerror or exc)}; "
+                   "choose another path")
             return EXIT_USAGE
         if isinstance(exc, OSError) and exc.errno in _ENVIRONMENT_ERRNOS:
             # the system's fault, not popviz's (a full disk met where no path is known): exit 2
@@ -136,8 +155,8 @@ def _main(argv: Sequence[str] | None) -> int:
                   "file system and run again", file=sys.stderr)
             return EXIT_USAGE
         first = str(exc).splitlines()[0] if str(exc) else ""
-        print(f"popviz: internal error: {type(exc).__name__}: {escape.term(first)} (this is a popviz bug; "
-              "rerun with --debug for the traceback and report it)", file=sys.stderr)
+        _error(f"popviz: internal error: {type(exc).__name__}: {escape.term(first)} (this is a popviz bug; "
+               "rerun with --debug for the traceback and report it)")
         return EXIT_INTERNAL
 
 

@@ -55,3 +55,132 @@ def wrap_line(line: str, width: int | None = None) -> list[str]:
     indent = " " * (len(line) - len(line.lstrip(" ")))
     return textwrap.wrap(line.lstrip(" "), width=max(width, 40), initial_indent=indent,
                          subsequent_indent=indent + "    ", break_long_words=False, break_on_hyphens=False) or [line]
+
+
+def _shell_words(command: str) -> list[str]:
+    """``command`` split at the spaces outside quotes (each word as written, quotes kept)."""
+    words, cur, quote = [], "", None
+    for i, ch in enumerate(command):
+        if quote:
+            cur += ch
+            if ch == quote and (quote == "'" or command[i - 1] != "\\"):
+                quote = None
+        elif ch in "'\"":
+            quote = ch
+            cur += ch
+        elif ch == " ":
+            if cur:
+                words.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    if cur:
+        words.append(cur)
+    return words
+
+
+def wrap_command(command: str, width: int | None = None, indent: str = "") -> list[str]:
+    """A shell ``command`` fitted to ``width`` columns (the terminal's, 80 when not a terminal, by
+    default) as copy-pasteable continuation lines: broken at spaces outside quotes, each line but
+    the last ending in `` \\``, continuations indented four columns under ``indent``; a word longer
+    than the width is kept whole."""
+    import shutil
+
+    width = max(width or shutil.get_terminal_size((80, 24)).columns, 40)
+    if len(indent) + len(command) <= width:
+        return [indent + command]
+    body, sep, comment = command.partition("  # ")
+    if sep and body.count("'") % 2 == 0 and body.count('"') % 2 == 0:  # a comment: kept whole, last
+        lines = wrap_command(body, width, indent)
+        if len(lines[-1]) + len(sep) + len(comment) <= width:
+            return [*lines[:-1], lines[-1] + sep + comment]
+        return [*lines[:-1], lines[-1] + " \\", indent + "    # " + comment]
+    lines: list[str] = []
+    cur = indent
+    words = _shell_words(command)
+    for k, word in enumerate(words):
+        lead = indent if not lines and cur == indent else indent + "    "
+        room = width if k == len(words) - 1 else width - 2  # a line that goes on ends in " \"
+        if cur.strip() and len(cur) + 1 + len(word) > room:
+            lines.append(cur + " \\")
+            cur = indent + "    " + word
+        else:
+            cur = (cur + " " + word) if cur.strip() else lead + word
+    lines.append(cur)
+    return lines
+
+
+def wrap_code(line: str, width: int | None = None, indent: str = "") -> list[str]:
+    """A line of Python fitted to ``width`` columns where it can be broken: after the commas of
+    its outermost brackets (Python's implicit continuation; the next level in when that is not
+    enough), continuations indented four columns under ``indent``; a line without such a comma is
+    kept whole."""
+    import shutil
+
+    width = max(width or shutil.get_terminal_size((80, 24)).columns, 40)
+    if len(indent) + len(line) <= width:
+        return [indent + line]
+    out = [indent + line]
+    for level in (1, 2, 3):
+        out = _code_at(line, width, indent, level)
+        if all(len(x) <= width for x in out):
+            break
+    return out
+
+
+def _code_at(line: str, width: int, indent: str, level: int) -> list[str]:
+    parts, depth, start, quote = [], 0, 0, None
+    for i, ch in enumerate(line):
+        if quote:
+            quote = None if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        elif ch == "," and 0 < depth <= level and line[i + 1:i + 2] == " ":
+            parts.append(line[start:i + 1])
+            start = i + 2
+    parts.append(line[start:])
+    out: list[str] = []
+    cur = ""
+    for part in parts:
+        lead = indent if not out else indent + "    "
+        if cur and len(lead) + len(cur) + 1 + len(part) > width:
+            out.append(lead + cur)
+            cur = part
+        else:
+            cur = f"{cur} {part}" if cur else part
+    out.append((indent if not out else indent + "    ") + cur)
+    return out
+
+
+EARLY_LINE_SECONDS = 0.5
+"""A command still working after this long says what it is doing (:func:`early_line`)."""
+
+
+@contextlib.contextmanager
+def early_line(message: str, after: float = EARLY_LINE_SECONDS) -> Iterator[None]:
+    """While the block runs, ``message`` on stderr (wrapped to the width) once it has run for
+    ``after`` seconds, when stderr is not a terminal (a terminal gets :func:`status`'s spinner):
+    a log or a pipe is never silent through a command's first seconds of imports and reading."""
+    import threading
+
+    if sys.stderr.isatty():
+        yield
+        return
+    done = threading.Event()
+
+    def say() -> None:
+        if not done.wait(after):
+            with contextlib.suppress(OSError, ValueError):
+                print("\n".join(wrap_line(message)), file=sys.stderr, flush=True)
+
+    thread = threading.Thread(target=say, name="popviz-early-line", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join(timeout=1)

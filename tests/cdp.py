@@ -126,7 +126,7 @@ def open_page(executable: str, profile: Path, flags: list[str], url: str,
         if pdf:  # as the browser prints it (A4, the page's print CSS)
             printed = base64.b64decode(browser.send("Page.printToPDF", {
                 "paperWidth": 8.27, "paperHeight": 11.69, "printBackground": False}, session=session,
-                timeout=120)["data"])
+                timeout=600)["data"])
         requested = [e["params"]["request"]["url"] for e in browser.events
                      if e.get("method") == "Network.requestWillBeSent" and e.get("sessionId") == session]
         return {"requested": requested, **json.loads(counts), "screenshot": base64.b64decode(shot),

@@ -12,18 +12,40 @@ SAMPLES = ROOT / "sample_reports"
 FAKE_PVA = Path(__file__).resolve().parent / "fake_pva"
 
 
+HANG_GUARD_SECONDS = 900
+"""How long a test lets a popviz command run before calling it hung (not a speed limit)."""
+
+
 def run_cli(*args: str, cwd: str | Path | None = None, env: dict[str, str] | None = None,
-            timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    """Run the real CLI (``python -m popviz``) in a subprocess."""
+            timeout: float = HANG_GUARD_SECONDS) -> subprocess.CompletedProcess[str]:
+    """Run the real CLI (``python -m popviz``) in a subprocess. ``timeout`` guards against a
+    hang only (generous: a loaded 2-core machine runs a command many times slower than an idle
+    one); reaching it fails the test saying so."""
     full_env = {**os.environ, "COLUMNS": "100", **(env or {})}
-    return subprocess.run([sys.executable, "-m", "popviz", *args], cwd=cwd, env=full_env,
-                          capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    try:
+        return subprocess.run([sys.executable, "-m", "popviz", *args], cwd=cwd, env=full_env,
+                              capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"hang guard: popviz {' '.join(map(str, args))} still running after {timeout:.0f} s "
+                    "(a limit for hangs, not for speed: is it stuck?)", pytrace=False)
+
+
+def unwrapped(text: str) -> str:
+    """``text`` with the lines popviz broke to fit the terminal joined again (a wrapped line's
+    continuations are indented four columns more, a command's lines end in `` \\``:
+    ``popviz.ui.wrap_line``, ``wrap_command``, ``wrap_code``)."""
+    import re
+
+    return re.sub(r"( \\)?\n(\s*)    (?=\S)", " ", text)
 
 
 def assert_one_line_error(proc: subprocess.CompletedProcess[str], *needles: str) -> str:
-    """Exit 2, exactly one line on stderr naming what it must, no traceback."""
+    """Exit 2, exactly one message on stderr (its line wrapped at the terminal's width) naming
+    what it must, no traceback; returns it on one line."""
     assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
-    lines = proc.stderr.strip().splitlines()
+    lines = [line for line in unwrapped(proc.stderr.strip()).splitlines()
+             if line not in ("popviz plot: reading the report and drawing its figures ...",
+                             "popviz analyse: reading the report and writing the page ...")]
     assert len(lines) == 1, proc.stderr
     assert "Traceback" not in proc.stderr
     for needle in needles:

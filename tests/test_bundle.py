@@ -166,7 +166,7 @@ def test_process_exits_cleanly_after_loading_bundles():
     without an active exception" (exit 134) after their work was done, failing CI steps."""
     sample = Path(__file__).resolve().parents[1] / "sample_reports" / "bert_even_split"
     codes = [subprocess.run([sys.executable, "-c", EXIT_AFTER_LOADS, str(sample)], capture_output=True,
-                            text=True, timeout=120) for _ in range(8)]
+                            text=True, timeout=600) for _ in range(8)]
     assert [(c.returncode, c.stderr[-200:]) for c in codes] == [(0, "")] * 8
 
 

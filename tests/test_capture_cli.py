@@ -111,7 +111,7 @@ def test_signal_sent_to_popviz_is_forwarded(tmp_path, sig):
                             stdin=subprocess.DEVNULL)
     assert proc.stdout.readline() == "ready\n"
     proc.send_signal(sig)
-    out, err = proc.communicate(timeout=30)
+    out, err = proc.communicate(timeout=300)
     assert proc.returncode == 7, err
     name = signal.Signals(sig).name
     assert out == f"child got {name}\n"
@@ -246,7 +246,7 @@ def test_two_concurrent_captures_into_one_parent(tmp_path):
         procs.append(subprocess.Popen(
             [PY, "-m", "popviz", "capture", "--", PY, "-c", code], cwd=tmp_path, env=env,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-    outputs = [p.communicate(timeout=60) for p in procs]
+    outputs = [p.communicate(timeout=300) for p in procs]
     assert [p.returncode for p in procs] == [0, 0, 0, 0], outputs
     for parent, numbers in ((tmp_path / "parent", {0, 1}), (tmp_path / "popviz-reports", {2, 3})):
         runs = sorted(p for p in parent.iterdir())

@@ -296,7 +296,7 @@ print(type(late).__dict__.get("_popviz_recorder") is None)
 def test_python_api_capture_nesting_wrap_and_restore(tmp_path):
     path = write_script(tmp_path, API)
     proc = subprocess.run([PY, str(path)], cwd=tmp_path, capture_output=True, text=True,
-                          env={**os.environ, **FAKE_ENV}, timeout=120)
+                          env={**os.environ, **FAKE_ENV}, timeout=600)
     assert proc.returncode == 0, proc.stderr
     first, second = proc.stdout.splitlines()
     assert json.loads(first) == {"labels": ["inference"], "restored": True, "unpatched": True,
@@ -334,7 +334,7 @@ other(torch.randn(1, 3))
 def test_wrap_without_capture(tmp_path):
     path = write_script(tmp_path, WRAP)
     proc = subprocess.run([PY, str(path)], cwd=tmp_path, capture_output=True, text=True,
-                          env={**os.environ, **FAKE_ENV}, timeout=120)
+                          env={**os.environ, **FAKE_ENV}, timeout=600)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("error: popviz.wrap(executor): no report directory")
     assert manifest(tmp_path / "wrapped" / "inference")["calls"]["count"] == 1

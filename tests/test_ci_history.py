@@ -150,7 +150,7 @@ def test_two_processes_appending_at_once(tmp_path):
     procs = [subprocess.Popen([sys.executable, "-c", WRITER, str(db), who, str(go)], cwd=ROOT,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for who in ("a", "b")]
     go.touch()  # both start together on a database that does not exist yet
-    results = [p.communicate(timeout=120) for p in procs]
+    results = [p.communicate(timeout=600) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], results
     h = history.read(db)
     assert len(h.runs) == 80 and [r.id for r in h.runs] == list(range(1, 81))

@@ -54,7 +54,7 @@ def test_no_identifier_is_cut_at_80_and_100_columns(width):
 def test_no_identifier_is_cut_when_piped():
     env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
     proc = subprocess.run([sys.executable, "-m", "popviz", "analyse", str(SAMPLES)], env=env,
-                          capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+                          capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
     assert proc.returncode == 0, proc.stderr
     _check(proc.stdout, _code(analyse(popviz.load(SAMPLES))))
 

@@ -93,7 +93,7 @@ def test_a_popviz_folder_beside_the_script_does_not_hide_the_emulator(tmp_path, 
     if not console.exists():
         pytest.skip("popviz console script not installed beside this Python")
     proc = subprocess.run([str(console), "emulate", "--", sys.executable, "s.py"], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split()[1] == "1" and proc.stdout.startswith("popviz.emulator")
     assert json.dumps(proc.stdout)  # printable

@@ -17,7 +17,7 @@ import popviz
 from popviz import escape
 from popviz.errors import PopvizError, shown
 
-from conftest import assert_one_line_error, run_cli
+from conftest import assert_one_line_error, run_cli, unwrapped
 
 MODES = ((), ("--json",), ("--markdown",))
 
@@ -92,7 +92,7 @@ def test_corpus_case_through_every_output_mode(case, corpus, cli_results):
         if want["outcome"] == "error":
             assert code == 2, (mode, code, out, err)
             assert out == ""
-            lines = err.strip().splitlines()
+            lines = unwrapped(err.strip()).splitlines()  # one message, wrapped at the width
             assert len(lines) == 1, err
             for needle in want["needles"]:
                 assert needle in lines[0], (needle, lines[0])

@@ -391,7 +391,7 @@ def test_on_a_real_terminal_only_rich_colours_reach_the_screen(tmp_path):
             break
         chunks.append(data)
     os.close(master)
-    assert proc.wait(timeout=120) == 0
+    assert proc.wait(timeout=600) == 0
     screen = b"".join(chunks).decode("utf-8", "replace")
     assert "\x1b[" in screen  # rich's colours: it did see a terminal
     assert "\x1b]" not in screen and "\x07" not in screen and "\x9b" not in screen

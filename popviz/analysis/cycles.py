@@ -89,6 +89,7 @@ def decompose(by_type: pd.DataFrame, ipus: list[int], elapsed: int,
     remote = {i: (remote or {}).get(i, 0) for i in ipus}
     copy_of = {i: sum(per[i].get(t, 0) for t in STREAM_COPY_TYPES) for i in ipus}
     all_copy, all_remote = sum(copy_of.values()), sum(remote.values())
+    host_by_ipu = {}
     for i in ipus:
         cyc = per[i]
         sync = cyc.get("Sync", 0)
@@ -113,6 +114,7 @@ def decompose(by_type: pd.DataFrame, ipus: list[int], elapsed: int,
         sums["exchange"] += exchange + fixed
         sums["host"] += host + host_wait
         sums["remote"] += remote[i] + remote_wait
+        host_by_ipu[i] = host + host_wait
         sums["other"] += total - known
     budget = sum(sums.values())  # = len(ipus) × elapsed unless an IPU ran longer than the call
     b = max(ipus, key=lambda i: work[i])
@@ -122,6 +124,9 @@ def decompose(by_type: pd.DataFrame, ipus: list[int], elapsed: int,
         **{f"{p}_cycles": int(sums[p]) for p in PARTS},
         **{f"{p}_frac": sums[p] / budget for p in PARTS},
         "bottleneck_ipu": int(b), "ramp_efficiency_frac": ramp_eff,
+        # the host time no IPU is free of (its copies, or its waits on another's): what a call
+        # without host I/O could save at most, every IPU's other cycles staying
+        "least_host_cycles": int(min(host_by_ipu.values())),
     }
 
 

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from popviz.analysis.planner import LayerCost
+from popviz.analysis.stash_modes import stash_modes
 
 
 def _rerun(x: Any) -> int:
@@ -24,6 +25,7 @@ def layer_costs(layers: Sequence) -> list[LayerCost]:
     layer's IPU after the last movable layer (:func:`returning_heads`) is folded into the first
     layer the same way. Gradient accumulators
     (``accumulator_bytes``) stay on the IPU like the weights, so they count in ``weight_bytes``."""
+    table = layers
     names = {x.name for x in layers}
     folded = {x.name: x for x in layers if x.tied_to is not None and x.tied_to in names}
     layers = list(layers)
@@ -44,6 +46,9 @@ def layer_costs(layers: Sequence) -> list[LayerCost]:
         live = interval.get((getattr(x, "stage", None), group), 0)
         return max(0, x.temporary_bytes - live), getattr(x, "recompute_bytes", 0), group
 
+    # under Pipeline recomputation, each layer's stash in a stage that recomputes it and in one that
+    # does not (the split decides which: analysis.stash_modes)
+    modes = stash_modes(layers, getattr(table, "recomputation", None))
     returning = returning_heads(layers)
     movable = [i for i, x in enumerate(layers) if getattr(x, "role", "layer") == "layer"]
     after_last = {x.name for i, x in enumerate(layers) if movable and i > movable[-1]}
@@ -56,7 +61,17 @@ def layer_costs(layers: Sequence) -> list[LayerCost]:
             extra += [t for t in layers if t.name in returning]
         tail = [t for t in extra if t.name in after_last]
         temp, again, group = own(x)
-        out.append(LayerCost(
+        mode = modes.get(x.name) if modes else None
+        if mode is not None:  # a folded part runs where its partner does, and is stashed as measured
+            folded_bytes = sum(t.activation_bytes for t in extra)
+            again, group = mode.recompute_bytes, mode.recompute_group
+            reestimated = {"plain_activation_bytes": mode.plain_bytes + folded_bytes,
+                           "recomputed_activation_bytes": mode.recomputed_bytes + folded_bytes,
+                           "stash_input_bytes": mode.stash_input_bytes,
+                           "stage_input_bytes": mode.stage_input_bytes}
+        else:
+            reestimated = {}
+        out.append(LayerCost(**reestimated,
             tail_fwd_cycles=sum(t.fwd_cycles for t in tail),
             tail_bwd_cycles=sum(t.bwd_cycles for t in tail),
             tail_activation_bytes=sum(t.activation_bytes for t in tail),

@@ -482,7 +482,7 @@ def _amp(out: LayerPlan, report: Report, costs: list[planner.LayerCost]) -> list
     needed = False
     for st in out.proposed.stages:
         first = sum(x.entries for x in out.proposed.stages[:st.ipu])
-        temp = planner.stage_temporary_bytes(costs[first:first + st.entries], s)
+        temp = planner.stage_temporary_bytes(costs, s, first, first + st.entries)
         free = (s.budget_bytes - (st.memory_bytes - temp)) / s.capacity_bytes
         now = report.cfg.available_memory_proportion.get(st.ipu, DEFAULT_AMP_FRAC)
         if free < now:

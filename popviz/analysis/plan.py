@@ -54,6 +54,9 @@ class Action:
     bytes_saved_per_call: int | None = None
     hint: dict[str, Any] | None = None
     """Reserved for a planner's hint (issue 14); None until one is attached."""
+    gain_estimated: bool = False
+    """The throughput gain is an estimate of what the finding's change buys, not a bound it cannot
+    exceed (\"about +N%\" rather than \"up to +N%\")."""
     caveat: str | None = None
     """Why the gain is out of reach of the finding's usual change (PIPE001 when no split of whole
     layers is faster), appended to :attr:`gain_text`."""
@@ -71,8 +74,9 @@ class Action:
         saved = f"{nbytes(self.bytes_saved_per_call)} less per call" if self.bytes_saved_per_call is not None else None
         if self.throughput_gain_frac is not None:
             g = self.throughput_gain_frac
+            figure = f"+{100 * g:.{1 if g < 0.01 else 0}f}% throughput"
             text = ("under +0.1% throughput" if g < 0.001 else
-                    f"up to +{100 * g:.{1 if g < 0.01 else 0}f}% throughput")
+                    f"about {figure} (estimated)" if self.gain_estimated else f"up to {figure}")
             return f"{text}, {saved}" if saved else text
         if saved:
             return saved
@@ -86,6 +90,7 @@ class Action:
         return {"code": self.code, "severity": self.severity, "title": self.title,
                 "throughput_gain_frac": self.throughput_gain_frac,
                 "bytes_saved_per_call": self.bytes_saved_per_call, "gain": self.gain_text,
+                "gain_estimated": self.gain_estimated,
                 "hint": self.hint}
 
 
@@ -171,24 +176,27 @@ def reconcile(engine: EngineResult) -> Plan:
             a.throughput_gain_frac = call if call is not None else pipe.get("balanced_gain_frac")
         elif f.code == "PIPE003":
             eff = pipe.get("ramp_efficiency_frac")
-            if eff:
+            if eff:  # at the ramp target: the value the finding sets may reach past it (an estimate)
                 a.throughput_gain_frac = max(0.0, pipe["ramp_target_frac"] / eff - 1)
+                a.gain_estimated = True
         elif f.code == "PIPE004" and pipe.get("pipelining_speedup_ratio"):
             a.throughput_gain_frac = pipe["pipelining_speedup_ratio"] - 1
         elif f.code == "HIO001":
-            # a wait for the host: the call is at most that much shorter if the IPU never waited (an
-            # upper bound, as the other gains); a transfer-bound copy has no such bound here
-            w, c, x = hio.get("host_wait_frac"), hio.get("stream_copy_frac"), hio.get("transfer_frac")
-            if waits_for_host(w, c) and w < 1:
-                a.throughput_gain_frac = w / (1 - w)
-            elif x is not None and 0 < x < 1:  # the transfers themselves: fewer bytes shorten them at most
-                a.throughput_gain_frac = x / (1 - x)
+            bound = host_bound(pipe)
+            if bound is not None:  # no host I/O at all: every IPU's copies and waits on others' gone
+                a.throughput_gain_frac = bound
+            else:  # no breakdown of the call: the worst IPU's own share, an estimate
+                w, c, x = hio.get("host_wait_frac"), hio.get("stream_copy_frac"), hio.get("transfer_frac")
+                share = w if waits_for_host(w, c) else x
+                if share is not None and 0 < share < 1:
+                    a.throughput_gain_frac, a.gain_estimated = share / (1 - share), True
         elif f.code == "HIO002":
             alt = (hio.get("alternatives") or {}).get("Final") or {}
             now, final = hio.get("output_bytes_per_call"), alt.get("output_bytes_per_call")
             if now is not None and final is not None:
                 a.bytes_saved_per_call = now - final
-                a.throughput_gain_frac = _output_gain(hio, now - final)
+                a.throughput_gain_frac = _output_gain(hio, pipe, now - final)
+                a.gain_estimated = a.throughput_gain_frac is not None
         plan.actions.append(a)
     _plan_hints(engine, plan)
     plan.actions.sort(key=lambda a: (-(a.severity == "error"), -(a.throughput_gain_frac or 0),
@@ -196,17 +204,30 @@ def reconcile(engine: EngineResult) -> Plan:
     return plan
 
 
-def _output_gain(hio: dict[str, Any], saved: int) -> float | None:
-    """HIO002's gain: the transfer time its bytes take, the transfers' share of the call
+def host_bound(pipe: dict[str, Any]) -> float | None:
+    """The most any host-side change can raise throughput: the call without the host time no IPU
+    is free of (its own stream copies, or its waits while another IPU copies: the breakdown's
+    ``least_host_cycles``), every other cycle staying; None without that breakdown."""
+    shares = pipe.get("cycle_shares") or {}
+    elapsed, host = shares.get("elapsed_cycles"), shares.get("least_host_cycles")
+    if not elapsed or host is None or not 0 <= host < elapsed:
+        return None
+    return elapsed / (elapsed - host) - 1
+
+
+def _output_gain(hio: dict[str, Any], pipe: dict[str, Any], saved: int) -> float | None:
+    """HIO002's gain, an estimate: the worst IPU's transfer share of the call
     (``transfer_frac``) times the share of the bytes moved per call that Final would not return
-    (transfer time grows with the bytes); None without a profile's stream copies or byte counts."""
+    (transfer time grows with the bytes), at most :func:`host_bound` (which counts the other
+    IPUs' waits on the transfers too). None without stream copies or byte counts."""
     x = hio.get("transfer_frac")
     moved = sum(hio.get(k) or 0 for k in ("input_bytes_per_call", "output_bytes_per_call",
                                             "anchored_bytes_per_call"))
     if x is None or not moved or not 0 <= x < 1:
         return None
     share = x * min(1.0, saved / moved)
-    return share / (1 - share)
+    bound = host_bound(pipe)
+    return share / (1 - share) if bound is None else min(bound, share / (1 - share))
 
 
 def _plan_hints(engine: EngineResult, plan: Plan) -> None:

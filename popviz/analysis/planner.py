@@ -14,11 +14,16 @@ one.
 The DP is indexed by the number of stages *remaining*, on which the stash depth depends, so one
 table answers every N in 1..max at once: O(max_N × L²) segment checks. The time a split's
 pipeline takes, and a split refined for it, are in :mod:`popviz.analysis.pipeline_time`.
+
+The module is over 600 lines because the DP, the stage memory model it evaluates (each layer's
+stash in a stage that recomputes it and in one that does not) and the no-fit explanation, which
+reruns the DP per lever, share the private prefix sums (``_Prefix``); the stash figures are derived
+apart (:mod:`popviz.analysis.stash_modes`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -73,6 +78,19 @@ class LayerCost:
     param_bytes: int = 0
     """Of ``weight_bytes``, the parameters' own (the rest: gradient accumulators): what
     ``model.half()`` halves when the accumulators keep PopTorch's float32 accum type."""
+    stash_input_bytes: int = 0
+    """Of ``activation_bytes``, its stage's input: in the report's placement it starts a stage
+    that recomputes, which stashes what crossed from the previous IPU."""
+    stage_input_bytes: int = 0
+    """What a recomputing stage starting at this layer stashes as its input, per micro-batch."""
+    plain_activation_bytes: int | None = None
+    """Its stash (tail included) in a stage that does not recompute it: under PopART's Pipeline
+    recomputation the part of the last stage after its last checkpoint, where its recomputed
+    activations (``recompute_bytes``) are stashed instead. None: not re-estimated, as measured."""
+    recomputed_activation_bytes: int | None = None
+    """Its stash (tail included, stage input aside) in a stage that recomputes it; its
+    ``recompute_bytes`` and ``recompute_group`` are then what that recomputation makes again and
+    its interval. None: not re-estimated, ``activation_bytes - stash_input_bytes``."""
 
 
 @dataclass(frozen=True)
@@ -186,7 +204,8 @@ class _Prefix:
         self.cyc = [0]
         self.cyc_last = [0]  # as in a stage that does not recompute them
         self.fixed = [0]
-        self.act = [0]
+        self.act = [0]  # the stash in a stage that recomputes them (their stage inputs aside)
+        self.act_plain = [0]  # in one that does not
         for layer in layers:
             c, plain = layer_cycles(layer, settings)
             self.cyc_last.append(self.cyc_last[-1] + plain)
@@ -195,29 +214,66 @@ class _Prefix:
                 f += layer.optimizer_bytes
             self.cyc.append(self.cyc[-1] + c)
             self.fixed.append(self.fixed[-1] + f)
-            self.act.append(self.act[-1] + layer.activation_bytes - layer.tail_activation_bytes)
+            again = (layer.recomputed_activation_bytes if layer.recomputed_activation_bytes is not None
+                     else layer.activation_bytes - layer.stash_input_bytes)
+            kept = layer.plain_activation_bytes if layer.plain_activation_bytes is not None else layer.activation_bytes
+            self.act.append(self.act[-1] + again - layer.tail_activation_bytes)
+            self.act_plain.append(self.act_plain[-1] + kept - layer.tail_activation_bytes)
+        self.inp = [layer.stage_input_bytes for layer in layers]
         self.temp = [layer.temporary_bytes for layer in layers]
         self.again = [(layer.recompute_group, layer.recompute_bytes) for layer in layers]
+        # not recomputed: a re-estimated layer's recomputed activations are stashed instead
+        self.again_plain = [(None, 0) if layer.plain_activation_bytes is not None else a
+                            for layer, a in zip(layers, self.again, strict=True)]
         self.other = [layer.other_temporary_bytes for layer in layers]
         self.code = settings.code_bytes
         self.last_rule = settings.last_stage_recomputes_less
+
+    def cut(self, first: int, stop: int) -> int:
+        """Where the stage holding layers[first:stop] stops recomputing: under Pipeline
+        recomputation the last stage (``stop`` = the end) after its last checkpoint."""
+        if not self.last_rule or stop != len(self.layers):
+            return stop
+        return recompute_cut(self.layers, first, stop)
 
     def cycles(self, first: int, stop: int) -> int:
         """Cycles per micro-batch of the stage holding layers[first:stop]: under Pipeline
         recomputation the last stage (``stop`` = the end) does not recompute its layers after its
         last checkpoint."""
-        if not self.last_rule or stop != len(self.layers):
-            return self.cyc[stop] - self.cyc[first]
-        cut = recompute_cut(self.layers, first, stop)
+        cut = self.cut(first, stop)
         return self.cyc[cut] - self.cyc[first] + self.cyc_last[stop] - self.cyc_last[cut]
+
+    def stash(self, first: int, stop: int) -> int:
+        """Bytes the stage holding layers[first:stop] stashes per micro-batch in flight (a tied
+        projection's aside): its recomputed layers' stash and, unless it is the first stage, its
+        input; its other layers' whole stash."""
+        cut = self.cut(first, stop)
+        inp = self.inp[first] if 0 < first < cut else 0
+        return self.act[cut] - self.act[first] + inp + self.act_plain[stop] - self.act_plain[cut]
 
     def stage_temp(self, first: int, stop: int) -> int:
         """The largest temporary of layers[first:stop] on one IPU, with the recomputed
         activations of its recomputation interval (that stage's layers of the same group)."""
+        cut = self.cut(first, stop)
         t = _StageTemp(self)
         for k in range(first, stop):
-            t.add(k)
+            t.add(k, plain=k >= cut)
         return t.value
+
+    def memory(self, first: int, stop: int, depth: int) -> int:
+        """Bytes the IPU holding layers[first:stop] needs at stash depth ``depth``."""
+        return (self.fixed[stop] - self.fixed[first] + self.stash(first, stop) * depth
+                + self.stage_temp(first, stop) + self.code)
+
+    def scan(self, first: int, depth: int) -> Iterator[tuple[int, int]]:
+        """``(stop, memory)`` of the stages starting at ``first``, one layer more each time, as
+        stages that are not the last (the DP's inner loop: O(1) per step)."""
+        t = _StageTemp(self)
+        inp = self.inp[first] if first > 0 else 0
+        for j in range(first + 1, len(self.layers) + 1):
+            t.add(j - 1)
+            yield j, (self.fixed[j] - self.fixed[first] + (self.act[j] - self.act[first] + inp) * depth
+                      + t.value + self.code)
 
 
 class _StageTemp:
@@ -230,9 +286,9 @@ class _StageTemp:
         self.sums: dict[int, int] = {}
         self.peak: dict[int, int] = {}
 
-    def add(self, k: int) -> None:
+    def add(self, k: int, plain: bool = False) -> None:
         temp = self.p.temp[k]
-        group, nbytes = self.p.again[k]
+        group, nbytes = (self.p.again_plain if plain else self.p.again)[k]
         self.value = max(self.value, self.p.other[k])
         if group is None:
             self.value = max(self.value, temp)
@@ -242,18 +298,20 @@ class _StageTemp:
         self.value = max(self.value, self.peak[group] + self.sums[group])
 
 
-def stage_temporary_bytes(layers: Sequence[LayerCost], settings: PlanSettings) -> int:
-    """The largest temporary on the IPU holding ``layers`` (one stage), recomputed activations of
-    its recomputation intervals included."""
-    return _Prefix(layers, settings).stage_temp(0, len(layers))
+def stage_temporary_bytes(layers: Sequence[LayerCost], settings: PlanSettings, first: int = 0,
+                          stop: int | None = None) -> int:
+    """The largest temporary on the IPU holding ``layers[first:stop]`` (one stage of a split of
+    ``layers``; by default all of them), recomputed activations of its recomputation intervals
+    included."""
+    return _Prefix(layers, settings).stage_temp(first, len(layers) if stop is None else stop)
 
 
 def stage_memory_bytes(
     layers: Sequence[LayerCost], first: int, stop: int, depth: int, settings: PlanSettings
 ) -> int:
-    """Bytes the IPU holding layers[first:stop] needs at stash depth ``depth``."""
-    p = _Prefix(layers[first:stop], settings)
-    return p.fixed[-1] + p.act[-1] * depth + p.stage_temp(0, stop - first) + p.code
+    """Bytes the IPU holding layers[first:stop] (one stage of a split of ``layers``) needs at
+    stash depth ``depth``."""
+    return _Prefix(layers, settings).memory(first, stop, depth)
 
 
 def _check(layers: Sequence[LayerCost], settings: PlanSettings) -> tuple[int, int]:
@@ -301,10 +359,9 @@ def plan(
                 continue
             best = (inf, inf)
             best_j = -1
-            temp = _StageTemp(p)
-            for j in range(i + 1, n + 1):
-                temp.add(j - 1)
-                mem = p.fixed[j] - p.fixed[i] + (p.act[j] - p.act[i]) * depth + temp.value + p.code
+            # the last stage (r = 1) holds every layer left, and may recompute only some
+            scan = [(n, p.memory(i, n, depth))] if r == 1 else p.scan(i, depth)
+            for j, mem in scan:
                 if mem > budget:
                     break  # memory only grows with more layers
                 rest = prev[j]
@@ -335,8 +392,7 @@ def plan(
                     first=i,
                     stop=j,
                     cycles=p.cycles(i, j),
-                    memory_bytes=p.fixed[j] - p.fixed[i] + (p.act[j] - p.act[i]) * depth
-                    + p.stage_temp(i, j) + p.code,
+                    memory_bytes=p.memory(i, j, depth),
                     stash_depth=depth,
                 )
             )
@@ -363,8 +419,7 @@ def evaluate(
     for s, k in enumerate(layers_per_ipu):
         j = i + k
         depth = stash_depth(s, n_stages + settings.extra_stages, settings.training, settings.recompute)
-        mem = (p.fixed[j] - p.fixed[i] + (p.act[j] - p.act[i]) * depth
-               + p.stage_temp(i, j) + p.code)
+        mem = p.memory(i, j, depth)
         stages.append(StagePlan(i, j, p.cycles(i, j), mem, depth))
         i = j
     lo, hi = _check(layers, settings)
@@ -442,13 +497,12 @@ def least_memory_split(layers: Sequence[LayerCost], n_ipus: int, settings: PlanS
         for i in range(count - 1, -1, -1):
             if i > 0 and not lo <= i <= hi:
                 continue
-            best, best_j, temp = (inf, inf), -1, 0
-            for j in range(i + 1, count + 1):
-                temp = max(temp, p.temp[j - 1])
+            best, best_j = (inf, inf), -1
+            scan = [(count, p.memory(i, count, depth))] if r == 1 else p.scan(i, depth)
+            for j, mem in scan:
                 rest = g[r - 1][j]
                 if rest[0] == inf or (j < count and not lo <= j <= hi):
                     continue
-                mem = p.fixed[j] - p.fixed[i] + (p.act[j] - p.act[i]) * depth + temp + p.code
                 cand = (max(mem, rest[0]), max(p.cycles(i, j), rest[1]))
                 if cand < best:
                     best, best_j = cand, j
@@ -480,11 +534,19 @@ def _scaled(layers: Sequence[LayerCost], *, optimizer_div: int = 1, activation_d
     return [replace(x, weight_bytes=weight(x), param_bytes=x.param_bytes - (x.param_bytes // 2 if weights else 0),
                     optimizer_bytes=x.optimizer_bytes // optimizer_div,
                     activation_bytes=x.activation_bytes // activation_div,
+                    stash_input_bytes=x.stash_input_bytes // activation_div,
+                    stage_input_bytes=x.stage_input_bytes // activation_div,
+                    plain_activation_bytes=_div(x.plain_activation_bytes, activation_div),
+                    recomputed_activation_bytes=_div(x.recomputed_activation_bytes, activation_div),
                     # its tied projection's share halves with it (else activation - tail goes negative)
                     tail_activation_bytes=x.tail_activation_bytes // activation_div,
                     temporary_bytes=temp(x, x.temporary_bytes),
                     recompute_bytes=x.recompute_bytes // activation_div,
                     other_temporary_bytes=temp(x, x.other_temporary_bytes)) for x in layers]
+
+
+def _div(value: int | None, by: int) -> int | None:
+    return None if value is None else value // by
 
 
 def _fits(layers: Sequence[LayerCost], n: int, settings: PlanSettings) -> bool:
@@ -511,8 +573,10 @@ def explain_no_fit(
     worst = max(split.stages, key=lambda st: st.memory_bytes)
     seg = layers[worst.first:worst.stop]
     opt = sum(x.optimizer_bytes for x in seg)
-    act = sum(x.activation_bytes for x in seg)
     tail = sum(x.tail_activation_bytes for x in seg)
+    # its stash (a tied projection's aside) and temporaries as that split places its layers
+    stash = _Prefix(layers, settings).stash(worst.first, worst.stop)
+    temps = stage_temporary_bytes(layers, settings, worst.first, worst.stop)
     optimizer_used = settings.training and not settings.offload_optimizer
     # an offloaded optimizer state streamed in may be the larger temporary then: an operation's
     # temporaries shrink with the micro-batch down to the layer's state (as analysis.memory_levers
@@ -521,22 +585,22 @@ def explain_no_fit(
 
     def temps_saved() -> int:
         """What the worst stage's temporaries shrink by, halved down to the layers' state."""
-        return stage_temporary_bytes(seg, settings) - stage_temporary_bytes(
-            _scaled(seg, activation_div=2, temporaries="floor"), settings)
+        return temps - stage_temporary_bytes(_scaled(layers, activation_div=2, temporaries="floor"), settings,
+                                             worst.first, worst.stop)
     recomputing = recomputes(layers)
     levers = [
         Lever("offload_optimizer", opt if optimizer_used else 0,
               optimizer_used and _fits(layers, n, replace(settings, offload_optimizer=True))),
         # already recomputing (PopTorch's default for a multi-IPU pipeline): nothing more to gain
         # this way (saves 0, so it is not shown)
-        Lever("recompute", 0 if recomputing else (act - tail) * (worst.stash_depth - 1),
+        Lever("recompute", 0 if recomputing else stash * (worst.stash_depth - 1),
               settings.training and not settings.recompute and not recomputing
               and _fits(layers, n, replace(settings, recompute=True))),
         # half of what the stage's activations take, counted as its memory counts them: a tied
         # projection's (tail) activations are stashed once, not at the stage's depth
         Lever("halve_micro_batch",
-              ((act - tail) * worst.stash_depth + tail + stage_temporary_bytes(seg, settings)) // 2
-              if temps_scale is True else ((act - tail) * worst.stash_depth + tail) // 2 + temps_saved(),
+              (stash * worst.stash_depth + tail + temps) // 2
+              if temps_scale is True else (stash * worst.stash_depth + tail) // 2 + temps_saved(),
               _fits(_scaled(layers, activation_div=2, temporaries=temps_scale), n, settings)),
     ]
     if float16 is not None:

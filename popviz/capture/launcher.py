@@ -218,6 +218,7 @@ def _engines_found(root: Path) -> list[dict[str, Any]]:
                     "later_calls_seconds": next((s.get("sum") for s in calls.get("stats") or []
                                                  if s.get("metric") == "wall_seconds"), None),
                     "compile_error": (calls.get("compile") or {}).get("error"),
+                    "interrupted": (calls.get("compile") or {}).get("interrupted"),
                     "poptorch": (doc.get("versions") or {}).get("poptorch"),
                     "record": doc.get("status"),
                 }
@@ -294,7 +295,7 @@ def summary_lines(run: Mapping[str, Any], root: Path) -> list[str]:
         desc = [report]
         m = e.get("model")
         if m and report == "no profile" and m.get("calls") == 0 and m.get("compile_seconds") is None \
-                and not m.get("compile_error"):
+                and not m.get("compile_error") and not m.get("interrupted"):
             early = not_reached_reason(run) or (
                 "its record was never finalised (the hooks could not update popviz-model.json: see the log)"
                 if m.get("record") == "running" else None)
@@ -317,6 +318,10 @@ def summary_lines(run: Mapping[str, Any], root: Path) -> list[str]:
                 calls += " (record not finalised: counts stop at its last update)"
             if m.get("compile_error"):
                 calls += f", compile failed: {esc.term(m['compile_error'])}"  # the script's text: no ESC
+            elif m.get("interrupted") == "first call":
+                calls += ", interrupted (Ctrl-C) during its first call, after the compile succeeded"
+            elif m.get("interrupted") == "compile":
+                calls += ", interrupted (Ctrl-C) while compiling"
             desc.append(calls)
         else:
             desc.append("no popviz-model.json (hooks did not see this executor)")

@@ -126,7 +126,10 @@ def _compile_and_run(executor: Any, rec: Recorder, fn: Callable[..., Any], args:
                     rec.on_call(executor, args, kwargs, None, None)
             raise
         with contextlib.suppress(Exception):
-            rec.on_compile_error(exc)
+            if isinstance(exc, KeyboardInterrupt):  # Ctrl-C: not a failed compile
+                rec.on_interrupted(executor, time.perf_counter() - t0, tracer, _is_compiled(executor))
+            else:
+                rec.on_compile_error(exc)
         raise
     seconds = time.perf_counter() - t0
     if tracer is not None:

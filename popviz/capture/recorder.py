@@ -74,6 +74,8 @@ class Recorder:
         self.compile_wall: float | None = None
         self.compile_poptorch: float | None = None
         self.compile_error: str | None = None
+        self.interrupted: str | None = None
+        """What a KeyboardInterrupt (Ctrl-C) interrupted: ``"compile"`` or ``"first call"``."""
         self.report_directory: str | None = None
         """Absolute ``autoReport.directory`` of the engine options when it compiled (None: unset)."""
         self.traced_blocks: list[dict[str, Any]] = []
@@ -160,6 +162,15 @@ class Recorder:
         first = (str(text if isinstance(text, str) else exc).splitlines() or [""])[0][:300]
         self.compile_error = f"{type(exc).__name__}: {first}"
         self.notes.append(f"compilation failed: {self.compile_error}")
+        self.write()
+
+    def on_interrupted(self, executor: Any, seconds: float, tracer: BlockTracer | None, compiled: bool) -> None:
+        """Ctrl-C during the call that compiles: after the compile (it succeeded) or during it."""
+        if compiled:
+            self.on_compiled(executor, seconds, tracer)
+        self.interrupted = "first call" if compiled else "compile"
+        self.notes.append("interrupted (KeyboardInterrupt) " + ("during the first call, after the compile succeeded"
+                                                                 if compiled else "while compiling"))
         self.write()
 
     def on_call(self, executor: Any, args: tuple, kwargs: dict, output: Any,
@@ -373,7 +384,7 @@ class Recorder:
                                    "interval_seconds": SAMPLE_INTERVAL_SECONDS},
                       "compile": {"wall_seconds": self.compile_wall,
                                   "poptorch_seconds": self.compile_poptorch,
-                                  "error": self.compile_error},
+                                  "error": self.compile_error, "interrupted": self.interrupted},
                       "stats": stats},
             "io": {"sampled_calls": self.sampled_calls, "signatures": list(self.signatures.values()),
                    "other_sampled_calls": self.other_sampled_calls},

@@ -58,8 +58,9 @@ def emit(c: Comparison, args: argparse.Namespace) -> int:
         render.console(c, all_rows=args.all)
     if (args.json or args.markdown) and c.failed:  # stdout may go to a file: the job's log says why
         from popviz.escape import term
+        from popviz.ui import wrap_line
 
-        print(term(c.headline()), file=sys.stderr)
+        print("\n".join(wrap_line(term(c.headline()))), file=sys.stderr)
     if args.summary or args.github:
         from popviz.fileio import append_text
 

@@ -82,24 +82,31 @@ def console(c: Comparison, *, all_rows: bool = False, file: IO[str] | None = Non
     escape = esc.markup  # every value from a file is data: no markup, no control character
     con = Console(highlight=False, soft_wrap=False, file=esc.CommandSafeFile(file) if file is not None else None,
                   width=width)
-    con.print(escape(c.headline()), style="bold red" if c.failed else "bold green", soft_wrap=True)
+    from popviz.ui import wrap_line
+
+    def say(text: str, style: str | None = None) -> None:
+        """A line from the comparison broken between words to the console's width."""
+        for part in wrap_line(text, con.width):
+            con.print(escape(part), style=style, soft_wrap=True)
+
+    say(c.headline(), style="bold red" if c.failed else "bold green")
     if c.base_label:
-        con.print(f"base: {escape(c.base_label)}", soft_wrap=True)
+        say(f"base: {c.base_label}")
     if c.estimated_line():
-        con.print(escape(c.estimated_line()), soft_wrap=True)
+        say(c.estimated_line())
     if c.not_fitting_line():
-        con.print(escape(c.not_fitting_line()), style="red", soft_wrap=True)
+        say(c.not_fitting_line(), style="red")
     if c.environment_line():  # beside the verdict: a new SDK explains a change of every figure
-        con.print(escape(c.environment_line()), style="yellow", soft_wrap=True)
+        say(c.environment_line(), style="yellow")
     for engine in dict.fromkeys(d["engine"] for d in c.breakdown):
         lines, more = _diff_lines(c, engine)
-        con.print(escape(_diff_heading(c, engine)) + ":")
+        say(_diff_heading(c, engine) + ":")
         for line in lines:
-            con.print(f"  {escape(line)}", soft_wrap=True)
+            say(f"  {line}")
         if more:
             con.print(f"  and {more} more (--json lists them)")
     for note in (*c.environment_notes, *c.breakdown_notes):
-        con.print(escape(note), style="dim", soft_wrap=True)
+        say(note, style="dim")
     if c.config_changes:
         con.print("configuration changed (explains most metric changes):")
         for ch in c.config_changes:

@@ -35,6 +35,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "never fail --fail-on; also [tool.popviz] ignore in pyproject.toml")
 
 
+def early_line(args: argparse.Namespace) -> str | None:
+    """With --html, what stderr says when the command is still at work after a second."""
+    return "popviz analyse: reading the report and writing the page ..." if args.html else None
+
+
 def run(args: argparse.Namespace) -> int:
     from popviz.analysis import analyse
     from popviz.analysis.findings import severity_rank

@@ -53,6 +53,7 @@ def run_child(cmd: list[str], env: dict[str, str]) -> int:
     from popviz.errors import UsageError
 
     exe = check_command(cmd, env)
+    _starting(cmd)
     forwarder = SignalForwarder()
     forwarder.before_spawn()
     try:
@@ -66,6 +67,20 @@ def run_child(cmd: list[str], env: dict[str, str]) -> int:
     finally:
         forwarder.restore()
     return exit_status(code)[1]
+
+
+def _starting(cmd: list[str]) -> None:
+    """The first line, at once (the script's own imports, torch's among them, take seconds)."""
+    import shlex
+    import sys
+
+    from popviz.escape import status_line
+    from popviz.ui import wrap_line
+
+    shown = shlex.join(cmd)
+    shown = shown if len(shown) <= 60 else shown[:57] + "..."
+    print("\n".join(wrap_line(status_line(f"popviz emulate: running {shown} with popviz's emulator as "
+                                          "poptorch"))), file=sys.stderr, flush=True)
 
 
 def run(args: argparse.Namespace) -> int:

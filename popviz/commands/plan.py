@@ -1,6 +1,6 @@
 """Propose the pipeline split that balances the stages and fits in memory, from per-layer costs.
 
-    popviz plan REPORT [--engine NAME] [--ipus N | --max-ipus N] [--headroom 0.9]
+    popviz plan REPORT [--engine NAME] [--ipus N | --max-ipus N] [--headroom F]
 
 REPORT is a report directory, engine directory or bundle whose engine has per-layer costs
 (`popviz capture --emulate` records them). Prints the current split beside the proposed one, the
@@ -96,8 +96,10 @@ def _pick(reports: ReportSet, engine: str | None, what: str, need_layers: bool) 
         from popviz.escape import term
 
         others = ", ".join(r.label for r in candidates if r is not training[0])
-        print(term(f"popviz plan: planning {training[0].label}, the run's training engine ({others} too: "
-                   "--engine NAME)"), file=sys.stderr)
+        from popviz.ui import wrap_line
+
+        print("\n".join(wrap_line(term(f"popviz plan: planning {training[0].label}, the run's training engine "
+                                        f"({others} too: --engine NAME)"))), file=sys.stderr)
         return training[0]
     raise UsageError(f"{what} has several engines ({', '.join(r.label for r in candidates)}): "
                      "choose one with --engine NAME")

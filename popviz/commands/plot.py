@@ -54,6 +54,11 @@ def _check_output_dir(out) -> None:  # (Path) -> None
                          "directory); pass -o with a directory you can write to")
 
 
+def early_line(args: argparse.Namespace) -> str:
+    """What stderr says when the command is still reading and drawing after a second."""
+    return "popviz plot: reading the report and drawing its figures ..."
+
+
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 

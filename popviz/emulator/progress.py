@@ -39,8 +39,30 @@ def mode() -> str:
     return "plain" if os.environ.get("POPVIZ_EMULATOR_CALLS", "").strip() else "off"
 
 
-def line(message: str) -> None:
-    print(status_line(f"popviz emulator: {message}"), file=sys.stderr, flush=True)
+def line(message: str, one_line: bool = False) -> None:
+    """``popviz emulator: message`` on stderr, broken between words to the terminal's width (80
+    when unknown); ``one_line``: a heartbeat, kept on one line (shortened before its elapsed
+    time), so that capture's status line can draw it in place."""
+    from popviz.ui import wrap_line
+
+    text = status_line(f"popviz emulator: {message}")
+    lines = [_one_line(text)] if one_line else [part for row in text.split("\n") for part in wrap_line(row)]
+    print("\n".join(lines), file=sys.stderr, flush=True)
+
+
+def _one_line(text: str) -> str:
+    """A heartbeat (``... (12 s)``) shortened at a word to the terminal's width, its time kept."""
+    import shutil
+
+    width = max(40, shutil.get_terminal_size((80, 24)).columns)
+    if len(text) <= width:
+        return text
+    head, sep, tail = text.rpartition(" (")
+    suffix = f"… ({tail}" if sep else "…"
+    cut = head[:width - len(suffix)]
+    if " " in cut:
+        cut = cut[:cut.rindex(" ")]
+    return cut + suffix
 
 
 class Activity:
@@ -185,7 +207,7 @@ class Reporter:
                 if act is None or time.monotonic() - since < HEARTBEAT_SECONDS:
                     continue
                 try:
-                    line(act.describe())
+                    line(act.describe(), one_line=True)
                 except (OSError, ValueError):  # stderr went away: stop beating
                     return
                 self.last_line = time.monotonic()

@@ -112,14 +112,19 @@ def _sections(plan: LayerPlan, rerun: str | None, plan_path: str | None,
 
 def text_lines(plan: LayerPlan, rerun: str | None = None, plan_path: str | None = None,
                width: int | None = None, *, rerun_from: str | None = None) -> list[str]:
-    """The console view, line by line; prose wrapped at ``width`` (tables and code never)."""
+    """The console view, line by line; prose wrapped at ``width``, code broken after the commas
+    of its brackets and the check command as continuation lines (`` \\``) where longer; tables
+    never."""
     from popviz.render.text import wrap_words
+    from popviz.ui import wrap_code, wrap_command
 
     out = []
     for kind, lines in _sections(plan, rerun, plan_path, rerun_from):
         for line in lines:
             if kind == "code":
-                out.append(f"  {line}")
+                out += wrap_code(line, width, "  ") if width else [f"  {line}"]
+            elif kind == "shell":
+                out += wrap_command(line, width, "  ") if width else [f"  {line}"]
             elif kind == "text" and width and len(line) > width:
                 first = line[:len(line) - len(line.lstrip())]
                 lead = "  " if line.startswith(("- ", "note: ")) else first or " "
@@ -239,7 +244,7 @@ def sections(plan: LayerPlan, rerun: str | None = None, plan_path: str | None = 
         first = ("before editing the model" if plan.proposed is None or plan.proposed.fills_pipeline else
                  f"once the script sets {'G' if plan.settings.training else 'D'} to "
                  f"{plan.proposed.pipeline_stages} or more (PopTorch refuses fewer)")
-        out += [("text", [f"check it under the emulator {first}{where}:"]), ("code", [rerun])]
+        out += [("text", [f"check it under the emulator {first}{where}:"]), ("shell", [rerun])]
         if code["available_memory_proportion"]:
             out.append(("text", ["(it checks the split; the memory proportions above apply once the script sets "
                                  "them, and their slower matmuls are not in this plan's cycles)"]))
