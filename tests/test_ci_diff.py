@@ -16,7 +16,7 @@ from popviz.ci.diff import breakdown, diff_items, environment, environment_chang
 from popviz.model.parts import Provenance
 from popviz.sources.bundle import write_bundle
 
-from conftest import assert_one_line_error, run_cli
+from conftest import assert_one_line_error, run_cli, unwrapped
 
 FWD = [10_000] * 8
 
@@ -40,7 +40,7 @@ def test_a_slower_layer_is_named_first_and_the_sdk_change_beside_the_verdict(tmp
     base, new = write(tmp_path / "base"), write(tmp_path / "new", slow_layer=5, sdk="3.4.0")
     proc = run_cli("compare", str(base), str(new), env={"COLUMNS": "80"})
     assert proc.returncode == 1, proc.stderr
-    lines = proc.stdout.splitlines()
+    lines = unwrapped(proc.stdout).splitlines()
     assert lines[0].startswith("popviz: FAIL: regression in training pipeline.cycles_per_micro_batch (60,625 → 78,812")
     # beside the verdict: the environment, then what changed, the slower layer first
     assert lines[1] == "environment changed: Poplar SDK 3.3.0 → 3.4.0"
@@ -93,7 +93,7 @@ def test_baselines_carry_the_breakdown_and_older_ones_say_what_they_lack(tmp_pat
                                      "ipu_architecture": "Mk2"}
     assert engine["breakdown"]["layers"]["layer.2"] == {"cycles": 30000.0, "memory_bytes": 1000000.0,
                                                         "code_bytes": 0.0}
-    out = run_cli("compare", str(saved), str(new), env={"COLUMNS": "80"}).stdout.splitlines()
+    out = unwrapped(run_cli("compare", str(saved), str(new), env={"COLUMNS": "80"}).stdout).splitlines()
     assert out[1:3] == ["what changed in training, ranked by cycles:", "  layer layer.2 cycles +60.0% (+18,000)"]
 
     for e in doc["engines"]:  # as popviz before the breakdown wrote it
