@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from popviz.emulator.errors import Error
+from popviz.emulator.measure import hidden
 
 _REDUCTIONS = ("Sum", "Mean", "None")
 
@@ -56,29 +57,34 @@ def loss_and_gradient(log_probs: torch.Tensor, targets: torch.Tensor, input_leng
         pad = neg.expand(batch, by)
         return torch.cat([x[:, by:], pad], dim=1)
 
-    alpha = torch.where((s.view(1, -1) <= 1) & valid, lp_ext[0], neg)
-    alphas = [alpha]
-    for t in range(1, steps):
-        step = lp_ext[t] + _lse(alpha, shift(alpha, 1), torch.where(skip, shift(alpha, 2), neg))
-        step = torch.where(valid, step, neg)
-        alpha = torch.where(il > t, step, alpha)  # frozen past the input length
-        alphas.append(alpha)
     last = 2 * tl
+    final = (s.view(1, -1) == last) | (s.view(1, -1) == last - 1)
+    # The recursions go step by step; PopLibs runs them as one program looping over time, so the
+    # measurement sees them as the whole-tensor operations below (stacking the steps' alphas and
+    # betas, the occupancies and the gradient), not as 2T steps of small ones, each with its code.
+    with hidden():
+        alpha = torch.where((s.view(1, -1) <= 1) & valid, lp_ext[0], neg)
+        alphas = [alpha]
+        for t in range(1, steps):
+            step = lp_ext[t] + _lse(alpha, shift(alpha, 1), torch.where(skip, shift(alpha, 2), neg))
+            step = torch.where(valid, step, neg)
+            alpha = torch.where(il > t, step, alpha)  # frozen past the input length
+            alphas.append(alpha)
+        beta = torch.full((batch, ext_len), float("-inf"), device=lp.device)
+        betas = []
+        for t in range(steps - 1, -1, -1):
+            nxt = _lse(beta, unshift(beta, 1), torch.where(skip_next, unshift(beta, 2), neg))
+            start = torch.where(final & valid, lp_ext[t], neg)
+            inner = torch.where(il - 1 > t, torch.where(valid, lp_ext[t] + nxt, neg), neg)
+            beta = torch.where(il - 1 == t, start, inner)
+            betas.append(beta)
+        betas.reverse()
     end = _lse(alpha.gather(1, last), torch.where(tl > 0, alpha.gather(1, (last - 1).clamp(min=0)), neg))
     nll = -end.view(batch)
-
-    final = (s.view(1, -1) == last) | (s.view(1, -1) == last - 1)
-    beta = torch.full((batch, ext_len), float("-inf"), device=lp.device)
-    grad = torch.zeros_like(lp)
-    for t in range(steps - 1, -1, -1):
-        nxt = _lse(beta, unshift(beta, 1), torch.where(skip_next, unshift(beta, 2), neg))
-        start = torch.where(final & valid, lp_ext[t], neg)
-        beta = torch.where(il - 1 == t, start, torch.where(il - 1 > t, torch.where(valid, lp_ext[t] + nxt, neg),
-                                                           neg))
-        # alpha and beta both include step t's own probability: count it once
-        gamma = alphas[t] + beta - lp_ext[t] + nll.view(batch, 1)
-        occupancy = torch.where(torch.isfinite(gamma), gamma.exp(), torch.zeros_like(gamma))
-        grad[t] = grad[t].scatter_add(1, ext, -occupancy)
+    # alpha and beta both include step t's own probability: count it once
+    gamma = torch.stack(alphas) + torch.stack(betas) - lp_ext + nll.view(1, batch, 1)
+    occupancy = torch.where(torch.isfinite(gamma), gamma.exp(), torch.zeros_like(gamma))
+    grad = torch.zeros_like(lp).scatter_add(2, ext.unsqueeze(0).expand(steps, batch, ext_len), -occupancy)
     finite = torch.isfinite(nll).view(1, batch, 1)
     return nll.to(log_probs.dtype), torch.where(finite, grad, torch.zeros_like(grad)).to(log_probs.dtype)
 
