@@ -30,15 +30,6 @@ class CallLimitReached(SystemExit):
         self.engine, self.calls = engine, calls
 
 
-def stop(engine: str, calls: int) -> CallLimitReached:
-    """The exception that stops the script after its last allowed call, once every process the
-    script started has been ended (:func:`popviz.emulator.workers.end_descendants`)."""
-    from popviz.emulator.workers import end_descendants
-
-    end_descendants()
-    return CallLimitReached(engine, calls)
-
-
 def limit() -> int | None:
     """N from the environment, or None (no limit). A bad value is a one-line error."""
     from popviz.emulator.errors import Error
@@ -56,4 +47,4 @@ def limit() -> int | None:
     return value
 
 
-__all__ = ["ENV", "CallLimitReached", "limit", "stop"]
+__all__ = ["ENV", "CallLimitReached", "limit"]
