@@ -1,6 +1,9 @@
 """Custom ops on the CPU: the implementations registered for ``(domain, name)``, the modules named
 in ``POPVIZ_CUSTOM_OP_MODULES`` that register them, and what ``torch.ops.poptorch.custom_operation``
-computes (the registered implementation, else zeros shaped like ``example_outputs``). Below
+computes: the user's registered implementation, else popviz's own for the ops Graphcore's
+applications use (:mod:`popviz.emulator.custom_graphcore`), else zeros shaped like
+``example_outputs``. Outputs take the dtype of their example output (PopTorch types the traced
+op's outputs by them). Below
 :mod:`popviz.emulator.torch_ops` (which defines the operator) and
 :mod:`popviz.emulator.custom_ops` (``poptorch.custom_op``); see the latter for the semantics.
 """
@@ -55,13 +58,17 @@ def run(inputs: list[torch.Tensor], name: str, domain: str, domain_version: int,
     _load_modules()
     attributes = _attributes.get(attributes_key, {})
     fn = _cpu.get((domain, name))
+    if fn is None:
+        from popviz.emulator.custom_graphcore import BUILTIN
+
+        fn = BUILTIN.get((domain, name))
     if fn is not None:
         result = fn(*inputs, **attributes)
         result = [result] if isinstance(result, torch.Tensor) else list(result)
         if len(result) != len(outputs):
             raise Error(f"custom op {domain}::{name}: the CPU implementation returned {len(result)} "
                         f"tensor(s), example_outputs has {len(outputs)}")
-        return result
+        return [r.to(e.dtype) if r.dtype != e.dtype else r for r, e in zip(result, outputs, strict=True)]
     if (domain, name) not in _noted:
         _noted.add((domain, name))
         log.warn(f"custom op {domain}::{name} (version {domain_version}) has no CPU implementation: "

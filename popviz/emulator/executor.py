@@ -444,6 +444,9 @@ class PoplarExecutor(Batching, DeviceState):
                        "opts.enableProfiling(DIR), or run popviz capture --emulate)")
             report.say(f"{self.engine_name!r}: call {self._setup.calls} of {most} estimated, not run; "
                        f"stopping the script (--calls {most}); {written}")
+            from popviz.emulator.workers import end_descendants
+
+            end_descendants()  # no DataLoader worker or other process of the script outlives it
             raise _calls.CallLimitReached(self.engine_name, self._setup.calls)
         self._last_call_start = time.time()
         micro = self._split(args, kwargs)

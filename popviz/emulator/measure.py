@@ -282,8 +282,24 @@ class _CostMode(TorchDispatchMode):
             if decomposed is not NotImplemented:
                 return decomposed
         out = func(*args, **kwargs)
-        self.recorder.op(func, args, kwargs, out)
+        if not _hidden[0]:
+            self.recorder.op(func, args, kwargs, out)
         return out
+
+
+_hidden = [0]
+
+
+class hidden:
+    """Operations run inside are not recorded: a CPU implementation's step-by-step loop whose
+    work it records itself as the few whole-tensor operations the IPU program amounts to
+    (:mod:`popviz.emulator.custom_ctc`)."""
+
+    def __enter__(self) -> None:
+        _hidden[0] += 1
+
+    def __exit__(self, *exc: Any) -> None:
+        _hidden[0] -= 1
 
 
 class measuring:

@@ -26,5 +26,10 @@ for _name in _emulator.SUBMODULES:
     _sys.modules[f"{__name__}.{_name}"] = _module
     globals()[_name] = _module
 
+# Custom-op libraries the script cannot build here are answered as built; an estimate's
+# DataLoaders are capped and the script's processes end when the emulator stops it.
+_importlib.import_module("popviz.emulator.custom_libs").install()
+_importlib.import_module("popviz.emulator.workers").install()
+
 # What the emulated run is doing goes to stderr from here on (popviz.emulator.progress).
 _importlib.import_module("popviz.emulator.progress").reporter().script_started()
