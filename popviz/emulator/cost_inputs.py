@@ -91,6 +91,10 @@ class Measurement:
     """Bytes autograd keeps for the backward pass, per segment, per micro-batch."""
     boundary_bytes: list[int]
     """Bytes crossing each boundary between consecutive segments, per micro-batch."""
+    grad_boundary_bytes: list[int] | None = None
+    """The part of ``boundary_bytes`` an operation with a backward reads (what a recomputing stage
+    stashes of its inputs; a no-grad teacher's activations are copied, never stashed); None: all
+    of it (measurements made before it was recorded)."""
     saved_bytes_by_block: dict[str, int] = field(default_factory=dict)
     param_ops: dict[str, int] = field(default_factory=dict)
     """Parameter name -> index in ``ops`` of the first operation reading it."""

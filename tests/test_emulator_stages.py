@@ -1,0 +1,125 @@
+"""Pipeline stages as PopTorch and PopART count them (popviz/emulator/measure.py): a forward pass
+that revisits its IPUs (a student, then a no-grad teacher over the same IPUs, as DINO does) has
+one stage per stage id, not one per IPU switch; the stash depths, the pipeline check and the
+report's stages follow; a no-grad segment has no backward and stashes nothing."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import popviz.emulator as poptorch  # noqa: E402
+from popviz.emulator.errors import Error  # noqa: E402
+from popviz.emulator.measure import stage_order  # noqa: E402
+
+nn = torch.nn
+W = 64
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+class StudentTeacher(nn.Module):
+    """Two IPUs visited twice: a student over IPUs 0 and 1, then a frozen teacher under
+    torch.no_grad() over the same IPUs, in blocks of the same names (DINO's ``set_pipeline``)."""
+
+    def __init__(self, teacher: bool = True) -> None:
+        super().__init__()
+        self.teacher = teacher
+        self.s0, self.s1 = nn.Linear(W, W), nn.Linear(W, W)
+        self.t0, self.t1 = nn.Linear(W, W), nn.Linear(W, W)
+        for p in [*self.t0.parameters(), *self.t1.parameters()]:
+            p.requires_grad = False
+        self.s0 = poptorch.BeginBlock(self.s0, "ipu0", ipu_id=0)
+        self.s1 = poptorch.BeginBlock(self.s1, "ipu1", ipu_id=1)
+        self.t0 = poptorch.BeginBlock(self.t0, "ipu0", ipu_id=0)
+        self.t1 = poptorch.BeginBlock(self.t1, "ipu1", ipu_id=1)
+
+    def forward(self, x):
+        s = self.s1(torch.relu(self.s0(x)))
+        if self.teacher:
+            with torch.no_grad():
+                t = self.t1(torch.relu(self.t0(x))).detach()
+        else:  # the student alone (still in block ipu1)
+            t = torch.zeros(s.shape)
+        loss = ((s - t) ** 2).mean()
+        return s, poptorch.identity_loss(loss, reduction="mean")
+
+
+def compile_model(model, accumulation=8, strategy=None):
+    opts = poptorch.Options()
+    opts.Training.gradientAccumulation(accumulation)
+    if strategy is not None:
+        opts.setExecutionStrategy(strategy)
+    ex = poptorch.trainingModel(model, opts, torch.optim.SGD(model.parameters(), lr=0.1))
+    ex.compile(torch.randn(8 * accumulation, W, generator=torch.Generator().manual_seed(0)))
+    return ex.popvizEstimate()
+
+
+def test_a_revisited_pipeline_has_popart_stages_and_stash_depths():
+    est = compile_model(StudentTeacher())
+    # PopTorch's SameAsIpu: stage id = IPU (python/enums.py), so the teacher's blocks are stages 0
+    # and 1 again; PopART's stash of forward stage i is numIndependentStages(i, 2(N-1)-i+1)
+    # (willow/src/transforms/pipeline.cpp): 3 and 1, not 7, 5, 3, 1 as one stage per IPU switch
+    assert [(s.index, s.ipu, s.blocks) for s in est.stages] == [(0, 0, ["ipu0"]), (1, 1, ["ipu1"])]
+    assert [s.stash_depth for s in est.stages] == [3, 1]
+    assert [(s.index, s.ipu) for s in est.config.stages] == [(0, 0), (1, 1)]
+
+
+def test_the_no_grad_teacher_adds_forward_work_only():
+    with_teacher = compile_model(StudentTeacher())
+    student = compile_model(StudentTeacher(teacher=False))
+    # the teacher's operations grow no gradient (frozen weights, inputs that need none): its
+    # stages' backward and stash are the student's alone
+    assert [s.backward_cycles for s in with_teacher.stages] == [s.backward_cycles for s in student.stages]
+    assert [s.saved_bytes for s in with_teacher.stages] == [s.saved_bytes for s in student.stages]
+    assert [s.forward_cycles for s in with_teacher.stages] != [s.forward_cycles for s in student.stages]
+    stash = with_teacher.memory.frame["cat_activationStash_bytes"].tolist()
+    assert stash == student.memory.frame["cat_activationStash_bytes"].tolist()
+    assert stash == [3 * with_teacher.stages[0].saved_bytes, 1 * with_teacher.stages[1].saved_bytes]
+
+
+def test_popart_pipeline_check_counts_stage_ids():
+    # 2 forward stages: 3 pipeline stages in training, so G = 3 compiles (4 IPU switches would need 7)
+    est = compile_model(StudentTeacher(), accumulation=3)
+    assert len(est.stages) == 2
+    with pytest.raises(Error, match=r"greater than or equal to the number of pipeline stages \(3\)"):
+        compile_model(StudentTeacher(), accumulation=2)
+
+
+def test_auto_increment_gives_a_revisit_its_own_stage():
+    # AutoIncrement numbers every new block (python/enums.py: Block "2" ipu=0 -> stage 2)
+    class Three(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b, self.c = nn.Linear(W, W), nn.Linear(W, W), nn.Linear(W, W)
+
+        def forward(self, x):
+            with poptorch.Block(ipu_id=0):
+                x = self.a(x)
+            with poptorch.Block(ipu_id=1):
+                x = self.b(x)
+            with poptorch.Block(ipu_id=0):
+                x = self.c(x)
+                return x, poptorch.identity_loss(x.square().mean(), reduction="mean")
+
+    est = compile_model(Three(), accumulation=5,
+                        strategy=poptorch.PipelinedExecution(poptorch.AutoStage.AutoIncrement))
+    assert [(s.ipu, s.stash_depth) for s in est.stages] == [(0, 5), (1, 3), (0, 1)]
+
+
+def test_stage_order():
+    # student and teacher over IPUs 0, 1: two stages
+    assert stage_order([(0, 0), (1, 1), (0, 0), (1, 1)])[0] == [0, 1, 0, 1]
+    # a head back on IPU 0 that reads IPU 1's output cannot run in stage 0: a stage of its own
+    of, segments = stage_order([(0, 0), (1, 1), (0, 0)], {2: {1}})
+    assert of == [0, 1, 2] and [s.ipu for s in segments] == [0, 1, 0]
+    # consecutive stages on one IPU are one (PopART's mergeConsecutivePipelineStages)
+    of, segments = stage_order([(0, 0), (0, 1), (1, 2)])
+    assert of == [0, 0, 1] and [s.ipu for s in segments] == [0, 1]
