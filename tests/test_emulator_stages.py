@@ -123,3 +123,93 @@ def test_stage_order():
     # consecutive stages on one IPU are one (PopART's mergeConsecutivePipelineStages)
     of, segments = stage_order([(0, 0), (0, 1), (1, 2)])
     assert of == [0, 0, 1] and [s.ipu for s in segments] == [0, 1]
+
+
+# ------------------------------------------------------------------ I/O tiles
+
+
+class Overlapped(nn.Module):
+    """Graphcore's CNN inference wrapper (vision/cnns/pytorch/models/model_wrappers.py,
+    OverlapModel): inputs and outputs marked for overlap."""
+
+    def __init__(self, overlap: bool) -> None:
+        super().__init__()
+        self.overlap = overlap
+        self.net = nn.Sequential(nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 256))
+
+    def forward(self, x):
+        if self.overlap:
+            x = poptorch.set_overlap_for_input(x, poptorch.OverlapMode.OverlapAccumulationLoop)
+        y = self.net(x)
+        if self.overlap:
+            y = poptorch.set_overlap_for_output(y, poptorch.OverlapMode.OverlapAccumulationLoop)
+        return y
+
+
+def inference(io_tiles: int, overlap: bool, iterations: int = 4):
+    opts = poptorch.Options().deviceIterations(iterations)
+    if io_tiles:
+        opts.TensorLocations.numIOTiles(io_tiles)
+        opts.setExecutionStrategy(poptorch.ShardedExecution())
+    ex = poptorch.inferenceModel(Overlapped(overlap), opts)
+    ex.compile(torch.randn(iterations * 64, 256, generator=torch.Generator().manual_seed(0)))
+    return ex.popvizEstimate()
+
+
+def stream(est, program: str) -> list[int]:
+    steps = est.steps
+    return steps[steps.program == program].cycles.tolist()
+
+
+def test_io_tiles_leave_compute():
+    from popviz.emulator import costmodel, hardware
+
+    plain, reserved = inference(0, False), inference(64, False)
+    # the same operations on 1408 of 1472 tiles: slower, and less memory to hold them
+    assert reserved.stages[0].forward_cycles > plain.stages[0].forward_cycles
+    spec = hardware.compute_spec(hardware.SPECS["Mk2"], 64)
+    assert (spec.tiles_per_ipu, spec.bytes_per_ipu) == (1408, 1408 * 638_976)
+    assert spec.memory_bytes_per_second == pytest.approx(47.5e12 * 1408 / 1472, rel=1e-12)
+    big = costmodel.OpCost(0, "add", 0, 4, in_bytes=10**8, out_bytes=10**8)
+    assert costmodel.op_cycles(big, spec) > costmodel.op_cycles(big, hardware.SPECS["Mk2"])
+    # without set_overlap_for_input/output the transfers are as before
+    assert stream(reserved, "input/mid") == stream(plain, "input/mid")
+
+
+def test_overlapped_transfers_hide_behind_compute():
+    from popviz.emulator import hardware
+
+    plain, overlapped = inference(64, False), inference(64, True)
+    mk2 = hardware.SPECS["Mk2"]
+    copy_in = hardware.io_tile_copy_cycles(64 * 256 * 4, mk2, 64)
+    assert copy_in == round(64 * 256 * 4 / (8e12 / 1.33e9 / 1472 * 64)) + hardware.SYNC_CYCLES
+    before = stream(plain, "input/mid")
+    # OverlapAccumulationLoop with G = 1 spans the device iterations (PopART's inner loop): the
+    # first input is not preloaded; the others hide behind the previous micro-batch's compute
+    # (one 64 x 256 float32 micro-batch's transfer is shorter than its compute here)
+    micro = overlapped.stages[0].forward_cycles
+    transfer = before[0]
+    assert transfer < micro
+    assert stream(overlapped, "input/mid") == [transfer + copy_in] + [copy_in] * 3
+    assert stream(overlapped, "input/begin")[1:] == [0, 0, 0] and stream(overlapped, "input/end")[1:] == [0, 0, 0]
+    # outputs: every one but the last of the loop hides behind the next micro-batch
+    out = stream(plain, "output/mid")
+    assert stream(overlapped, "output/mid")[-1] == out[-1] + hardware.io_tile_copy_cycles(64 * 256 * 4, mk2, 64)
+    assert overlapped.call_cycles < plain.call_cycles
+    from popviz.emulator.cost_inputs import EngineSetup
+    from popviz.emulator.report_notes import notes
+
+    setup = EngineSetup(name="x", mode="inference", strategy=None, options={"TensorLocations.numIOTiles": 64})
+    assert notes(setup)[-1].startswith("I/O tiles: 64 of each IPU's 1,472 tiles are reserved for I/O")
+
+
+def test_a_pipeline_does_not_overlap_its_transfers():
+    from popviz.emulator import costmodel
+    from popviz.emulator.cost_inputs import EngineSetup, Measurement, OpCost, Segment
+
+    m = Measurement(segments=[Segment(0, ["a"])], ops=[OpCost(0, "add", 0, 4, 100, 100)], params=[],
+                    saved_bytes=[0], boundary_bytes=[], overlap={"input": "overlap_device_iteration_loop"})
+    setup = EngineSetup(name="x", mode="inference", strategy="PipelinedExecution",
+                        options={"TensorLocations.numIOTiles": 64})
+    assert costmodel.io_overlap(m, setup, "PipelinedExecution", 100, 100) == {}
+    assert costmodel.io_overlap(m, setup, "ShardedExecution", 100, 100)["input_overlap"] == "both"

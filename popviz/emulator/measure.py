@@ -308,6 +308,7 @@ class Recorder:
                            saved_slots=slots, checkpoints=checkpoints,
                            saved_keys=[key for (_, _, key) in merged],
                            saved_producers=[self.recompute.producer_op.get(key) for (_, _, key) in merged],
+                           overlap=dict(self._trace.overlap),
                            structure=self.units.structure if self.units is not None else None)
 
 
