@@ -204,12 +204,54 @@ def test_overlapped_transfers_hide_behind_compute():
 
 
 def test_a_pipeline_does_not_overlap_its_transfers():
-    from popviz.emulator import costmodel
+    from popviz.emulator import host_transfers
     from popviz.emulator.cost_inputs import EngineSetup, Measurement, OpCost, Segment
 
     m = Measurement(segments=[Segment(0, ["a"])], ops=[OpCost(0, "add", 0, 4, 100, 100)], params=[],
                     saved_bytes=[0], boundary_bytes=[], overlap={"input": "overlap_device_iteration_loop"})
     setup = EngineSetup(name="x", mode="inference", strategy="PipelinedExecution",
                         options={"TensorLocations.numIOTiles": 64})
-    assert costmodel.io_overlap(m, setup, "PipelinedExecution", 100, 100) == {}
-    assert costmodel.io_overlap(m, setup, "ShardedExecution", 100, 100)["input_overlap"] == "both"
+    assert host_transfers.io_overlap(m, setup, "PipelinedExecution", 100, 100) == {}
+    assert host_transfers.io_overlap(m, setup, "ShardedExecution", 100, 100)["input_overlap"] == "both"
+
+
+def test_only_operations_towards_the_loss_grow_gradients():
+    from popviz.emulator.measure import towards_loss
+
+    # op0: x -> a; op1: a -> b (loss path); op2: a, w -> c (an EMA-like update, off the path); op3: b -> loss
+    keys = [((1,), (2,)), ((2,), (3,)), ((2,), (4,)), ((3,), (5,))]
+    assert towards_loss(keys, 5) == [True, True, False, True]
+    assert towards_loss(keys, None) == [True] * 4 and towards_loss(keys, 99) == [True] * 4
+
+
+class EmaStudent(nn.Module):
+    """A student whose forward also updates a frozen copy of its weight from it (DINO's EMA,
+    in place under no_grad): that update reads a trainable weight but does not lead to the loss."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.s = nn.Linear(W, W)
+        self.t = nn.Linear(W, W)
+        for p in self.t.parameters():
+            p.requires_grad = False
+
+    def forward(self, x):
+        with torch.no_grad():
+            self.t.weight.mul_(0.9).add_(self.s.weight * 0.1)
+        y = self.s(x)
+        return y, poptorch.identity_loss(y.square().mean(), reduction="mean")
+
+
+def test_a_weight_update_in_the_forward_has_no_backward(monkeypatch):
+    from popviz.emulator import costmodel
+
+    seen = []
+    real = costmodel.estimate
+    monkeypatch.setattr(costmodel, "estimate", lambda m, setup: seen.append(m) or real(m, setup))
+    model = EmaStudent()
+    ex = poptorch.trainingModel(model, poptorch.Options(), torch.optim.SGD(model.s.parameters(), lr=0.1))
+    ex.compile(torch.randn(8, W, generator=torch.Generator().manual_seed(0)))
+    (m,) = seen
+    grads = [(o.name, o.has_backward) for o in m.ops]
+    assert grads[:3] == [("mul_", False), ("mul", False), ("add_", False)]  # the update: off the path to the loss
+    assert ("addmm", True) in grads[3:]

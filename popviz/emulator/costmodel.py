@@ -469,35 +469,9 @@ def schedule_plan(stages: Sequence[StageEstimate], m: Measurement, setup: Engine
         weight_update_cycles=weight_update_cycles(stages, setup, ipus),
         sync_cycles=hw.SYNC_CYCLES,
         anchor_transfers=[] if synthetic else host_transfers.anchor_transfers(m, setup, ipus),
-        **io_overlap(m, setup, strategy, in_bytes, out_bytes),
+        **host_transfers.io_overlap(m, setup, strategy, in_bytes, out_bytes),
     )
 
-
-OVERLAP_LOOPS = {"overlap_accumulation_loop": "inner", "overlap_device_iteration_loop": "both"}
-"""PopTorch's ``OverlapMode`` values -> the loops a preloaded transfer spans: ``inner``, the
-inner loop only (PopART's ``ExchangeStrategy::OverlapInnerLoop``: the accumulation loop, or the
-device-iteration loop when G = 1, ``MainLoops::getInnerLoopSubgraph`` in
-``willow/include/popart/transforms/mainloops.hpp``), ``both`` (``OverlapLoops``)."""
-
-
-def io_overlap(m: Measurement, setup: EngineSetup, strategy: str | None, in_bytes: int, out_bytes: int
-               ) -> dict[str, Any]:
-    """The schedule's overlapped host I/O: with I/O tiles (``numIOTiles``) and inputs or outputs
-    marked by ``set_overlap_for_input`` / ``set_overlap_for_output``, a transfer goes through the
-    I/O tiles while the compute tiles work on another micro-batch, then one on-chip exchange
-    moves it between I/O and compute tiles (PopTorch's ``docs/user_guide/hostio_optimisation.rst``,
-    "Overlapping compute and I/O"; it asks for ``ShardedExecution`` or a phased strategy, so a
-    pipeline's transfers are not overlapped). Empty when nothing is overlapped."""
-    io = setup.io_tiles
-    if not io or strategy == "PipelinedExecution" or not m.overlap:
-        return {}
-    out: dict[str, Any] = {}
-    for kind, nbytes in (("input", in_bytes), ("output", out_bytes)):
-        loops = OVERLAP_LOOPS.get(m.overlap.get(kind, ""))
-        if loops:
-            out[f"{kind}_overlap"] = loops
-            out[f"{kind}_io_copy_cycles"] = hw.io_tile_copy_cycles(nbytes, setup.spec, io)
-    return out
 
 
 @dataclass

@@ -27,7 +27,6 @@ This module does not import torch.
 from __future__ import annotations
 
 import dataclasses
-
 import os
 from dataclasses import dataclass
 

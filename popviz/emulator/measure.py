@@ -136,6 +136,9 @@ class Recorder:
         self._seen: dict[str, BlockPlacement] = {}
         self.recompute = CheckpointLog(self)
         """recomputationCheckpoint calls and each tensor's producing operation."""
+        self.op_keys: list[tuple[tuple[int, ...], tuple[int, ...]]] = []
+        """Per operation: the keys of its non-parameter inputs and of its outputs (which
+        operations lead to the loss, :func:`towards_loss`)."""
 
     # -- blocks and segments
     def _block(self) -> str | None:
@@ -235,6 +238,8 @@ class Recorder:
                                activation_grad=activation_grad, weight_grad=weight_grad,
                                dims=product_dims(name, args, out) if formula is not None else ()))
         self.recompute.produced([_key(t) for t in outputs], len(self.ops) - 1)
+        self.op_keys.append((tuple(k for k in (_key(t) for t in inputs) if k is not None and k not in self.param_keys),
+                             tuple(k for k in (_key(t) for t in outputs) if k is not None)))
         for t in outputs:
             key = _key(t)
             if key is not None and key not in self.producers and key not in self.param_keys:
@@ -253,7 +258,9 @@ class Recorder:
             self.saved_ops.setdefault(slot, len(self.ops))
         return t
 
-    def result(self) -> Measurement:
+    def result(self, loss: torch.Tensor | None = None) -> Measurement:
+        """The measurement; ``loss``: the final loss of a training forward (operations that do
+        not lead to it grow no gradient, :func:`towards_loss`)."""
         self._alive.clear()
         self.pool_indices.clear()
         if not self.segments:
@@ -276,19 +283,26 @@ class Recorder:
         def seg(visit: int) -> int:
             return of[max(visit, 0)]
 
-        ops = [o.replace(segment=seg(o.segment)) for o in self.ops]
+        reaches = towards_loss(self.op_keys, _key(loss) if loss is not None else None)
+        ops = [o.replace(segment=seg(o.segment)) if reach else
+               o.replace(segment=seg(o.segment), activation_grad=False, weight_grad=False)
+               for o, reach in zip(self.ops, reaches, strict=True)]
         params = {}
         for name, (size, numel, elem, trainable) in self._all_params.items():
             info = self.params.get(name)
             segment = of[0] if info is None else seg(info.segment)
             params[name] = ParamInfo(name, segment, size, numel, elem, trainable,
                                      block=info.block if info is not None else None)
-        boundary, grad_boundary = [0] * (len(segments) - 1), [0] * (len(segments) - 1)
-        for (_, reader), (producer, nbytes, differentiable) in self.crossings.items():
+        crossed: dict[tuple[int, int], tuple[int, int]] = {}
+        for (key, reader), (producer, nbytes, differentiable) in self.crossings.items():
             lo, hi = sorted((seg(producer), seg(reader)))
-            for b in range(lo, hi):  # PopART chains the copies through every stage between
-                boundary[b] += nbytes
-                grad_boundary[b] += nbytes if differentiable else 0
+            for b in range(lo, hi):  # PopART chains the copies through every stage between: once each
+                seen = crossed.get((key, b))
+                crossed[(key, b)] = (nbytes, differentiable or (seen[1] if seen else 0))
+        boundary, grad_boundary = [0] * (len(segments) - 1), [0] * (len(segments) - 1)
+        for (_, b), (nbytes, differentiable) in crossed.items():
+            boundary[b] += nbytes
+            grad_boundary[b] += nbytes if differentiable else 0
         merged: dict[tuple[int, str | None, int], list[int]] = {}
         for (visit, block, key), nbytes in self.saved.items():
             slot = merged.setdefault((seg(visit), block, key), [0, self.saved_ops[(visit, block, key)]])
@@ -310,6 +324,25 @@ class Recorder:
                            saved_producers=[self.recompute.producer_op.get(key) for (_, _, key) in merged],
                            overlap=dict(self._trace.overlap),
                            structure=self.units.structure if self.units is not None else None)
+
+
+def towards_loss(op_keys: list[tuple[tuple[int, ...], tuple[int, ...]]], loss: int | None) -> list[bool]:
+    """Per operation (inputs' and outputs' tensor keys, in trace order): whether the loss is made
+    from its output. PopART's autodiff grows gradient operations backwards from the final loss
+    only (``willow/src/transforms/autodiff``), so an operation off that path — an update of a
+    teacher's weights from the student's (DINO's EMA), a metric, an output the loss does not
+    read — has no backward, whatever its inputs need. All True when the loss is not known or no
+    recorded operation made it (nothing to walk back from)."""
+    if loss is None or not any(loss in outs for _, outs in op_keys):
+        return [True] * len(op_keys)
+    needed = {loss}
+    out = [False] * len(op_keys)
+    for j in range(len(op_keys) - 1, -1, -1):
+        ins, outs = op_keys[j]
+        if any(k in needed for k in outs):
+            out[j] = True
+            needed.update(ins)
+    return out
 
 
 def stage_order(visits: list[tuple[int, int]], reads: dict[int, set[int]] | None = None
@@ -389,4 +422,4 @@ class measuring:
             self._hooks.__exit__(*exc)
 
 
-__all__ = ["Recorder", "measuring", "stage_order"]
+__all__ = ["Recorder", "measuring", "stage_order", "towards_loss"]

@@ -18,7 +18,7 @@ from popviz.model import ModelConfig
 
 def notes(setup: EngineSetup) -> tuple[str, ...]:
     spec = setup.spec
-    return (
+    return (  # noqa: RUF005 (the fixed notes, then the conditional ones)
         "Estimated by popviz's emulator from one CPU forward pass per micro-batch; not measured on an IPU.",
         f"Cycles: matmuls and convolutions at up to {hw.AMP_PEAK_EFFICIENCY:.0%} of {spec.architecture} "
         f"peak FLOPs (less for small products), other ops at {hw.MEMORY_EFFICIENCY:.0%} of on-chip bandwidth, "

@@ -42,7 +42,7 @@ def tables_unavailable() -> str | None:
     """Why this interpreter cannot write Parquet tables (None: it can)."""
     try:
         import pyarrow as pa
-        import pyarrow.parquet  # noqa: F401
+        import pyarrow.parquet
 
         pa.Table.from_pydict({"x": [1]})
     except Exception as exc:  # ImportError, or a numpy it was not built for
