@@ -5,6 +5,8 @@ report's stages follow; a no-grad segment has no backward and stashes nothing.""
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -255,3 +257,48 @@ def test_a_weight_update_in_the_forward_has_no_backward(monkeypatch):
     grads = [(o.name, o.has_backward) for o in m.ops]
     assert grads[:3] == [("mul_", False), ("mul", False), ("add_", False)]  # the update: off the path to the loss
     assert ("addmm", True) in grads[3:]
+
+
+STUDENT_TEACHER_SCRIPT = '''\
+import torch
+import torch.nn as nn
+import poptorch
+
+class Net(nn.Module):
+    def __init__(self, n=64):
+        super().__init__()
+        self.s0 = poptorch.BeginBlock(nn.Linear(n, n), "ipu0", ipu_id=0)
+        self.s1 = poptorch.BeginBlock(nn.Linear(n, n), "ipu1", ipu_id=1)
+        self.t0 = poptorch.BeginBlock(nn.Linear(n, n), "ipu0", ipu_id=0)
+        self.t1 = poptorch.BeginBlock(nn.Linear(n, n), "ipu1", ipu_id=1)
+        for p in [*self.t0.parameters(), *self.t1.parameters()]:
+            p.requires_grad = False
+    def forward(self, x):
+        s = self.s1(torch.relu(self.s0(x)))
+        with torch.no_grad():
+            t = self.t1(torch.relu(self.t0(x))).detach()
+        return s, poptorch.identity_loss(((s - t) ** 2).mean(), reduction="mean")
+
+opts = poptorch.Options()
+opts.Training.gradientAccumulation(3)
+m = Net()
+ex = poptorch.trainingModel(m, opts, torch.optim.SGD([p for p in m.parameters() if p.requires_grad], lr=0.1))
+ex(torch.randn(24, 64))
+'''
+"""StudentTeacher as a script (its loss in the forward), run under popviz capture."""
+
+
+def test_capture_and_analyse_count_the_same_stages(tmp_path):
+    import popviz
+
+    from conftest import run_cli
+
+    script = tmp_path / "student_teacher.py"
+    script.write_text(STUDENT_TEACHER_SCRIPT, encoding="utf-8")
+    proc = run_cli("capture", "-o", str(tmp_path / "cap"), "--emulate", "--calls", "1", "--", sys.executable,
+                   str(script), cwd=tmp_path, env={"OMP_NUM_THREADS": "1"}, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "training, PipelinedExecution, 2 stage(s)" in " ".join(proc.stderr.split())
+    (report,) = popviz.load(tmp_path / "cap")
+    assert [(s.index, s.ipu) for s in report.config.stages] == [(0, 0), (1, 1)]
+    assert report.config.num_stages == 2
