@@ -78,6 +78,15 @@ class SchedulePlan:
     """Inputs the host may prepare before the IPU has taken the previous ones: it starts
     preparing input k when input k - depth has been copied (0: when the IPU asks for it)."""
     anchor_transfers: Sequence[AnchorTransfer] = ()
+    input_overlap: str | None = None
+    """Inputs preloaded through I/O tiles while the IPU computes (``set_overlap_for_input``):
+    ``"inner"`` within the inner loop (accumulation, or device iterations when G = 1), ``"both"``
+    across the device iterations too; None: not overlapped."""
+    output_overlap: str | None = None
+    """Outputs sent through I/O tiles while the IPU computes the next micro-batch, likewise."""
+    input_io_copy_cycles: int = 0
+    """The on-chip exchange between I/O and compute tiles of one overlapped input."""
+    output_io_copy_cycles: int = 0
     """Tensors returned with ``opts.anchorTensor``, each copied as its own output mode says."""
 
 
@@ -117,6 +126,12 @@ class _Timeline:
         self.run(f"{program}/begin", "StreamCopyBegin", {ipu: max(half, ready - self.clock[ipu])})
         self.run(f"{program}/mid", "StreamCopyMid", {ipu: transfer.transfer_cycles})
         self.run(f"{program}/end", "StreamCopyEnd", {ipu: transfer.wait_cycles - half})
+
+    def host_cycles(self, program: str, ipu: int, begin: int, mid: int, end: int) -> None:
+        """A host transfer with its three phases given (an overlapped one: what the IPU sees)."""
+        self.run(f"{program}/begin", "StreamCopyBegin", {ipu: max(0, begin)})
+        self.run(f"{program}/mid", "StreamCopyMid", {ipu: max(0, mid)})
+        self.run(f"{program}/end", "StreamCopyEnd", {ipu: max(0, end)})
 
     def sync(self, fixed: int) -> None:
         """Every IPU waits for the slowest, plus the fixed cost of the sync itself."""
@@ -229,14 +244,53 @@ def simulate(plan: SchedulePlan) -> pd.DataFrame:
             weight_update()
     else:
         iterations = plan.device_iterations
+        # one micro-batch's compute: what an overlapped transfer hides behind (I/O tiles)
+        micro = sum(st.forward_cycles + (st.backward_cycles if training else 0) for st in stages) + \
+            sum(copies) * (2 if training else 1)
+
+        def spans(overlap: str | None, it: int, m: int, step: int) -> bool:
+            """Whether the micro-batch ``step`` away (-1: before, +1: after) is in the loop an
+            overlapped transfer spans (then it hides behind that micro-batch's compute)."""
+            if overlap == "both":
+                k = it * g + m + step
+                return 0 <= k < iterations * g
+            if overlap == "inner":
+                k, size = (m, g) if g > 1 else (it, iterations)
+                return 0 <= k + step < size
+            return False
+
+        def overlapped_copy(program: str, ipu: int, transfer: HostTransfer, io_copy: int, hidden: bool,
+                            ready: int = 0) -> None:
+            wait = max(0, ready - tl.clock[ipu])
+            if hidden:
+                tl.host_cycles(program, ipu, wait, max(0, transfer.wait_cycles + transfer.transfer_cycles - micro)
+                               + io_copy, 0)
+            else:
+                half = transfer.wait_cycles // 2
+                tl.host_cycles(program, ipu, max(half, wait), transfer.transfer_cycles + io_copy,
+                               transfer.wait_cycles - half)
+
         for it in range(iterations):
             for _m in range(g):
-                input_copy()
+                if plan.input_overlap and plan.input_transfer is not None:
+                    overlapped_copy("input", first_ipu, plan.input_transfer, plan.input_io_copy_cycles,
+                                    spans(plan.input_overlap, it, _m, -1), prepared.ready(tl.clock[first_ipu]))
+                    prepared.copied.append(tl.clock[first_ipu])
+                else:
+                    input_copy()
                 for s, st in enumerate(stages):
                     tl.run(f"stage{s}/forward", "OnTileExecute", {st.ipu: st.forward_cycles})
                     if s < n - 1:
                         exchange([s])
-                returned_copies(it)
+                if (plan.output_overlap and plan.output_transfer is not None
+                        and _returned(plan.output_mode, plan.output_return_period, it)):
+                    overlapped_copy("output", last_ipu, plan.output_transfer, plan.output_io_copy_cycles,
+                                    spans(plan.output_overlap, it, _m, +1))
+                    for a in plan.anchor_transfers:
+                        if _returned(a.output_mode, a.return_period, it):
+                            tl.host("anchor", a.ipu, a.transfer)
+                else:
+                    returned_copies(it)
                 if training:
                     for s in reversed(range(n)):
                         tl.run(f"stage{s}/backward", "OnTileExecute",

@@ -357,6 +357,41 @@ def test_poptorch_errors_are_raised_as_they_are_not_retried(monkeypatch):
         "stopped at AssertionError: values needed.")
 
 
+def test_a_missing_library_fails_the_compile_once(monkeypatch, tmp_path):
+    """ctypes' OSError for a custom-op library that was never built (speech/conformer loads it in
+    forward) is the user's: the real trace would raise it again, so it is raised the first time."""
+    import ctypes
+
+    class LoadsLibrary(nn.Module):
+        def forward(self, x):
+            ctypes.cdll.LoadLibrary(str(tmp_path / "custom_ops.so"))
+            return x * 2
+
+    calls = []
+    real_measure = PoplarExecutor._measure
+
+    def counted(self, args, kwargs, fake=False):
+        calls.append(fake)
+        return real_measure(self, args, kwargs, fake=fake)
+
+    monkeypatch.setattr(PoplarExecutor, "_measure", counted)
+    monkeypatch.setenv(fake.ENV, "auto")
+    with pytest.raises(OSError, match="custom_ops.so"):
+        poptorch.inferenceModel(LoadsLibrary()).compile(torch.randn(2, 2))
+    assert calls == [True]
+    calls.clear()
+
+    class Imports(nn.Module):
+        def forward(self, x):
+            import popviz_no_such_module  # noqa: F401
+
+            return x
+
+    with pytest.raises(ModuleNotFoundError, match="popviz_no_such_module"):
+        poptorch.inferenceModel(Imports()).compile(torch.randn(2, 2))
+    assert calls == [True]
+
+
 # ------------------------------------------------------------------ when the fake trace is used
 
 

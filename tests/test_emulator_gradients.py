@@ -116,8 +116,9 @@ def test_a_frozen_stage_recomputes_and_stashes_nothing(checkpoint):
 
 class NoGradRegion(torch.nn.Module):
     """A product run under torch.no_grad() inside a training forward (a reentrant
-    torch.utils.checkpoint runs its function so): whether PopART grows its gradients is not what
-    torch's grad mode says, so it keeps its whole backward."""
+    torch.utils.checkpoint runs its function so): PopTorch's dispatcher ignores grad mode (an
+    output needs a gradient when an input does, poptorch/source/RequiresGrad.cpp), so, reading an
+    activation that needs one and a trainable weight, it keeps its whole backward."""
 
     def __init__(self) -> None:
         super().__init__()

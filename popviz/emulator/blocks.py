@@ -59,6 +59,9 @@ class BlockTrace:
         self.cleared = False
         """True after a ``with Block`` ended with no enclosing one and before the next block
         starts: PopTorch then has no active block, and an operation there is an error."""
+        self.overlap: dict[str, str] = {}
+        """``"input"`` / ``"output"`` -> the least overlapping ``OverlapMode`` value given to
+        ``set_overlap_for_input`` / ``set_overlap_for_output`` in this forward."""
 
     def place(self, layer: str) -> None:
         """A layer-level module starts (only with ``split``): move to its IPU if it differs."""
@@ -207,6 +210,22 @@ class tracing:
         _active.pop()
 
 
+_OVERLAP_ORDER = ("no_overlap", "overlap_accumulation_loop", "overlap_device_iteration_loop")
+
+
+def record_overlap(kind: str, mode: Any) -> None:
+    """``set_overlap_for_input`` (``kind`` "input") or ``_output`` ran with ``mode`` (an
+    ``OverlapMode`` or its value) while the model runs: the cost model overlaps those host
+    transfers with compute when the IPU has I/O tiles."""
+    trace = active_trace()
+    value = str(getattr(mode, "value", mode))
+    if trace is None or value not in _OVERLAP_ORDER:
+        return
+    seen = trace.overlap.get(kind)
+    if seen is None or _OVERLAP_ORDER.index(value) < _OVERLAP_ORDER.index(seen):
+        trace.overlap[kind] = value
+
+
 def _valid_id(name: str, value: Any, expected: type) -> None:
     assert value is None or isinstance(value, expected) or (isinstance(value, int) and value >= 0), (
         f"{name} must be either a positive integer or a {expected.__name__}")
@@ -315,5 +334,5 @@ def removeBlocks(module: torch.nn.Module) -> None:
             (k, h) for k, h in m._forward_pre_hooks.items() if not isinstance(h, _BlockHook))
 
 
-__all__ = ["BeginBlock", "Block", "BlockFunction", "BlockTrace", "ModuleSpans", "active_trace", "relabel",
-           "removeBlocks", "tracing"]
+__all__ = ["BeginBlock", "Block", "BlockFunction", "BlockTrace", "ModuleSpans", "active_trace", "record_overlap",
+           "relabel", "removeBlocks", "tracing"]

@@ -91,6 +91,10 @@ class Measurement:
     """Bytes autograd keeps for the backward pass, per segment, per micro-batch."""
     boundary_bytes: list[int]
     """Bytes crossing each boundary between consecutive segments, per micro-batch."""
+    grad_boundary_bytes: list[int] | None = None
+    """The part of ``boundary_bytes`` an operation with a backward reads (what a recomputing stage
+    stashes of its inputs; a no-grad teacher's activations are copied, never stashed); None: all
+    of it (measurements made before it was recorded)."""
     saved_bytes_by_block: dict[str, int] = field(default_factory=dict)
     param_ops: dict[str, int] = field(default_factory=dict)
     """Parameter name -> index in ``ops`` of the first operation reading it."""
@@ -107,6 +111,11 @@ class Measurement:
     saved_producers: list[int | None] = field(default_factory=list)
     """Per entry of ``saved_slots``: index in ``ops`` of the operation that made the tensor (None:
     an input, a parameter or a tensor made outside the measurement)."""
+    overlap: dict[str, str] = field(default_factory=dict)
+    """``"input"`` / ``"output"`` -> the ``OverlapMode`` value (``"overlap_accumulation_loop"``,
+    ``"overlap_device_iteration_loop"``) the forward gave its inputs or outputs with
+    ``poptorch.set_overlap_for_input`` / ``set_overlap_for_output`` (the least overlapping when
+    several); absent: not overlapped."""
 
 
 # ------------------------------------------------------------------------------ engine setup
@@ -182,6 +191,21 @@ class EngineSetup:
     @property
     def training(self) -> bool:
         return self.mode == "training"
+
+    @property
+    def io_tiles(self) -> int:
+        """Tiles per IPU reserved for I/O (``opts.TensorLocations.numIOTiles``; 0 when not set)."""
+        raw = self.options.get("TensorLocations.numIOTiles", 0)
+        try:
+            return max(0, int(raw or 0))
+        except (TypeError, ValueError):
+            return 0
+
+    @property
+    def compute_spec(self) -> hw.IpuSpec:
+        """The IPU less its I/O tiles (:func:`popviz.emulator.hardware.compute_spec`): what
+        computes, and the memory that holds the model."""
+        return hw.compute_spec(self.spec, self.io_tiles)
 
     @property
     def system_replicas(self) -> int:

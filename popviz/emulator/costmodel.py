@@ -236,13 +236,13 @@ class OpTable:
 
 def _caps(m: Measurement, setup: EngineSetup) -> dict[int, float]:
     return {i: setup.available_memory_proportion.get(seg.ipu, hw.DEFAULT_AVAILABLE_MEMORY_PROPORTION)
-            * setup.spec.bytes_per_ipu for i, seg in enumerate(m.segments)}
+            * setup.compute_spec.bytes_per_ipu for i, seg in enumerate(m.segments)}
 
 
 def op_table(m: Measurement, setup: EngineSetup) -> OpTable:
     """Every operation's cycles and bytes under this engine's setup (one place for stages,
-    blocks and layers)."""
-    spec = setup.spec
+    blocks and layers), on the IPU's compute tiles (all but its I/O tiles)."""
+    spec = setup.compute_spec
     caps = _caps(m, setup)
     if setup.training and not any(o.activation_grad or o.weight_grad for o in m.ops):
         # traced with autograd off (nothing said which tensors need gradients): every op's backward
@@ -354,10 +354,11 @@ def num_ipus(stages: Sequence[StageEstimate], setup: EngineSetup) -> int:
 
 
 def memory_table(stages: Sequence[StageEstimate], m: Measurement, setup: EngineSetup) -> MemoryTable:
-    """Per-IPU memory by category (one replica)."""
+    """Per-IPU memory by category (one replica), on the compute tiles: I/O tiles hold the host
+    transfers' buffers, and the model must fit in the rest."""
     import pandas as pd
 
-    spec = setup.spec
+    spec = setup.compute_spec
     ipus = range(num_ipus(stages, setup))
     slot_bytes = sum(b for _, b in setup.optimizer_slots)
     rows = []
@@ -402,10 +403,10 @@ def memory_table(stages: Sequence[StageEstimate], m: Measurement, setup: EngineS
 
 def weight_update_cycles(stages: Sequence[StageEstimate], setup: EngineSetup, ipus: Sequence[int]
                          ) -> dict[int, int]:
-    """Cycles of the optimizer step on each IPU (training only)."""
+    """Cycles of the optimizer step on each IPU (training only), on its compute tiles."""
     if not setup.training:
         return {}
-    spec = setup.spec
+    spec = setup.compute_spec
     mem = spec.per_cycle(spec.memory_bytes_per_second) * hw.MEMORY_EFFICIENCY
     slot_bytes = sum(b for _, b in setup.optimizer_slots)
     out = {}
@@ -468,7 +469,9 @@ def schedule_plan(stages: Sequence[StageEstimate], m: Measurement, setup: Engine
         weight_update_cycles=weight_update_cycles(stages, setup, ipus),
         sync_cycles=hw.SYNC_CYCLES,
         anchor_transfers=[] if synthetic else host_transfers.anchor_transfers(m, setup, ipus),
+        **host_transfers.io_overlap(m, setup, strategy, in_bytes, out_bytes),
     )
+
 
 
 @dataclass

@@ -309,7 +309,7 @@ class PoplarExecutor(Batching, DeviceState):
                 named.append(("loss", t))
             else:
                 named.append(("output" if len(tensors) == 1 else f"output.{i}", t))
-        measurement = recorder.result()
+        measurement = recorder.result(loss)
         if spans is not None:  # blocks by their display names from here on (PopTorch's ids: the trace)
             measurement = relabel(measurement, spans.names())
         return measurement, named

@@ -114,13 +114,20 @@ _WHAT = {
 }
 
 
+USER_ERRORS = (OSError, ImportError, NameError, SyntaxError)
+"""Errors a fake tensor does not cause (a missing file or library, ``ctypes``' ``OSError`` for a
+custom-op library that was never built, an import, a name): the real trace would raise them
+again, after as long a wait, so they fail the compile the first time."""
+
+
 def retry_for_real(error: BaseException) -> bool:
     """Whether the fake trace's ``error`` may be the fake tensors' doing (then the real trace
-    runs), or is one the real trace would raise too: PopTorch's errors and the emulator's own
-    assertions (its block and stage rules) do not depend on values."""
+    runs), or is one the real trace would raise too: PopTorch's errors, the emulator's own
+    assertions (its block and stage rules) and the user's own errors (:data:`USER_ERRORS`) do
+    not depend on values."""
     from popviz.emulator.errors import Error
 
-    if isinstance(error, Error):
+    if isinstance(error, (Error, *USER_ERRORS)):
         return False
     if isinstance(error, AssertionError):
         tb = error.__traceback__
@@ -152,4 +159,4 @@ def fallback_note(error: BaseException) -> str:
             f"fake-tensor trace stopped at {what}.")
 
 
-__all__ = ["CHOICES", "ENV", "choice", "faked", "fallback_note", "is_fake", "retry_for_real", "wanted"]
+__all__ = ["CHOICES", "ENV", "USER_ERRORS", "choice", "faked", "fallback_note", "is_fake", "retry_for_real", "wanted"]

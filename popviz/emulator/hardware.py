@@ -26,6 +26,7 @@ This module does not import torch.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 
@@ -352,6 +353,34 @@ def host_link() -> HostLink:
                     _positive_float(HOST_PROCESS_ENV, DEFAULT_HOST_PROCESS_GBPS) * 1e9)
 
 
+def compute_spec(spec: IpuSpec, io_tiles: int) -> IpuSpec:
+    """The part of an IPU that computes when ``io_tiles`` of its tiles are reserved for I/O
+    (``opts.TensorLocations.numIOTiles``: "Assigns the number of tiles on the IPU to be IO rather
+    than compute", PopTorch ``python/options.py``; "Computation time will be adversely affected by
+    having access to fewer tiles", ``docs/user_guide/hostio_optimisation.rst``): fewer tiles, and
+    the per-IPU figures that are the tiles' sum (AMP peak, on-chip memory and its bandwidth,
+    exchange) in proportion. ``io_tiles`` 0: the IPU itself."""
+    if io_tiles <= 0:
+        return spec
+    tiles = max(1, spec.tiles_per_ipu - int(io_tiles))
+    share = tiles / spec.tiles_per_ipu
+    return dataclasses.replace(spec, tiles_per_ipu=tiles, memory_bytes_per_second=spec.memory_bytes_per_second * share,
+                               exchange_bytes_per_second=spec.exchange_bytes_per_second * share)
+
+
+def io_tile_copy_cycles(nbytes: int, spec: IpuSpec, io_tiles: int) -> int:
+    """Cycles to exchange ``nbytes`` between the I/O tiles (where an overlapped host transfer
+    lands or leaves from) and the compute tiles: the I/O tiles' share of the exchange (each tile
+    sends and receives ``exchange_bytes_per_second / tiles`` per second: 8 TB/s over 1,472 Mk2
+    tiles is 4 bytes per tile per cycle) plus the fixed cost of one exchange
+    (``INTER_IPU_COPY_CYCLES`` is that of an inter-IPU copy; an on-chip one is a compute set's
+    exchange, ``SYNC_CYCLES``)."""
+    if io_tiles <= 0 or nbytes <= 0:
+        return 0
+    per_tile = spec.per_cycle(spec.exchange_bytes_per_second) / spec.tiles_per_ipu
+    return int(round(nbytes / (per_tile * io_tiles))) + SYNC_CYCLES
+
+
 def spec(architecture: str | None = None, ipu_version: int | None = None) -> IpuSpec:
     """The IPU to estimate for: ``POPVIZ_EMULATOR_ARCH``, else ``architecture`` or the offline
     target's ``ipu_version``, else Mk2."""
@@ -366,4 +395,4 @@ def spec(architecture: str | None = None, ipu_version: int | None = None) -> Ipu
     return SPECS[architecture or DEFAULT_ARCHITECTURE]
 
 
-__all__ = ["SPECS", "HostLink", "IpuSpec", "host_link", "spec"]
+__all__ = ["SPECS", "HostLink", "IpuSpec", "compute_spec", "host_link", "io_tile_copy_cycles", "spec"]

@@ -38,6 +38,8 @@ def emulated_env(env: Mapping[str, str]) -> dict[str, str]:
     except Error as exc:
         raise UsageError(exc.message) from None
     out = dict(env)
+    # the Python running popviz writes the report's tables when the script's cannot (numpy 1)
+    out.setdefault("POPVIZ_PYTHON", sys.executable)  # popviz.emulator.report_writer.PYTHON_ENV
     shim = str(SHIM_DIR)
     current = out.get("PYTHONPATH", "")
     if current == shim or current.startswith(shim + os.pathsep):

@@ -7,14 +7,21 @@ it reads (a parameter belongs to the block that first reads it), and which tenso
 earlier block it reads (those cross the IPU boundaries in between). A ``saved_tensors_hooks``
 pair counts the bytes autograd keeps for the backward pass (the activation stash), per block.
 
-Blocks are grouped into *segments*: consecutive blocks on the same IPU, which is how PopTorch
-forms pipeline stages (a new stage each time the IPU changes). The result,
+Blocks are grouped into *segments*, one per pipeline stage as PopTorch and PopART count them:
+each block has a stage id (:mod:`popviz.emulator.strategy`; with the default
+``AutoStage.SameAsIpu`` the stage id is the block's IPU, PopTorch's ``python/enums.py``), every
+operation belongs to its block's stage however often the forward returns to it (a student and a
+no-grad teacher run over the same IPUs share their stages), and consecutive stages on one IPU are
+one stage (PopART's ``mergeConsecutivePipelineStages``, ``willow/src/transforms/pipeline.cpp``).
+The operations are recorded per *visit* (a run of operations on one IPU, in trace order) and
+mapped to their stages when the measurement ends (:func:`stage_order`). The result,
 :class:`~popviz.emulator.cost_inputs.Measurement`, is plain data the cost model turns into cycles
 and bytes.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import torch
@@ -91,6 +98,10 @@ class Recorder:
         self.param_ops: dict[str, int] = {}
         self.saved_ops: dict[tuple[int, str | None, int], int] = {}
         self.segments: list[Segment] = []
+        """The visits so far (runs of operations on one IPU in one stage, in trace order); the
+        measurement's segments are their stages (:meth:`result`)."""
+        self._visit_stage: list[int] = []
+        """Per visit: its stage id (PopTorch's, from the block's placement)."""
         self.ops: list[OpCost] = []
         self.param_keys: dict[int, str] = {}
         self.params: dict[str, ParamInfo] = {}
@@ -107,8 +118,15 @@ class Recorder:
         by their storage's address, and a freed address reused by a later tensor would otherwise
         inherit the old tensor's producer (counting bytes as crossing stages, run to run
         differently as the allocator reuses memory)."""
-        self.crossed: set[tuple[int, int]] = set()
-        self.boundary_bytes: list[int] = []
+        self.crossings: dict[tuple[int, int], list[int]] = {}
+        """(tensor key, reading visit) -> [producing visit, bytes, read by an operation with a
+        backward (0/1)]: tensors one visit made and another read (inter-IPU copies once the visits
+        are mapped to stages)."""
+        self.needs_grad: set[int] = set()
+        """Keys of tensors made under ``torch.no_grad()`` from a trainable parameter or a tensor
+        that needs a gradient: PopTorch's dispatcher ignores torch's grad mode and marks an
+        output as needing a gradient when any floating-point input does
+        (``poptorch/source/RequiresGrad.cpp``, ``fixRequiresGradFromDispatch``)."""
         self.saved: dict[tuple[int, int], int] = {}
         self.pool_indices: dict[int, torch.Tensor] = {}
         """Max pooling's indices (by key) -> its pooled values, which PopART stashes instead."""
@@ -118,6 +136,9 @@ class Recorder:
         self._seen: dict[str, BlockPlacement] = {}
         self.recompute = CheckpointLog(self)
         """recomputationCheckpoint calls and each tensor's producing operation."""
+        self.op_keys: list[tuple[tuple[int, ...], tuple[int, ...]]] = []
+        """Per operation: the keys of its non-parameter inputs and of its outputs (which
+        operations lead to the loss, :func:`towards_loss`)."""
 
     # -- blocks and segments
     def _block(self) -> str | None:
@@ -132,15 +153,15 @@ class Recorder:
 
     @property
     def segment(self) -> int:
-        """Segment of the operation about to be recorded: a new one when the current block's IPU
-        differs from the last segment's. -1 before the first block (segment 0 at the end)."""
+        """Visit of the operation about to be recorded: a new one when the current block's IPU
+        or stage differs from the last visit's. -1 before the first block (its stage at the end)."""
         placement = self._placement
         if placement is None:
             return len(self.segments) - 1
-        if not self.segments or self.segments[-1].ipu != placement.ipu:
+        if (not self.segments or self.segments[-1].ipu != placement.ipu
+                or self._visit_stage[-1] != placement.stage):
             self.segments.append(Segment(ipu=placement.ipu, blocks=[]))
-            if len(self.segments) > 1:
-                self.boundary_bytes.append(0)
+            self._visit_stage.append(int(placement.stage))
         blocks = self.segments[-1].blocks
         if placement.block is not None and placement.block not in blocks:
             blocks.append(placement.block)
@@ -163,18 +184,20 @@ class Recorder:
             # max pooling: autograd keeps the int64 indices, PopART's MaxPoolGrad the pooled output
             self.pool_indices[_key(outputs[1])] = outputs[0]
         in_bytes = weight_bytes = 0
-        # which inputs need gradients, as autograd sees them; under torch.no_grad() (a reentrant
-        # torch.utils.checkpoint runs so) that says nothing of what PopART differentiates: unknown,
-        # so the operation keeps its whole backward
-        known = torch.is_grad_enabled()
-        activation_grad = weight_grad = not known
+        # which inputs need gradients: as autograd sees them, and under torch.no_grad() (a reentrant
+        # torch.utils.checkpoint runs so) as PopTorch's dispatcher does, which ignores grad mode: an
+        # input made from a trainable parameter or from a tensor that needs one (``needs_grad``)
+        grad_mode = torch.is_grad_enabled()
+        activation_grad = weight_grad = False
+        crossing: list[tuple[int, int, int]] = []
         for t in inputs:
             nbytes = _nbytes(t)
             in_bytes += nbytes
             key = _key(t)
             name = self.param_keys.get(key) if key is not None else None
             if name is None:
-                activation_grad = activation_grad or t.requires_grad
+                activation_grad = activation_grad or t.requires_grad or (
+                    not grad_mode and key is not None and key in self.needs_grad)
             else:
                 weight_grad = weight_grad or t.requires_grad
             if key is None:
@@ -188,11 +211,15 @@ class Recorder:
                                                   block=self._block())
                 continue
             produced = self.producers.get(key)
-            if produced is not None and produced < segment:
-                for boundary in range(produced, segment):
-                    if (key, boundary) not in self.crossed:
-                        self.crossed.add((key, boundary))
-                        self.boundary_bytes[boundary] += nbytes
+            if produced is not None and produced != segment:
+                crossing.append((key, produced, nbytes))
+        differentiable = activation_grad or bool(weight_bytes and weight_grad)
+        for key, produced, nbytes in crossing:
+            seen = self.crossings.setdefault((key, segment), [produced, nbytes, 0])
+            seen[2] = seen[2] or int(differentiable)
+        if not grad_mode and (activation_grad or weight_grad):
+            self.needs_grad.update(k for k in (_key(t) for t in outputs if t.is_floating_point())
+                                   if k is not None and k not in self.param_keys)
         out_bytes = sum(_nbytes(t) for t in outputs)
         flops = 0.0
         formula = _FLOPS.get(packet) or _FLOPS.get(func)
@@ -211,6 +238,8 @@ class Recorder:
                                activation_grad=activation_grad, weight_grad=weight_grad,
                                dims=product_dims(name, args, out) if formula is not None else ()))
         self.recompute.produced([_key(t) for t in outputs], len(self.ops) - 1)
+        self.op_keys.append((tuple(k for k in (_key(t) for t in inputs) if k is not None and k not in self.param_keys),
+                             tuple(k for k in (_key(t) for t in outputs) if k is not None)))
         for t in outputs:
             key = _key(t)
             if key is not None and key not in self.producers and key not in self.param_keys:
@@ -229,39 +258,122 @@ class Recorder:
             self.saved_ops.setdefault(slot, len(self.ops))
         return t
 
-    def result(self) -> Measurement:
+    def result(self, loss: torch.Tensor | None = None) -> Measurement:
+        """The measurement; ``loss``: the final loss of a training forward (operations that do
+        not lead to it grow no gradient, :func:`towards_loss`)."""
         self._alive.clear()
         self.pool_indices.clear()
         if not self.segments:
             first = next(iter(self._seen.values()), None)
             self.segments.append(Segment(ipu=first.ipu if first else 0, blocks=[]))
+            self._visit_stage.append(first.stage if first else 0)
+        reads: dict[int, set[int]] = {}
+        for (_, reader), (producer, _, _) in self.crossings.items():
+            reads.setdefault(max(reader, 0), set()).add(max(producer, 0))
+        of, segments = stage_order([(v.ipu, stage) for v, stage in zip(self.segments, self._visit_stage, strict=True)],
+                                   reads)
+        for visit, index in zip(self.segments, of, strict=True):
+            segments[index].blocks.extend(b for b in visit.blocks if b not in segments[index].blocks)
         for block, placement in self._seen.items():  # blocks that ran no operation
-            if not any(block in s.blocks for s in self.segments):
-                home = next((s for s in self.segments if s.ipu == placement.ipu), None)
+            if not any(block in s.blocks for s in segments):
+                home = next((s for s in segments if s.ipu == placement.ipu), None)
                 if home is not None:
                     home.blocks.append(block)
-        ops = [o if o.segment >= 0 else o.replace(segment=0) for o in self.ops]
+
+        def seg(visit: int) -> int:
+            return of[max(visit, 0)]
+
+        reaches = towards_loss(self.op_keys, _key(loss) if loss is not None else None)
+        ops = [o.replace(segment=seg(o.segment)) if reach else
+               o.replace(segment=seg(o.segment), activation_grad=False, weight_grad=False)
+               for o, reach in zip(self.ops, reaches, strict=True)]
         params = {}
         for name, (size, numel, elem, trainable) in self._all_params.items():
             info = self.params.get(name)
-            segment = 0 if info is None or info.segment < 0 else info.segment
+            segment = of[0] if info is None else seg(info.segment)
             params[name] = ParamInfo(name, segment, size, numel, elem, trainable,
                                      block=info.block if info is not None else None)
-        saved = [0] * len(self.segments)
+        crossed: dict[tuple[int, int], tuple[int, int]] = {}
+        for (key, reader), (producer, nbytes, differentiable) in self.crossings.items():
+            lo, hi = sorted((seg(producer), seg(reader)))
+            for b in range(lo, hi):  # PopART chains the copies through every stage between: once each
+                seen = crossed.get((key, b))
+                crossed[(key, b)] = (nbytes, differentiable or (seen[1] if seen else 0))
+        boundary, grad_boundary = [0] * (len(segments) - 1), [0] * (len(segments) - 1)
+        for (_, b), (nbytes, differentiable) in crossed.items():
+            boundary[b] += nbytes
+            grad_boundary[b] += nbytes if differentiable else 0
+        merged: dict[tuple[int, str | None, int], list[int]] = {}
+        for (visit, block, key), nbytes in self.saved.items():
+            slot = merged.setdefault((seg(visit), block, key), [0, self.saved_ops[(visit, block, key)]])
+            slot[0] = max(slot[0], nbytes)
+            slot[1] = min(slot[1], self.saved_ops[(visit, block, key)])
+        saved = [0] * len(segments)
         saved_by_block: dict[str, int] = {}
-        for (segment, block, _), nbytes in self.saved.items():
+        for (segment, block, _), (nbytes, _) in merged.items():
             saved[segment] += nbytes
             if block is not None:
                 saved_by_block[block] = saved_by_block.get(block, 0) + nbytes
-        slots = [(segment, self.saved_ops[(segment, block, key)], nbytes)
-                 for (segment, block, key), nbytes in self.saved.items()]
-        return Measurement(segments=list(self.segments), ops=ops, params=list(params.values()),
-                           saved_bytes=saved, boundary_bytes=list(self.boundary_bytes),
+        slots = [(segment, index, nbytes) for (segment, _, _), (nbytes, index) in merged.items()]
+        checkpoints = [dataclasses.replace(c, segment=seg(c.segment)) for c in self.recompute.checkpoints]
+        return Measurement(segments=segments, ops=ops, params=list(params.values()),
+                           saved_bytes=saved, boundary_bytes=boundary, grad_boundary_bytes=grad_boundary,
                            saved_bytes_by_block=saved_by_block, param_ops=dict(self.param_ops),
-                           saved_slots=slots, checkpoints=list(self.recompute.checkpoints),
-                           saved_keys=[key for (_, _, key) in self.saved],
-                           saved_producers=[self.recompute.producer_op.get(key) for (_, _, key) in self.saved],
+                           saved_slots=slots, checkpoints=checkpoints,
+                           saved_keys=[key for (_, _, key) in merged],
+                           saved_producers=[self.recompute.producer_op.get(key) for (_, _, key) in merged],
+                           overlap=dict(self._trace.overlap),
                            structure=self.units.structure if self.units is not None else None)
+
+
+def towards_loss(op_keys: list[tuple[tuple[int, ...], tuple[int, ...]]], loss: int | None) -> list[bool]:
+    """Per operation (inputs' and outputs' tensor keys, in trace order): whether the loss is made
+    from its output. PopART's autodiff grows gradient operations backwards from the final loss
+    only (``willow/src/transforms/autodiff``), so an operation off that path — an update of a
+    teacher's weights from the student's (DINO's EMA), a metric, an output the loss does not
+    read — has no backward, whatever its inputs need. All True when the loss is not known or no
+    recorded operation made it (nothing to walk back from)."""
+    if loss is None or not any(loss in outs for _, outs in op_keys):
+        return [True] * len(op_keys)
+    needed = {loss}
+    out = [False] * len(op_keys)
+    for j in range(len(op_keys) - 1, -1, -1):
+        ins, outs = op_keys[j]
+        if any(k in needed for k in outs):
+            out[j] = True
+            needed.update(ins)
+    return out
+
+
+def stage_order(visits: list[tuple[int, int]], reads: dict[int, set[int]] | None = None
+                ) -> tuple[list[int], list[Segment]]:
+    """The pipeline stages of the visits ``(ipu, stage id)`` in trace order: per visit its
+    segment, and the segments (no blocks yet), in order of first use.
+
+    A visit belongs to the stage its stage id names on its IPU (a stage is one stage id on one
+    IPU: PopART's ``Ir::verifyPipelineSettings``, "All ops with the same pipeline stage must also
+    have the same virtual graph id"), however late in the trace it comes; a stage that starts on
+    the IPU of the stage before it is that stage (PopART's ``mergeConsecutivePipelineStages``,
+    ``willow/src/transforms/pipeline.cpp``). A visit that reads a tensor made in a later stage than
+    its stage id's (``reads``: visit -> the visits whose tensors it reads; a tied head back on
+    IPU 0 under ``AutoStage.SameAsIpu``) cannot run in it — PopART rejects a tensor "consumed in
+    an earlier pipeline stage than it is produced" (``transforms/inferpipelinestages.cpp``) — and
+    is estimated as the next stage, as ``AutoStage.AutoIncrement`` (which Graphcore's BERT sets
+    for that head) numbers it."""
+    reads = reads or {}
+    segments: list[Segment] = []
+    home: dict[tuple[int, int], int] = {}
+    of: list[int] = []
+    for visit, (ipu, stage) in enumerate(visits):
+        latest = max((of[v] for v in reads.get(visit, ()) if v < visit), default=-1)
+        index = home.get((stage, ipu))
+        if index is None or index < latest:
+            if not segments or segments[-1].ipu != ipu:
+                segments.append(Segment(ipu=ipu, blocks=[]))
+            index = len(segments) - 1
+            home.setdefault((stage, ipu), index)
+        of.append(index)
+    return of, segments
 
 
 class _CostMode(TorchDispatchMode):
@@ -326,4 +438,4 @@ class measuring:
             self._hooks.__exit__(*exc)
 
 
-__all__ = ["Recorder", "measuring"]
+__all__ = ["Recorder", "measuring", "stage_order", "towards_loss"]

@@ -5,7 +5,9 @@ Profiling is on, as in PopTorch, when the Poplar engine options say ``autoReport
 ``POPLAR_ENGINE_OPTIONS`` (JSON; the environment wins). Values may be the string ``"true"`` or a
 JSON ``true`` (as PyTorch Lightning writes). Reports go to ``<autoReport.directory or
 .>/<engine>/`` as popviz bundles: written when the engine compiles, updated when it is destroyed
-and when the process exits.
+and when the process exits (from popviz's own interpreter when the script's cannot write Parquet:
+:mod:`popviz.emulator.report_writer`). A first report that cannot be written stops the script
+with one line and exit code 2.
 
 Like Poplar's autoReport, a later run replaces the previous emulated report in the same engine
 directory, with a one-line warning. Nothing else is ever replaced: a directory holding a report
@@ -21,7 +23,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from popviz.emulator import log, runtime_options
+from popviz.emulator import log, report_writer, runtime_options
 from popviz.errors import shown
 from popviz.model import Report
 from popviz.sources import bundle
@@ -52,13 +54,19 @@ class EngineReport:
         self.build = build
         self.written = False
 
-    def write(self) -> None:
+    def write(self, first: bool = False) -> None:
+        """Write (or update) the bundle. ``first``: the compile's write, which must succeed (a
+        :class:`~popviz.emulator.report_writer.ReportWriteError` otherwise: one line, exit code
+        2); a later update that fails only warns (it must not break the user's training)."""
         if _owners.get(self.directory) is not self:
             return  # a later engine with the same name took the directory over
         try:
-            bundle.write_bundle(self.build(), self.directory, overwrite=True)
+            report_writer.write(self.build(), self.directory)
             self.written = True
-        except Exception as exc:  # a report must never break the user's training
+        except Exception as exc:
+            if first:
+                raise report_writer.ReportWriteError(
+                    f"could not write the estimated report to {shown(self.directory)}: {exc}") from None
             log.warn(f"could not write the estimated report to {shown(self.directory)}: {exc}")
 
 
@@ -106,7 +114,7 @@ def claim(directory: Path, name: str, build: Callable[[], Report], token: object
             return None
     _owners[directory] = engine
     _history[directory] = token
-    engine.write()
+    engine.write(first=True)
     if engine.written:
         log.note(f"estimated report of {name!r} written to {shown(directory)}")
     return engine

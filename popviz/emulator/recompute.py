@@ -360,7 +360,8 @@ def plan(m: Measurement, setup: EngineSetup) -> RecomputePlan:
         first = next((j for j, o in enumerate(m.ops) if o.segment == seg), None)
         if first is None or seg not in recomputing:
             continue
-        nbytes = m.boundary_bytes[seg - 1]
+        crossing = m.boundary_bytes if m.grad_boundary_bytes is None else m.grad_boundary_bytes
+        nbytes = crossing[seg - 1]
         if nbytes:
             stash.append(StashItem(seg, first, nbytes))
     live = tuple(live_by_interval.get(interval[j], 0) if rec[j] else 0 for j in range(n))

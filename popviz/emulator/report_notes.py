@@ -18,7 +18,7 @@ from popviz.model import ModelConfig
 
 def notes(setup: EngineSetup) -> tuple[str, ...]:
     spec = setup.spec
-    return (
+    return (  # noqa: RUF005 (the fixed notes, then the conditional ones)
         "Estimated by popviz's emulator from one CPU forward pass per micro-batch; not measured on an IPU.",
         f"Cycles: matmuls and convolutions at up to {hw.AMP_PEAK_EFFICIENCY:.0%} of {spec.architecture} "
         f"peak FLOPs (less for small products), other ops at {hw.MEMORY_EFFICIENCY:.0%} of on-chip bandwidth, "
@@ -34,7 +34,18 @@ def notes(setup: EngineSetup) -> tuple[str, ...]:
         f"({setup.callback_threads} thread(s), {hw.HOST_PROCESS_ENV}), up to {setup.prefetch_depth} "
         f"input(s) ahead of the IPU (prefetch depth); architecture {spec.architecture} ({hw.ARCH_ENV}).",
         "Sources and known errors of every constant: docs/emulator.md.",
-    )
+    ) + io_tiles_note(setup)
+
+
+def io_tiles_note(setup: EngineSetup) -> tuple[str, ...]:
+    """What ``numIOTiles`` changed (nothing when it is not set)."""
+    if not setup.io_tiles:
+        return ()
+    compute = setup.compute_spec.tiles_per_ipu
+    return (f"I/O tiles: {setup.io_tiles} of each IPU's {setup.spec.tiles_per_ipu:,} tiles are reserved for I/O "
+            f"(TensorLocations.numIOTiles): compute, its bandwidth and the memory that holds the model are the "
+            f"other {compute:,} tiles'; host transfers given set_overlap_for_input/output overlap the compute "
+            "of the neighbouring micro-batch (not in a pipeline).",)
 
 
 def with_host_gaps(config: ModelConfig, gaps: Sequence[tuple[float, float]], skipped: int = 0

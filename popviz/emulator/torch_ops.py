@@ -86,6 +86,13 @@ def _first(tensor: Any, *_args: Any) -> Any:
     return tensor
 
 
+def _overlap(kind: str, tensor: Any, mode: str) -> Any:
+    from popviz.emulator.blocks import record_overlap
+
+    record_overlap(kind, mode)
+    return tensor
+
+
 def internal_cast(tensor: torch.Tensor, dtype: str) -> torch.Tensor:
     if dtype not in _CAST_TYPES:
         raise Error(f"internal_cast: unsupported type {dtype!r} (expected 'FLOAT' or 'FLOAT16')")
@@ -168,8 +175,8 @@ SCHEMAS: dict[str, tuple[str, Any]] = {
     "end_if_block": ("(Tensor[] outputs, Tensor condition) -> Tensor[]", _end_if_block),
     "set_matmul_serialization": ("(Tensor matmul, str mode, int factor, bool keep_precision) -> Tensor",
                                  _first),
-    "set_overlap_for_input": ("(Tensor t, str mode) -> Tensor", _first),
-    "set_overlap_for_output": ("(Tensor t, str mode) -> Tensor", _first),
+    "set_overlap_for_input": ("(Tensor t, str mode) -> Tensor", lambda t, mode: _overlap("input", t, mode)),
+    "set_overlap_for_output": ("(Tensor t, str mode) -> Tensor", lambda t, mode: _overlap("output", t, mode)),
     "recomputation_checkpoint": ("(Tensor self) -> Tensor", _first),
     "set_available_memory": ("(Tensor t, float mem) -> Tensor", _first),
     "custom_operation": ("(Tensor[] inputs, str name, str domain, int domain_version, int num_outputs, "
