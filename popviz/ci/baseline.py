@@ -34,6 +34,8 @@ class EngineMetrics:
     unknown_metrics: tuple[str, ...] = ()
     """Well-formed metric names read from a file that this popviz does not define (a newer
     popviz's): left out of ``metrics``, named in the comparison."""
+    environment: dict[str, str] = field(default_factory=dict)
+    """What the run ran on (popviz.ci.environment): versions, IPU architecture, host; {} unknown."""
 
     @property
     def label(self) -> str:

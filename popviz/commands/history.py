@@ -61,7 +61,6 @@ def run(args: argparse.Namespace) -> int:
 def _add(args: argparse.Namespace) -> int:
     from popviz.ci import history
     from popviz.ci.baseline import load_side
-    from popviz.errors import shown
     from popviz.escape import term
     from popviz.ui import status
 
@@ -69,12 +68,13 @@ def _add(args: argparse.Namespace) -> int:
     with status(f"reading {args.report}"):
         engines = load_side(args.report)
     run = history.add(args.db, engines, label=args.label, source=str(args.report))
+    where = history.display(args.db)
     if earlier:  # a CI job run again adds the same commit twice: its medians then count it twice
         print(term(f"popviz: note: run {earlier[-1]} has the same label {args.label!r}; both are kept (a re-run "
                    "job?), and --against-history's median counts both"), file=sys.stderr)
     count = sum(len(e.metrics) for e in engines)
 
-    print(term(f"popviz: added run {run.title} to {shown(args.db)}: {len(engines)} engine(s), {count} metric(s)"),
+    print(term(f"popviz: added run {run.title} to {where}: {len(engines)} engine(s), {count} metric(s)"),
           file=sys.stderr)
     unknown = [f"{e.label} {m}" for e in engines for m in e.unknown_metrics]
     if unknown:  # a newer popviz's metrics in a baseline file: left out, as compare leaves them out
@@ -85,32 +85,18 @@ def _add(args: argparse.Namespace) -> int:
 
 def _precheck(db: str, label: str | None = None) -> list[str]:
     """Refuse a --db that is not a history (or holds a figure show and compare would refuse), or
-    cannot be created, before the (slow) analysis; return the titles of the runs already labelled
-    ``label``."""
-    from pathlib import Path
-
+    cannot be written, before the (slow) analysis; return the titles of the runs already
+    labelled ``label``."""
     from popviz.ci import history
-    from popviz.errors import UsageError
 
-    p = Path(db)
-    if p.exists():
-        with history.open_db(p, create=True) as con:
-            history.check_contents(con, p)
-            if label:
-                return [history.Run(i, label, "").title
-                        for (i,) in con.execute("SELECT id FROM runs WHERE label = ? ORDER BY id", (label,))]
-    elif not p.parent.is_dir():
-        from popviz.fileio import missing_directory
-
-        raise UsageError(f"{missing_directory(p.parent)}; create it first")
-    return []
+    return history.precheck(db, label)
 
 
 def _show(args: argparse.Namespace) -> int:
     from popviz.ci import history, history_view
     from popviz.ci.thresholds import load_config, parse_rule
     from popviz.ci.trend import trends
-    from popviz.errors import UsageError, shown
+    from popviz.errors import UsageError
 
     if args.last < 2:
         raise UsageError(f"--last must be at least 2 (a trend needs two runs), got {args.last}")
@@ -119,12 +105,12 @@ def _show(args: argparse.Namespace) -> int:
     h = history.read(args.db, last=args.last)
     found = trends(h, rules, args.metrics)
     if args.metrics and not found:
-        raise UsageError(f"no metric in {shown(args.db)} matches {', '.join(args.metrics)}; "
+        raise UsageError(f"no metric in {history.display(args.db)} matches {', '.join(args.metrics)}; "
                          "docs/ci.md lists the names (e.g. pipeline.imbalance_ratio, memory.*)")
     unknown = h.unknown_metrics()
     estimated = h.estimated()
     if args.json:
-        sys.stdout.write(history_view.as_json(found, h.runs, shown(args.db), unknown, estimated) + "\n")
+        sys.stdout.write(history_view.as_json(found, h.runs, history.display(args.db), unknown, estimated) + "\n")
     elif args.markdown:
         sys.stdout.write(history_view.markdown(found, h.runs, all_rows=args.all, unknown=unknown,
                                                estimated=estimated))
