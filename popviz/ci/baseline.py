@@ -62,6 +62,7 @@ def no_metrics_reason(e: EngineMetrics) -> str:
 def from_reports(path: str | os.PathLike[str]) -> list[EngineMetrics]:
     """Analyse the reports under ``path`` and collect each engine's metrics."""
     from popviz.analysis import analyse
+    from popviz.ci import environment
     from popviz.ci.metrics import configuration, engine_metrics
     from popviz.sources.discover import load
 
@@ -69,7 +70,8 @@ def from_reports(path: str | os.PathLike[str]) -> list[EngineMetrics]:
     return [EngineMetrics(name=e.report.name, instance=e.report.instance, source=e.report.provenance.source,
                           estimated=bool(e.report.provenance.estimated), config=configuration(e),
                           metrics=engine_metrics(e),
-                          findings=[{"code": f.code, "severity": f.severity, "title": f.title} for f in e.findings])
+                          findings=[{"code": f.code, "severity": f.severity, "title": f.title} for f in e.findings],
+                          environment=environment.of_report(e.report))
             for e in result.engines]
 
 
