@@ -65,6 +65,11 @@ def add(db: str | os.PathLike[str], engines: Sequence[EngineMetrics], *, label: 
                              "(poptorch.Options().modelName) or instances")
         seen.add(e.label)
     added_at = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    if not is_url(db):
+        from popviz.ci.history_sqlite import check_space
+
+        check_space(Path(db), sum(len(e.metrics) for e in engines),
+                    sum(len(json.dumps(e.config, default=str)) + 200 for e in engines) + len(source) + len(label or ""))
     with writing(db) as con:
         check_contents(con)  # a history show and compare would refuse is not appended to
         run_id = int(con.execute("INSERT INTO runs (label, added_at, source, written_by) VALUES (?, ?, ?, ?) "
@@ -84,15 +89,17 @@ def precheck(db: str | os.PathLike[str], label: str | None = None) -> list[str]:
     """Refuse a --db that is not a history (or holds a figure show and compare would refuse), or
     cannot be written, before the (slow) analysis of the run to add; return the titles of the
     runs already labelled ``label``."""
+    rest = False
     if not is_url(db):
-        from popviz.ci.history_sqlite import _check_path, check_writable
+        from popviz.ci.history_sqlite import _check_path, at_rest, check_writable
 
         p = Path(db)
         if not _check_path(p, create=True):
             check_writable(p)
             return []
         check_writable(p)
-    with reading(db, empty_ok=True) as con:
+        rest = at_rest(p) is not None  # read as immutable: nothing created beside it (a full disk has no room)
+    with reading(db, empty_ok=True, at_rest=rest) as con:
         if not con.version:
             return []
         check_contents(con)

@@ -38,6 +38,27 @@ def _no_space(p: Path) -> bool:
     return st.f_bavail * st.f_frsize < 64 * 1024
 
 
+BYTES_PER_METRIC = 400
+"""Room a metric row takes, with its two index entries, once in the -wal and once in the file
+(a checkpoint grows the file by what the -wal holds): a bound, not a measurement."""
+
+
+def check_space(p: Path, metrics: int, text_bytes: int) -> None:
+    """Refuse before writing anything when the file system cannot hold the run twice over (the
+    -wal, then the checkpoint into the file): a disk that fills mid-write would leave the run
+    committed in the -wal alone."""
+    try:
+        st = os.statvfs(p.resolve().parent)
+    except OSError:
+        return
+    need = 2 * (metrics * BYTES_PER_METRIC + 2 * text_bytes) + 64 * 1024
+    free = st.f_bavail * st.f_frsize
+    if free < need:
+        raise UsageError(f"{shown(p)}: no space left on device ({free / 1024:,.0f} KiB free, the run needs about "
+                         f"{need / 1024:,.0f} KiB); the history is as it was (no run added): free some space and "
+                         "run it again")
+
+
 def _read_only_fs(p: Path) -> bool:
     try:
         return bool(os.statvfs(p.resolve().parent).f_flag & os.ST_RDONLY)
@@ -54,8 +75,8 @@ def error(exc: sqlite3.Error, p: Path, *, writing: bool) -> PopvizError:
         return UsageError(f"{shown(p)}: no space left on device{unchanged}: free some space and run it again")
     if code == SQLITE_READONLY or (code in (SQLITE_CANTOPEN, SQLITE_IOERR, SQLITE_PERM) and _read_only_fs(p)):
         where = "is on a read-only file system" if _read_only_fs(p) else "is read-only"
-        return UsageError(f"{shown(p)} {where}{unchanged}: popviz history add writes the file and creates "
-                          f"{p.name}-wal beside it; copy it to a writable directory")
+        return UsageError(f"{shown(p)} {where}{unchanged}: history add must write it and {p.name}-wal beside "
+                          "it; copy it somewhere writable")
     if code in (SQLITE_BUSY, SQLITE_LOCKED):
         return UsageError(f"{shown(p)} stayed locked by another process for {BUSY_TIMEOUT_SECONDS:.0f} s"
                           f"{unchanged}; try again")
@@ -125,8 +146,8 @@ def check_writable(p: Path) -> None:
     if not ok or _read_only_fs(p):
         where = "is on a read-only file system" if _read_only_fs(p) else \
             ("is read-only" if p.exists() else "is in a directory popviz cannot write")
-        raise UsageError(f"{shown(p)} {where}: popviz history add writes the file and creates {p.name}-wal "
-                         "beside it; copy it to a writable directory (history show and compare read it as it is)")
+        raise UsageError(f"{shown(p)} {where}: history add must write it and {p.name}-wal beside it; copy it "
+                         "somewhere writable (history show and compare read it where it is)")
 
 
 def _uri(p: Path, params: str) -> str:
@@ -165,11 +186,73 @@ def _transaction(con: sqlite3.Connection, p: Path, *, write: bool) -> Iterator[N
     _retry_locked(lambda: con.execute("COMMIT"), p)
 
 
+SHM_DMS_BYTE = 128
+"""The byte of the -shm file every open WAL connection holds a shared lock on (SQLite's
+"dead-man switch", UNIX_SHM_DMS in os_unix.c): when it can be locked exclusively, no process has
+the database open."""
+
+
+def _nobody_has_it_open(p: Path) -> bool:
+    import fcntl
+
+    try:
+        fd = os.open(f"{p}-shm", os.O_RDWR)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, SHM_DMS_BYTE)
+    except OSError:
+        return False
+    else:
+        fcntl.lockf(fd, fcntl.LOCK_UN, 1, SHM_DMS_BYTE)
+        return True
+    finally:
+        os.close(fd)
+
+
+def _stray(p: Path) -> bool:
+    """An empty -wal (and its -shm) that no process has open: what a write that failed before
+    its first page (a full disk cannot grow the -shm) leaves. The file alone holds every run."""
+    wal = Path(f"{p}-wal")
+    try:
+        empty = wal.stat().st_size == 0
+    except OSError:
+        return False
+    return empty and not os.path.lexists(f"{p}-journal") and _nobody_has_it_open(p)
+
+
+def remove_stray(p: Path) -> None:
+    """Remove what :func:`_stray` describes, so the history is as it was before the write."""
+    import fcntl
+
+    if not _stray(p):
+        return
+    try:
+        fd = os.open(f"{p}-shm", os.O_RDWR)
+    except FileNotFoundError:
+        fd = -1
+    except OSError:
+        return
+    try:
+        if fd >= 0:
+            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, SHM_DMS_BYTE)  # keeps a new reader out meanwhile
+        if Path(f"{p}-wal").stat().st_size == 0:
+            for suffix in ("-wal", "-shm"):
+                Path(f"{p}{suffix}").unlink(missing_ok=True)
+    except OSError:
+        pass
+    finally:
+        if fd >= 0:
+            os.close(fd)
+
+
 def at_rest(p: Path) -> tuple[int, int, int] | None:
     """The file's (inode, size, modification time) when no connection has it open — no -wal,
-    -shm or -journal beside it: SQLite removes them when the last writer closes, and the file
-    then holds every committed run — else None."""
-    if any(os.path.lexists(f"{p}{suffix}") for suffix in ("-wal", "-shm", "-journal")):
+    -shm or -journal beside it (SQLite removes them when the last writer closes, and the file
+    then holds every committed run), or only an empty -wal no process has open — else None."""
+    if any(os.path.lexists(f"{p}{suffix}") for suffix in ("-wal", "-shm", "-journal")) and not _stray(p):
         return None
     try:
         st = p.stat()
@@ -234,6 +317,8 @@ def writing(db: str | os.PathLike[str]) -> Iterator[Db]:
     except BaseException:
         if created:
             _remove_new(p)
+        else:
+            remove_stray(p)
         raise
 
 
@@ -243,8 +328,9 @@ def _checkpoint(raw: sqlite3.Connection, p: Path) -> None:
     try:
         busy, log, done = _retry_locked(lambda: raw.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone(), p)
     except sqlite3.Error as exc:
-        raise UsageError(f"{shown(p)}: the run was added but the checkpoint failed ({exc}); it is in "
-                         f"{p.name}-wal until the next history add: keep both files") from None
+        raise UsageError(f"{shown(p)}: the run was added, but only to {p.name}-wal: the checkpoint into the file "
+                         f"failed ({exc}); keep {p.name}-wal beside it (the next history add with room to spare "
+                         "moves it in)") from None
     if busy:
         raise UsageError(f"{shown(p)}: the run was added, but other processes kept the file open for "
                          f"{BUSY_TIMEOUT_SECONDS:.0f} s and it is in {p.name}-wal ({done} of {log} pages copied) "
