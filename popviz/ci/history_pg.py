@@ -72,7 +72,8 @@ def error(exc: Exception, url: str, *, writing: bool, connected: bool = True) ->
                           "(PGPASSWORD, ~/.pgpass or PGSERVICE)")
     sqlstate = getattr(exc, "sqlstate", None) or ""
     if isinstance(exc, psycopg.errors.LockNotAvailable) or sqlstate == "55P03":
-        return UsageError(f"{where}: another history add held the history for {LOCK_TIMEOUT_SECONDS} s{unchanged}")
+        return UsageError(f"{where}: the history stayed locked by another transaction for {LOCK_TIMEOUT_SECONDS} s"
+                          f"{unchanged}")
     if sqlstate == "25006" or isinstance(exc, psycopg.errors.InsufficientPrivilege):
         return UsageError(f"{where}: the server refused ({text}); history add needs a user that may create "
                           f"schema {PG_SCHEMA!r} and write its tables")
