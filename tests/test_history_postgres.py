@@ -228,8 +228,12 @@ def test_two_ci_jobs_appending_at_once_both_land(db, tmp_path):
         assert e.metrics == {f"memory.ipu{k}.used_bytes": float(1000 * k + i) for k in range(16)}
     median = history.median_side(db, 5)  # over the newest run's writer only: the configuration changed
     newest = h.engines[(80, "training")].config
-    assert [r.id for r in median.runs["training"]] == [r.id for r in h.runs[-5:]
-                                                         if h.engines[(r.id, "training")].config == newest][-1:]
+    tail = []
+    for r in reversed(h.runs[-5:]):
+        if h.engines[(r.id, "training")].config != newest:
+            break
+        tail.insert(0, r.id)
+    assert [r.id for r in median.runs["training"]] == tail
 
 
 # --------------------------------------------------------------------------- credentials
