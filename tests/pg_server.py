@@ -102,9 +102,13 @@ class Server:
         return f"postgresql://{user}@127.0.0.1:{self.port}/{db}"
 
     def sql(self, db: str, statement: str) -> None:
+        self.sql_url(self.url(db), statement)
+
+    @staticmethod
+    def sql_url(url: str, statement: str) -> None:
         import psycopg
 
-        with psycopg.connect(self.url(db), autocommit=True, connect_timeout=10) as con:
+        with psycopg.connect(url, autocommit=True, connect_timeout=10) as con:
             con.execute(statement)
 
 
@@ -138,6 +142,58 @@ def wait_ready(base: str, timeout: float = 30) -> None:
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.2)
+
+
+def require() -> None:
+    """Skip the calling test module, saying why, when no server can be had; under CI=true, fail."""
+    import importlib.util
+
+    import pytest
+
+    reason = None
+    if importlib.util.find_spec("psycopg") is None:
+        reason = "psycopg is not installed (pip install -e '.[test]' installs it)"
+    elif not os.environ.get(ENV) and bindir() is None:
+        reason = "PostgreSQL is not installed (apt-get install postgresql; .ci/run does)"
+    if reason:
+        if os.environ.get("CI") == "true":
+            raise RuntimeError(f"CI must run the PostgreSQL history tests: {reason}")
+        pytest.skip(reason, allow_module_level=True)
+
+
+def start_private() -> Server:
+    """A server of the test's own (skipped with the reason when it cannot start, outside CI)."""
+    import pytest
+
+    s = Server(Path(tempfile.mkdtemp(prefix="popviz-pg-", dir="/tmp")))
+    try:
+        s.start()
+    except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
+        if os.environ.get("CI") == "true":
+            raise
+        pytest.skip(f"cannot start a PostgreSQL server here: {exc}")
+    return s
+
+
+def _server_fixture():
+    """(superuser URL, the Server when the tests started it): .ci/run's, else one of their own."""
+    given = os.environ.get(ENV)
+    if given:
+        wait_ready(given)
+        yield given, None
+        return
+    s = start_private()
+    yield s.url(), s
+    s.stop("immediate")
+
+
+def _fixture():
+    import pytest
+
+    return pytest.fixture(scope="module", name="server")(_server_fixture)
+
+
+server = _fixture() if "pytest" in sys.modules else None
 
 
 def main(argv: list[str]) -> int:

@@ -13,11 +13,9 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import textwrap
 import time
 import uuid
-from pathlib import Path
 
 import pg_server
 import pytest
@@ -29,44 +27,11 @@ from popviz.sources.bundle import write_bundle
 
 from conftest import ROOT, assert_one_line_error, run_cli
 
-try:
-    import psycopg
-except ImportError:  # pragma: no cover - the [test] extra installs it
-    psycopg = None
+psycopg = pytest.importorskip("psycopg") if os.environ.get("CI") != "true" else __import__("psycopg")
 
-REASON = None
-if psycopg is None:
-    REASON = "psycopg is not installed (pip install -e '.[test]' installs it)"
-elif not os.environ.get(pg_server.ENV) and pg_server.bindir() is None:
-    REASON = "PostgreSQL is not installed (apt-get install postgresql; .ci/run does)"
-if REASON:
-    if os.environ.get("CI") == "true":
-        raise RuntimeError(f"CI must run the PostgreSQL history tests: {REASON}")
-    pytest.skip(REASON, allow_module_level=True)
-
-
-def _start_private() -> pg_server.Server:
-    server = pg_server.Server(Path(tempfile.mkdtemp(prefix="popviz-pg-", dir="/tmp")))
-    try:
-        server.start()
-    except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
-        if os.environ.get("CI") == "true":
-            raise
-        pytest.skip(f"cannot start a PostgreSQL server here: {exc}")
-    return server
-
-
-@pytest.fixture(scope="module")
-def server():
-    """(superuser URL, the Server when these tests started it)."""
-    given = os.environ.get(pg_server.ENV)
-    if given:
-        pg_server.wait_ready(given)
-        yield given, None
-        return
-    s = _start_private()
-    yield s.url(), s
-    s.stop("immediate")
+pg_server.require()
+_start_private = pg_server.start_private
+server = pg_server.server  # the module's fixture
 
 
 @pytest.fixture
