@@ -112,14 +112,25 @@ def precheck(db: str | os.PathLike[str], label: str | None = None) -> list[str]:
 def check_contents(con: Db) -> None:
     """Every run, engine and metric already in the history, checked as :func:`read` checks them:
     one line naming the first that cannot be true (``history add`` refuses such a history before
-    it writes anything). In time linear in the runs and in constant memory: per metric, its
-    values' range is read with one aggregate query, and only a metric out of range is looked at
-    run by run to name the run."""
+    it writes anything). Without reading every row: runs are filtered by the database, engines
+    read once per distinct row, and each engine's metrics by index seeks (their names, lowest and
+    highest values, :func:`_check_metric`); only a metric at fault is read run by run, to name the
+    first run."""
     from popviz.ci import validate as v
 
     if not con.version:
         return
-    for run_id, label, added_at in con.execute("SELECT id, label, added_at FROM runs"):
+    sqlite = con.kind == "sqlite"
+
+    def text(col: str) -> str:
+        typed = f"typeof({col}) <> 'text' OR " if sqlite else ""
+        return f"({typed}length({col}) = 0 OR length({col}) > {v.MAX_NAME_CHARS})"
+
+    odd_runs = con.execute(
+        "SELECT id, label, added_at FROM runs WHERE " + ("typeof(id) <> 'integer' OR " if sqlite else "")
+        + f"id < 1 OR (label IS NOT NULL AND {text('label')}) OR added_at IS NULL OR {text('added_at')} LIMIT 100"
+    ).fetchall()
+    for run_id, label, added_at in sorted(odd_runs, key=lambda r: (str(type(r[0])), str(r[0]))):
         _run(con, run_id, label, added_at)
     env = ", environment" if con.version >= 2 else ""
     for row in con.execute(f"SELECT DISTINCT engine, name, instance, source, estimated, config{env} FROM engines"):
@@ -128,40 +139,53 @@ def check_contents(con: Db) -> None:
         except CorruptReportError:  # name the first run that holds it
             _read_engines(con, 1)
             raise
-    typed = "SUM(CASE WHEN typeof(value) IN ('real', 'integer') THEN 0 ELSE 1 END)" if con.kind == "sqlite" else "0"
-    whole = "CAST(value AS INTEGER)" if con.kind == "sqlite" else "round(value)"
-    fail = lambda what: con.fail(what)  # noqa: E731
-    for engine, metric, lo, hi, untyped, fractions in con.execute(
-            f"SELECT engine, metric, MIN(value), MAX(value), {typed}, "
-            f"SUM(CASE WHEN value = {whole} THEN 0 ELSE 1 END) FROM metrics GROUP BY engine, metric"):
-        try:
-            if untyped or (fractions and _is_count(metric)):
-                raise fail("")
-            if v.known_metric(metric, fail, f"engine {engine!r}"):
-                for value in (lo, hi):
-                    v.metric_value(metric, value, fail, f"engine {engine!r}")
-        except CorruptReportError:
-            _scan_metrics(con, engine, metric)
-            raise
+    for (engine,) in con.execute("SELECT DISTINCT engine FROM engines").fetchall():
+        row = con.execute("SELECT metric FROM metrics WHERE engine = ? ORDER BY metric LIMIT 1", (engine,)).fetchone()
+        while row is not None:  # each metric of the engine, one index seek apiece (no scan of the rows)
+            _check_metric(con, engine, row[0])
+            row = con.execute("SELECT metric FROM metrics WHERE engine = ? AND metric > ? ORDER BY metric LIMIT 1",
+                              (engine, row[0])).fetchone()
+
+
+def _check_metric(con: Db, engine: str, metric: object) -> None:
+    """One metric of one engine over every run: its name, its lowest and highest value (index
+    seeks on ``metrics_by_value``: a value of another type sorts past every number), and, for a
+    count, that every value is whole; the first run at fault is named."""
+    from popviz.ci import validate as v
+
+    try:
+        known = v.known_metric(metric, con.fail, f"engine {engine!r}")
+        for order in ("ASC", "DESC"):
+            (end,) = con.execute(f"SELECT value FROM metrics WHERE engine = ? AND metric = ? ORDER BY value {order} "
+                                 "LIMIT 1", (engine, metric)).fetchone()
+            v.metrics({metric: end}, con.fail, f"engine {engine!r}")
+        if known and _is_count(str(metric)):
+            whole = "CAST(value AS INTEGER)" if con.kind == "sqlite" else "trunc(value)"
+            if con.execute(f"SELECT 1 FROM metrics WHERE engine = ? AND metric = ? AND value <> {whole} LIMIT 1",
+                           (engine, metric)).fetchone():
+                raise con.fail("has a count that is not whole")
+    except CorruptReportError:
+        _scan_metrics(con, engine, metric)
+        raise
 
 
 def _is_count(metric: str) -> bool:
     from popviz.ci.metrics import definition
 
-    try:
-        return definition(metric).unit == "count"
-    except KeyError:
-        return False
+    return definition(metric).unit == "count"
 
 
-def _scan_metrics(con: Db, engine: str, metric: str) -> None:
-    """The first value of ``engine``'s ``metric`` that cannot be true, named with its run (one
-    metric: few rows)."""
+def _scan_metrics(con: Db, engine: str | None, metric: str, run_id: int | None = None) -> None:
+    """Check ``engine``'s (any engine's) ``metric`` in run ``run_id`` (every run) as read checks
+    it: the first value that cannot be true, named with its run."""
     from popviz.ci import validate as v
 
-    for run_id, value in con.execute("SELECT run_id, value FROM metrics WHERE engine = ? AND metric = ? ORDER BY run_id",
-                                     (engine, metric)):
-        v.metrics({metric: value}, con.fail, f"engine {engine!r} of run #{run_id}")
+    where = "metric = ?" + (" AND engine = ?" if engine is not None else "") + \
+        (" AND run_id = ?" if run_id is not None else "")
+    params = [metric, *([engine] if engine is not None else []), *([run_id] if run_id is not None else [])]
+    for run, eng, value in con.execute(f"SELECT run_id, engine, value FROM metrics WHERE {where} "
+                                       "ORDER BY run_id, engine", params):
+        v.metrics({metric: value}, con.fail, f"engine {eng!r} of run #{run}")
 
 
 def _is_text(value: str) -> bool:

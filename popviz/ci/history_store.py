@@ -87,7 +87,10 @@ CREATE INDEX metrics_by_name ON metrics (engine, metric, run_id)
 MIGRATIONS: dict[int, str] = {
     # 2: each engine's environment (Poplar SDK, popviz, PopTorch, torch, IPU architecture, host)
     # as JSON, so history show can mark the runs where it changed; '{}' for runs added before.
-    2: "ALTER TABLE engines ADD COLUMN environment TEXT NOT NULL DEFAULT '{}'",
+    # And an index that gives each metric's lowest and highest value in two seeks: history add's
+    # check of what is there reads no row it does not have to.
+    2: "ALTER TABLE engines ADD COLUMN environment TEXT NOT NULL DEFAULT '{}';"
+       "CREATE INDEX metrics_by_value ON metrics (engine, metric, value, run_id)",
 }
 """Version -> the statements (``;``-separated, both dialects) that bring the previous one to it."""
 
