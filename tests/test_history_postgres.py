@@ -143,6 +143,7 @@ def test_the_same_validation_as_the_sqlite_file(db, bundles):
 def test_a_schema_1_history_on_the_server_is_migrated_by_the_next_add(db):
     history.add(db, [engine(1000.0)], label="old")
     sql(db, "ALTER TABLE popviz.engines DROP COLUMN environment")
+    sql(db, "DROP INDEX popviz.metrics_by_value")  # what schema 1 had
     sql(db, "UPDATE popviz.meta SET value = '1' WHERE key = 'schema_version'")
     h = history.read(db)
     assert [r.label for r in h.runs] == ["old"] and h.engines[(1, "training")].environment == {}

@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from popviz.ci.baseline import EngineMetrics
-from popviz.ci.history_store import FORMAT, SCHEMA_VERSION, Db, display, is_url, reading, writing
+from popviz.ci.history_db import Db
+from popviz.ci.history_store import FORMAT, SCHEMA_VERSION, display, is_url, reading, writing
 from popviz.errors import CorruptReportError, UsageError, brief
 
 __all__ = ["DEFAULT_LAST", "FORMAT", "SCHEMA_VERSION", "History", "MedianBase", "Run", "add", "check_contents",

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from popviz.ci.history_store import PG_SCHEMA, Db
+from popviz.ci.history_db import PG_SCHEMA, Db
 from popviz.errors import MissingDependencyError, PopvizError, UsageError
 
 LOCK_KEY = 0x706F7076697A  # "popviz": pg_advisory_xact_lock's key for the history's writers

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from popviz.ci.baseline import SQLITE_MAGIC
-from popviz.ci.history_store import Db
+from popviz.ci.history_db import Db
 from popviz.errors import CorruptReportError, PopvizError, UsageError, shown
 
 BUSY_TIMEOUT_SECONDS = 60.0
@@ -136,6 +136,12 @@ def _check_path(p: Path, *, create: bool) -> bool:
         raise CorruptReportError(f"{shown(p)} is not a SQLite database; pass a history written by popviz "
                                  "history add (or a new file name to start one)")
     return bool(head)
+
+
+def holds_bytes(p: Path) -> bool:
+    """Whether ``p`` is an existing SQLite file with something in it (one-line errors for what
+    is no history file, as :func:`_check_path`)."""
+    return _check_path(p, create=True)
 
 
 def check_writable(p: Path) -> None:
@@ -294,14 +300,8 @@ def writing(db: str | os.PathLike[str]) -> Iterator[Db]:
     """A connection inside one ``BEGIN IMMEDIATE`` transaction, committed and then checkpointed
     (``wal_checkpoint(TRUNCATE)``: the file alone holds every run) when the block ends. An
     existing file is checked read-only first, so a file popviz refuses is never modified."""
-    from popviz.ci.history_store import check_schema
-
     p = Path(db)
-    existed = _check_path(p, create=True)
-    if existed:
-        with _connection(p, "mode=ro&immutable=1" if at_rest(p) else "mode=ro", writing=False) as ro, \
-                _transaction(ro, p, write=False):
-            check_schema(Db(ro, shown(p), "sqlite"), create=False, empty_ok=True)
+    _check_path(p, create=True)
     check_writable(p)
     created = not p.exists()
     try:
@@ -324,17 +324,23 @@ def writing(db: str | os.PathLike[str]) -> Iterator[Db]:
 
 def _checkpoint(raw: sqlite3.Connection, p: Path) -> None:
     """Copy the WAL into the file and empty it, waiting (busy timeout) for readers that hold
-    older snapshots; a file left with runs only in its -wal is said, not hidden."""
-    try:
-        busy, log, done = _retry_locked(lambda: raw.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone(), p)
-    except sqlite3.Error as exc:
-        raise UsageError(f"{shown(p)}: the run was added, but only to {p.name}-wal: the checkpoint into the file "
-                         f"failed ({exc}); keep {p.name}-wal beside it (the next history add with room to spare "
-                         "moves it in)") from None
-    if busy:
-        raise UsageError(f"{shown(p)}: the run was added, but other processes kept the file open for "
-                         f"{BUSY_TIMEOUT_SECONDS:.0f} s and it is in {p.name}-wal ({done} of {log} pages copied) "
-                         "until the next history add: keep both files")
+    older snapshots, and trying again while another writer holds the checkpoint (its own
+    checkpoint then moves this run in too); a file left with runs only in its -wal is said."""
+    deadline = time.monotonic() + BUSY_TIMEOUT_SECONDS
+    while True:
+        try:
+            busy = _retry_locked(lambda: raw.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone(), p)[0]
+        except sqlite3.Error as exc:
+            raise UsageError(f"{shown(p)}: the run was added, but only to {p.name}-wal: the checkpoint into the "
+                             f"file failed ({exc}); keep {p.name}-wal beside it (the next history add with room to "
+                             "spare moves it in)") from None
+        if not busy:
+            return
+        if time.monotonic() > deadline:
+            raise UsageError(f"{shown(p)}: the run was added, but other processes kept the file open for "
+                             f"{BUSY_TIMEOUT_SECONDS:.0f} s and it is in {p.name}-wal until the next history add: "
+                             "keep both files")
+        time.sleep(0.05)
 
 
 def _remove_new(p: Path) -> None:

@@ -7,19 +7,16 @@ or appends to it. ``--db`` takes a file name or a ``postgresql://`` URL. docs/ci
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import Any
 
-from popviz.errors import CorruptReportError, UnsupportedFormatError, UsageError
+from popviz.ci.history_db import PG_SCHEMA, Db
+from popviz.errors import UnsupportedFormatError, UsageError
 
 FORMAT = "popviz-history"
 SCHEMA_VERSION = 2
 """The schema this popviz writes; bumped (with a migration in :data:`MIGRATIONS`) when the tables
 change. SQLite keeps it in ``PRAGMA user_version``, PostgreSQL in ``meta.schema_version``."""
-PG_SCHEMA = "popviz"
-"""The PostgreSQL schema (namespace) the tables live in."""
 URL_PREFIXES = ("postgresql://", "postgres://")
 
 # Version 1's tables, in each dialect; every newer version is reached through MIGRATIONS, so a new
@@ -90,7 +87,7 @@ MIGRATIONS: dict[int, str] = {
     # And an index that gives each metric's lowest and highest value in two seeks: history add's
     # check of what is there reads no row it does not have to.
     2: "ALTER TABLE engines ADD COLUMN environment TEXT NOT NULL DEFAULT '{}';"
-       "CREATE INDEX metrics_by_value ON metrics (engine, metric, value, run_id)",
+       "CREATE INDEX IF NOT EXISTS metrics_by_value ON metrics (engine, metric, value, run_id)",
 }
 """Version -> the statements (``;``-separated, both dialects) that bring the previous one to it."""
 
@@ -108,43 +105,6 @@ def display(db: str | os.PathLike[str]) -> str:
     from popviz.errors import shown
 
     return shown(db)
-
-
-@dataclass
-class Db:
-    """A connection inside a transaction, with ``?`` placeholders in both dialects."""
-
-    raw: Any
-    where: str
-    """The history as messages name it (no password)."""
-    kind: str
-    """``sqlite`` or ``postgresql``."""
-    version: int = 0
-    """The schema version of what is stored (0: nothing yet)."""
-
-    def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
-        if self.kind == "postgresql":
-            cur = self.raw.cursor()
-            cur.execute(sql.replace("?", "%s"), tuple(params))
-            return cur
-        return self.raw.execute(sql, tuple(params))
-
-    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
-        if self.kind == "postgresql":
-            with self.raw.cursor() as cur:
-                cur.executemany(sql.replace("?", "%s"), rows)
-        else:
-            self.raw.executemany(sql, rows)
-
-    def fail(self, what: str) -> CorruptReportError:
-        """A history that holds what cannot be true (the file is not replaced: it says what)."""
-        return CorruptReportError(f"{self.where} {what}; it was not changed (docs/ci-history.md says how to "
-                                  "read and fix a history)")
-
-    def not_a_history(self, what: str) -> CorruptReportError:
-        target = "database" if self.kind == "postgresql" else "file name"
-        return CorruptReportError(f"{self.where} {what}; pass a history written by popviz history add "
-                                  f"(or a new {target} to start one)")
 
 
 @contextmanager
@@ -168,7 +128,13 @@ def writing(db: str | os.PathLike[str]) -> Iterator[Db]:
     if is_url(db):
         from popviz.ci import history_pg as backend
     else:
+        from pathlib import Path
+
         from popviz.ci import history_sqlite as backend  # type: ignore[no-redef]
+
+        if backend.holds_bytes(Path(db)):  # checked read-only first: a file popviz refuses is never modified
+            with backend.reading(db, at_rest=backend.at_rest(Path(db)) is not None) as ro:
+                check_schema(ro, create=False, empty_ok=True)
     with backend.writing(db) as con:
         check_schema(con, create=True)
         yield con
