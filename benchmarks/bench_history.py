@@ -129,6 +129,7 @@ def main() -> None:
             fill(db, runs, names)
             size = sum(p.stat().st_size for p in Path(tmp).glob("history.db*"))
             rows.append(("sqlite", runs, size, measure(db, runs, names, args.repeat)))
+            print(f"measured: {rows[-1]}", flush=True)
         if args.postgres:
             sys.path.insert(0, str(ROOT / "tests"))
             import pg_server
@@ -137,6 +138,7 @@ def main() -> None:
             db = pg_server.create_database(args.postgres, name)
             fill(db, runs, names)
             rows.append(("postgresql", runs, 0, measure(db, runs, names, args.repeat)))
+            print(f"measured: {rows[-1]}", flush=True)
             import psycopg
 
             with psycopg.connect(args.postgres, autocommit=True) as con:
