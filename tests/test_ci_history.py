@@ -75,14 +75,15 @@ def test_schema_is_versioned_and_in_wal_mode(tmp_path):
     db = tmp_path / "h.db"
     history.add(db, [engine(1.0)])
     con = sqlite3.connect(db)
-    assert con.execute("PRAGMA user_version").fetchone()[0] == history.SCHEMA_VERSION == 1
+    assert con.execute("PRAGMA user_version").fetchone()[0] == history.SCHEMA_VERSION == 2
     assert con.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     assert dict(con.execute("SELECT key, value FROM meta"))["format"] == "popviz-history"
     assert sorted(r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")) == [
         "engines", "meta", "metrics", "runs", "sqlite_sequence"]
-    con.execute("PRAGMA user_version = 2")
+    assert [r[1] for r in con.execute("PRAGMA table_info(engines)")][-1] == "environment"
+    con.execute("PRAGMA user_version = 3")
     con.close()
-    with pytest.raises(UnsupportedFormatError, match="schema 2; this popviz 0.1.0 reads schema 1 and older: upgrade"):
+    with pytest.raises(UnsupportedFormatError, match="schema 3; this popviz 0.1.0 reads schema 2 and older: upgrade"):
         history.read(db)
 
 
@@ -497,7 +498,7 @@ def test_add_refuses_a_history_that_show_and_compare_refuse(damage, message, tmp
     show = assert_one_line_error(run_cli("history", "show", "--db", str(db)), message)
     add = assert_one_line_error(run_cli("history", "add", str(bundles["base"]), "--db", str(db)), message)
     assert add == show
-    with pytest.raises(CorruptReportError, match="pass a history file written by popviz history add"):
+    with pytest.raises(CorruptReportError, match="it was not changed"):  # never: start a new file
         history.add(db, [engine(2000.0)], label="b")
     assert db.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["h.db"]

@@ -71,18 +71,17 @@ def no_metrics_reason(e: EngineMetrics) -> str:
 def from_reports(path: str | os.PathLike[str]) -> list[EngineMetrics]:
     """Analyse the reports under ``path`` and collect each engine's metrics."""
     from popviz.analysis import analyse
-    from popviz.ci.diff import breakdown, environment
+    from popviz.ci import environment
+    from popviz.ci.diff import breakdown
     from popviz.ci.metrics import configuration, engine_metrics
     from popviz.sources.discover import load
-    from popviz.sources.runrecord import record_of
 
     result = analyse(load(path, single_run=True))  # one run: a side, a baseline, a history entry
     return [EngineMetrics(name=e.report.name, instance=e.report.instance, source=e.report.provenance.source,
                           estimated=bool(e.report.provenance.estimated), config=configuration(e),
                           metrics=engine_metrics(e),
                           findings=[{"code": f.code, "severity": f.severity, "title": f.title} for f in e.findings],
-                          breakdown=breakdown(e.report),
-                          environment=environment(e.report, record_of(e.report.path) if e.report.path else None))
+                          breakdown=breakdown(e.report), environment=environment.of_report(e.report))
             for e in result.engines]
 
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from popviz import escape as esc
 from popviz.ci.compare import fmt
 from popviz.ci.render import UNKNOWN_NOTE
-from popviz.ci.trend import Step, Trend, sparkline
+from popviz.ci.trend import EnvironmentChange, Step, Trend, sparkline
 from popviz.ui import wrap_line
 
 if TYPE_CHECKING:
@@ -53,6 +53,19 @@ def estimated_line(estimated: list[tuple[str, int, int]]) -> str:
     return f"estimated by the emulator's cost model, not measured: {', '.join(parts)}" if parts else ""
 
 
+def environment_lines(env: list[EnvironmentChange]) -> list[str]:
+    """``#5 (c5) training, inference: Poplar SDK 3.2.0 → 3.3.0``: once per run and change, the
+    engines it touched named together."""
+    grouped: dict[tuple[int, tuple[str, ...]], list[EnvironmentChange]] = {}
+    for c in env:
+        grouped.setdefault((c.run.id, tuple(c.changes)), []).append(c)
+    return [f"{cs[0].run.title} {', '.join(c.engine for c in cs)}: {'; '.join(key[1])}"
+            for key, cs in sorted(grouped.items())]
+
+
+ENV_TITLE = "environment changed from the engine's previous run (explains steps too):"
+
+
 def _step_lines(t: Trend) -> list[str]:
     return [f"{t.runs[s.index].title}: {fmt(s.before, t.unit)} → {fmt(s.after, t.unit)} "
             f"({_change(t, s)}) {v}" for s, v in zip(t.steps, t.verdicts, strict=True)]
@@ -77,7 +90,7 @@ def _change(t: Trend, s: Step) -> str:
 
 
 def console(trends: list[Trend], runs: list[Run], *, all_rows: bool = False, unknown: list[str] | None = None,
-            estimated: list[tuple[str, int, int]] | None = None) -> None:
+            estimated: list[tuple[str, int, int]] | None = None, env: list[EnvironmentChange] | None = None) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -116,6 +129,10 @@ def console(trends: list[Trend], runs: list[Run], *, all_rows: bool = False, unk
         say("configuration changed where metrics stepped (explains most steps):")
         for line in changed:
             say(f"  {line}")
+    if env:
+        say(ENV_TITLE)
+        for line in environment_lines(env):
+            say(f"  {line}")
     stepped = [t for t in trends if t.steps]
     if stepped:
         say("step changes:")
@@ -127,7 +144,7 @@ def console(trends: list[Trend], runs: list[Run], *, all_rows: bool = False, unk
 
 
 def markdown(trends: list[Trend], runs: list[Run], *, all_rows: bool = False, unknown: list[str] | None = None,
-             estimated: list[tuple[str, int, int]] | None = None) -> str:
+             estimated: list[tuple[str, int, int]] | None = None, env: list[EnvironmentChange] | None = None) -> str:
     md, code = esc.md, esc.md_code  # no HTML, no Markdown structure from the history file
 
     lines = [f"### {md(headline(trends, runs))}", ""]
@@ -137,6 +154,9 @@ def markdown(trends: list[Trend], runs: list[Run], *, all_rows: bool = False, un
     if changed:
         lines += ["**Configuration changed where metrics stepped** (explains most steps):", ""]
         lines += [f"- {md(line)}" for line in changed] + [""]
+    if env:
+        lines += [f"**{md(ENV_TITLE[0].upper() + ENV_TITLE[1:-1])}**:", ""]
+        lines += [f"- {md(line)}" for line in environment_lines(env)] + [""]
     shown_ = trends if all_rows else [t for t in trends if t.steps or len(set(t.values)) > 1]
     if shown_:
         lines += ["| engine | metric | runs | last | trend | step changes |", "|---|---|---:|---:|---|---|"]
@@ -149,10 +169,11 @@ def markdown(trends: list[Trend], runs: list[Run], *, all_rows: bool = False, un
 
 
 def as_json(trends: list[Trend], runs: list[Run], db: str, unknown: list[str] | None = None,
-            estimated: list[tuple[str, int, int]] | None = None) -> str:
+            estimated: list[tuple[str, int, int]] | None = None, env: list[EnvironmentChange] | None = None) -> str:
     return json.dumps({"schema": HISTORY_SCHEMA, "db": db, "headline": headline(trends, runs),
                        "estimated": [{"engine": e, "runs_estimated": n, "runs": total}
                                      for e, n, total in estimated or []],
                        "runs": [{"id": r.id, "label": r.label, "added_at": r.added_at} for r in runs],
-                       "metrics": [t.to_dict() for t in trends], "unknown_metrics": unknown or []},
+                       "metrics": [t.to_dict() for t in trends], "unknown_metrics": unknown or [],
+                       "environment_changes": [c.to_dict() for c in env or []]},
                       indent=2, allow_nan=False)

@@ -51,6 +51,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                   help="as --popviz-emulate: use popviz's emulator as poptorch when PopTorch is not installed")
     parser.addini("popviz_baselines_dir", default=BASELINES_DIR,
                   help="directory beside each test file holding its popviz baselines (popviz_baselines)")
+    group.addoption("--popviz-history", metavar="DB", default=None,
+                    help="the history assert_history() compares with: a SQLite file or a postgresql:// URL")
+    group.addoption("--popviz-history-add", action="store_true", default=False,
+                    help="assert_history() also appends each test's run to the history (on the main branch)")
+    parser.addini("popviz_history", default="", help="as --popviz-history: the history assert_history() uses")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -158,6 +163,64 @@ class PopvizCapture:
         _fail_if(c)
         return c
 
+    def assert_history(self, db: str | None = None, *, last: int = 5, fail: Sequence[str] = (),
+                       add: bool | None = None, label: str | None = None,
+                       allow_mixed: bool = False) -> Comparison | None:
+        """Compare with the median of this test's last ``last`` runs in a history, as ``popviz
+        compare --against-history`` does; fail with its table on a regression. ``db``: a SQLite
+        file or a ``postgresql://`` URL (default ``--popviz-history`` or ini ``popviz_history``).
+        The test's engines are kept under the test's id, so one history holds every test's runs.
+        With ``add`` (default ``--popviz-history-add``) the run is appended afterwards, labelled
+        ``label`` or ``$POPVIZ_HISTORY_LABEL``. A history without this test's runs yet passes."""
+        import dataclasses
+
+        from popviz.ci import history
+        from popviz.ci.compare import compare
+        from popviz.ci.thresholds import parse_rule
+
+        config = self._request.config
+        where = db or config.getoption("popviz_history") or config.getini("popviz_history")
+        if not where:
+            pytest.fail("popviz: assert_history() needs a history: pass db=, --popviz-history DB or set ini "
+                        "popviz_history", pytrace=False)
+        test_id = self._request.node.nodeid
+        engines = [dataclasses.replace(e, instance=f"{test_id}::{e.instance}" if e.instance else test_id)
+                   for e in self.metrics()]
+        ours = {e.label for e in engines}
+        c = None
+        base = self._history_base(where, last, allow_mixed, ours)
+        if base:
+            rules = [*self._config().fail, *_guard(lambda: [parse_rule(r, "the test's fail") for r in fail])]
+            c = _guard(lambda: compare(base, engines, rules, allow_mixed=allow_mixed))
+        if add if add is not None else config.getoption("popviz_history_add"):
+            _guard(lambda: history.add(where, engines, label=label or os.environ.get("POPVIZ_HISTORY_LABEL") or None,
+                                       source=test_id))
+        if c is not None:
+            _fail_if(c)
+        return c
+
+    @staticmethod
+    def _history_base(db: str, last: int, allow_mixed: bool, ours: set[str]) -> list[EngineMetrics]:
+        """This test's engines from the median of the history's last runs ([] before its first run)."""
+        from popviz.ci import history
+        from popviz.ci.history_store import is_url
+        from popviz.errors import PopvizError
+        from popviz.escape import term
+
+        if not is_url(db) and not Path(db).exists():
+            return []
+        try:
+            median = history.median_side(db, last, allow_mixed=allow_mixed)
+        except PopvizError as exc:
+            if "holds no runs yet" in exc.message:
+                return []
+            message = exc.message
+        else:
+            message = None
+        if message is not None:
+            pytest.fail(f"popviz: {term(message)}", pytrace=False)
+        return [e for e in median.engines if e.label in ours]
+
     def baseline_path(self, name: str | None = None) -> Path:
         """``<test dir>/popviz_baselines/<name>.json``; by default the name is the test's module and
         name (``test_model.test_training``, parameters included)."""
@@ -174,9 +237,9 @@ class PopvizCapture:
         return _guard(lambda: load_config(cwd=Path(self._request.config.rootpath)))
 
     def _check_marker(self, marker: pytest.Mark) -> None:
-        unknown = set(marker.kwargs) - {"budgets", "baseline", "fail", "allow_mixed"}
+        unknown = set(marker.kwargs) - {"budgets", "baseline", "fail", "allow_mixed", "history"}
         if unknown or marker.args:
-            pytest.fail(f"@pytest.mark.popviz takes budgets=, baseline=, fail=, allow_mixed= keywords, not "
+            pytest.fail(f"@pytest.mark.popviz takes budgets=, baseline=, history=, fail=, allow_mixed= keywords, not "
                         f"{', '.join(sorted(unknown)) or repr(marker.args)}", pytrace=False)
         budgets = marker.kwargs.get("budgets")
         if budgets is not None:
@@ -185,6 +248,10 @@ class PopvizCapture:
         if wanted:
             self.assert_baseline(wanted if isinstance(wanted, str) else None, fail=marker.kwargs.get("fail", ()),
                                  allow_mixed=bool(marker.kwargs.get("allow_mixed", False)))
+        kept = marker.kwargs.get("history", False)
+        if kept:  # True: the --popviz-history DB; a string: that DB
+            self.assert_history(kept if isinstance(kept, str) else None, fail=marker.kwargs.get("fail", ()),
+                                allow_mixed=bool(marker.kwargs.get("allow_mixed", False)))
 
 
 def _guard(fn: Callable[[], T]) -> T:

@@ -11,6 +11,7 @@ Deterministic metrics (cycles, bytes: the same program gives the same figure) us
 
 from __future__ import annotations
 
+import heapq
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -37,21 +38,52 @@ class Step:
 
 def find_steps(values: Sequence[float], differs: Callable[[float, float], bool], min_size: int = 1) -> list[Step]:
     """The step changes in ``values`` (in order). ``differs(a, b)`` says whether two levels differ by
-    more than the threshold; a step needs ``min_size`` runs in a row beyond it."""
+    more than the threshold; a step needs ``min_size`` runs in a row beyond it. Linear in the runs
+    (times log): the current segment's median is kept by :class:`RunningMedian`."""
     values = [float(v) for v in values]
     min_size = max(1, int(min_size))
     cuts: list[int] = []
-    start = 0
+    level = RunningMedian()
+    if values:
+        level.add(values[0])
     for i in range(1, len(values) - min_size + 1):
-        level = statistics.median(values[start:i])
+        median = level.median()
+        if not differs(median, values[i]):  # the common case, decided by one comparison
+            level.add(values[i])
+            continue
         window = values[i:i + min_size]
-        if all(differs(level, v) for v in window) and (all(v > level for v in window)
-                                                        or all(v < level for v in window)):
+        if all(differs(median, v) for v in window) and (all(v > median for v in window)
+                                                         or all(v < median for v in window)):
             cuts.append(i)
-            start = i
+            level = RunningMedian()
+        level.add(values[i])
     bounds = [0, *cuts, len(values)]
     return [Step(cut, statistics.median(values[bounds[k]:cut]), statistics.median(values[cut:bounds[k + 2]]))
             for k, cut in enumerate(cuts)]
+
+
+class RunningMedian:
+    """The median of a growing list, as :func:`statistics.median` gives it, in O(log n) per value:
+    the lower half in a max-heap, the upper half in a min-heap."""
+
+    def __init__(self) -> None:
+        self._low: list[float] = []  # negated: a max-heap
+        self._high: list[float] = []
+
+    def add(self, value: float) -> None:
+        if self._low and value > -self._low[0]:
+            heapq.heappush(self._high, value)
+        else:
+            heapq.heappush(self._low, -value)
+        if len(self._low) > len(self._high) + 1:
+            heapq.heappush(self._high, -heapq.heappop(self._low))
+        elif len(self._high) > len(self._low):
+            heapq.heappush(self._low, -heapq.heappop(self._high))
+
+    def median(self) -> float:
+        if len(self._low) > len(self._high):
+            return -self._low[0]
+        return (-self._low[0] + self._high[0]) / 2
 
 
 def sparkline(values: Sequence[float], width: int = 24) -> str:
@@ -154,3 +186,36 @@ def _config_changes(history: History, engine: str, before: int, after: int) -> l
 
 def _short(value: Any) -> str:
     return " | ".join(map(str, value)) if isinstance(value, list) else str(value)
+
+
+@dataclass(frozen=True)
+class EnvironmentChange:
+    """A run whose engine ran on another environment than that engine's previous run."""
+
+    run: Run
+    engine: str
+    changes: list[str]
+    """``Poplar SDK 3.2.0 → 3.3.0``, ... (popviz.ci.environment.changes)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"run": self.run.id, "label": self.run.label, "engine": self.engine, "changes": self.changes}
+
+
+def environment_changes(history: History) -> list[EnvironmentChange]:
+    """Per engine, the runs where its environment (SDK, popviz, PopTorch, torch, IPU, host)
+    differs from its previous run's, in run order (a field one of them did not record is no
+    change)."""
+    from popviz.ci.environment import changes
+
+    by_id = {r.id: r for r in history.runs}
+    last: dict[str, dict[str, str]] = {}
+    out = []
+    for (run_id, engine), e in sorted(history.engines.items()):
+        env = e.environment
+        if engine in last and env:
+            diff = changes(last[engine], env)
+            if diff:
+                out.append(EnvironmentChange(by_id[run_id], engine, diff))
+        if env:
+            last[engine] = env
+    return out

@@ -31,7 +31,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "(repeatable; later rules win)")
     p.add_argument("--against-history", metavar="DB",
                    help="compare the run (given as the only argument) with the median of the last runs in this "
-                   "history database (popviz history add)")
+                   "history (popviz history add): a SQLite file or a postgresql:// URL")
     p.add_argument("--last", metavar="K", type=int,
                    help="with --against-history: the median of the K most recent runs (default 5; only those with the "
                    "newest run's configuration)")
