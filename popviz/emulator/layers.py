@@ -380,14 +380,12 @@ def layer_table(m: Measurement, setup: EngineSetup, stages: Sequence[StageEstima
     group: dict[str, int | None] = dict.fromkeys(names)
     rerun: dict[str, float] = dict.fromkeys(names, 0.0)  # of bwd: the recomputed forward
     code: dict[str, float] = dict.fromkeys(names, 0.0)
-    from popviz.emulator import costmodel
-
     flops: dict[str, float] = dict.fromkeys(names, 0.0)
     bflops: dict[str, float] = dict.fromkeys(names, 0.0)
     for i, o in enumerate(ops):  # the FLOPs the cost model charges: forward, and its backward products
         flops[owner[i]] += o.flops
-        if setup.training and costmodel.op_kind(o) in ("matmul", "conv"):
-            bflops[owner[i]] += o.flops * hw.BACKWARD_FACTORS[costmodel.op_kind(o)] * costmodel.gradient_share(o)
+        if table.backward_flops:
+            bflops[owner[i]] += table.backward_flops[i]
     for i, c in enumerate(cycles):
         fwd[owner[i]] += c
         code[owner[i]] += table.code[i]
