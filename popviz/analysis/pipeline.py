@@ -176,7 +176,8 @@ def _efficiency(report: Report, o: Collector) -> None:
     figures, reason = eff.achieved(report, o.out.metrics["stages"])
     o.out.metrics["efficiency"] = figures
     if figures is None:
-        o.skip(eff.CHECK, reason or "")
+        if report.layers is not None or report.provenance.source == "pva":  # else nothing to say it of
+            o.skip(eff.CHECK, reason or "")
         return
     line = eff.caption(figures)
     o.out.caption = f"{o.out.caption}\n{line}" if o.out.caption else line
