@@ -189,3 +189,26 @@ def test_emulated_layers_carry_the_measured_flops():
     assert eff["estimated"] is True and eff["precision"] == "float16"
     fracs = [r["frac"] for r in eff["layers"] + eff["stages"] if r["frac"] is not None]
     assert fracs and all(0 < f <= 1 for f in fracs)
+
+
+def test_a_measured_profile_without_flops_says_not_checked():
+    report = testing.pipeline_report([1000, 2000], source="pva", inputs=FP16_INPUT)
+    out = pipeline.analyse(report)
+    assert out.metrics["efficiency"] is None
+    assert [n.reason for n in out.not_checked if n.check == "achieved efficiency"] == [
+        "no FLOPs per layer in this report"]
+
+
+def test_the_stages_plot_shows_each_stage_share_of_the_peak():
+    pytest.importorskip("matplotlib")
+    from popviz import plot
+
+    fig = plot.stages(testing.layered_report(three_layers(), inputs=FP16_INPUT, estimated=True))
+    ax = fig.axes[0]
+    texts = [t.get_text() for t in ax.texts]
+    assert [t.splitlines()[-1] for t in texts] == ["30% of peak", "15% of peak"]
+    assert ax.get_xlabel() == ("estimated achieved efficiency: forward+backward FLOPs per cycle / "
+                               "Mk2 float16 peak")
+    plain = plot.stages(testing.layered_report(testing.layer_table([1000, 2000], layers_per_ipu=[1, 1]),
+                                               inputs=FP16_INPUT))
+    assert not any("of peak" in t.get_text() for t in plain.axes[0].texts) and plain.axes[0].get_xlabel() == ""

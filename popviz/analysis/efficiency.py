@@ -86,16 +86,17 @@ def caption(eff: dict[str, Any]) -> str:
     label = "estimated " if eff["estimated"] else ""
     head = (f"{label}achieved efficiency ({eff['flops_counted']} FLOPs / {eff['architecture']} "
             f"{eff['precision']} peak):")
-    parts = [f"stage {s['index']} {_figure(s['frac'])}" for s in eff["stages"] if s["frac"] is not None]
+    parts = [f"stage {s['index']} {share_text(s['frac'])}" for s in eff["stages"] if s["frac"] is not None]
     rated = [r for r in eff["layers"] if r["frac"] is not None and r["flops"] > 0]
     if rated:
         best = max(rated, key=lambda r: r["frac"])
-        parts.append(f"layers up to {_figure(best['frac'])} ({best['name']})")
+        parts.append(f"layers up to {share_text(best['frac'])} ({best['name']})")
     return f"{head} {', '.join(parts) or 'no compute counted'}"
 
 
-def _figure(frac: float) -> str:
+def share_text(frac: float) -> str:
+    """A share of the peak as printed: one decimal below 10%, none above."""
     return pct(frac, 1 if frac < 0.1 else 0)
 
 
-__all__ = ["CHECK", "achieved", "caption"]
+__all__ = ["CHECK", "achieved", "caption", "share_text"]
