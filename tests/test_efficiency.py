@@ -36,9 +36,9 @@ def test_exact_figures_per_stage_and_layer():
     flops = 3 * PEAK_MK2_FP16 * 300  # forward + backward of one layer: 169,574,400
     assert flops == 169_574_400
     assert {k: eff[k] for k in ("estimated", "architecture", "precision", "peak_flops_per_cycle",
-                                "flops_counted")} == {
+                                "flops_counted", "flops_estimated")} == {
         "estimated": False, "architecture": "Mk2", "precision": "float16",
-        "peak_flops_per_cycle": 188_416.0, "flops_counted": "forward+backward"}
+        "peak_flops_per_cycle": 188_416.0, "flops_counted": "forward+backward", "flops_estimated": True}
     # layers: 900 FLOP-cycles at peak (3 x 300) in 3,000 and 6,000 cycles
     assert eff["layers"] == [
         {"name": "layer.0", "stage": 0, "flops": flops, "cycles": 3000, "frac": 0.3},
@@ -51,7 +51,7 @@ def test_exact_figures_per_stage_and_layer():
         {"index": 1, "flops": flops, "cycles": 6062.5, "frac": flops / 6062.5 / 188_416}]
     assert round(eff["stages"][0]["frac"], 6) == 0.296907
     assert out.caption.splitlines()[-1] == (
-        "achieved efficiency (forward+backward FLOPs / Mk2 float16 peak): stage 0 30%, stage 1 15%, "
+        "achieved efficiency (forward+backward estimated FLOPs / Mk2 float16 peak): stage 0 30%, stage 1 15%, "
         "layers up to 30% (layer.0)")
     assert not [n for n in out.not_checked if n.check == "achieved efficiency"]
 
@@ -212,3 +212,12 @@ def test_the_stages_plot_shows_each_stage_share_of_the_peak():
     plain = plot.stages(testing.layered_report(testing.layer_table([1000, 2000], layers_per_ipu=[1, 1]),
                                                inputs=FP16_INPUT))
     assert not any("of peak" in t.get_text() for t in plain.axes[0].texts) and plain.axes[0].get_xlabel() == ""
+
+
+def test_a_calibrated_profile_counts_the_estimate_flops_against_measured_cycles():
+    report = testing.layered_report(three_layers(source="calibrated"), inputs=FP16_INPUT, source="pva")
+    out = pipeline.analyse(report)
+    eff = out.metrics["efficiency"]
+    assert eff["estimated"] is False and eff["flops_estimated"] is True
+    assert [r["frac"] for r in eff["layers"]] == [0.3, 0.3, 0.15]
+    assert "achieved efficiency (forward+backward estimated FLOPs / Mk2 float16 peak)" in out.caption

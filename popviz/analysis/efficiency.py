@@ -78,13 +78,15 @@ def achieved(report: Report, stage_rows: list[dict[str, Any]]) -> tuple[dict[str
     return {"estimated": report.provenance.estimated, "architecture": report.target.architecture,
             "precision": prec, "peak_flops_per_cycle": peak,
             "flops_counted": "forward+backward" if backward else "forward",
+            "flops_estimated": layers.source in ("emulator", "calibrated"),
             "stages": stages, "layers": layer_rows}, None
 
 
 def caption(eff: dict[str, Any]) -> str:
     """The console line: each stage's efficiency and the range over layers."""
     label = "estimated " if eff["estimated"] else ""
-    head = (f"{label}achieved efficiency ({eff['flops_counted']} FLOPs / {eff['architecture']} "
+    flops = "estimated FLOPs" if eff["flops_estimated"] and not eff["estimated"] else "FLOPs"
+    head = (f"{label}achieved efficiency ({eff['flops_counted']} {flops} / {eff['architecture']} "
             f"{eff['precision']} peak):")
     parts = [f"stage {s['index']} {share_text(s['frac'])}" for s in eff["stages"] if s["frac"] is not None]
     rated = [r for r in eff["layers"] if r["frac"] is not None and r["flops"] > 0]

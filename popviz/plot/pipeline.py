@@ -120,7 +120,8 @@ def stages(report: Report, ax: Axes | None = None) -> Figure:
     set_title(ax, _title(report, f"cycles per {what} (slowest / mean = {ratio:.2f})"))
     if eff is not None and any(x is not None for x in shares):
         ax.set_xlabel(f"{'estimated ' if eff['estimated'] else ''}achieved efficiency: {eff['flops_counted']} "
-                      f"FLOPs per cycle / {eff['architecture']} {eff['precision']} peak", fontsize="small")
+                      f"{'estimated ' if eff['flops_estimated'] and not eff['estimated'] else ''}FLOPs per cycle / "
+                      f"{eff['architecture']} {eff['precision']} peak", fontsize="small")
     return fig
 
 
