@@ -232,6 +232,8 @@ class OpTable:
     temporary: list[float]
     recompute: recompute.RecomputePlan
     code: list[float]
+    backward_flops: list[float] = dataclasses.field(default_factory=list)
+    """FLOPs of each op's backward products as :func:`backward_cycles` counts them (training only)."""
 
 
 def _caps(m: Measurement, setup: EngineSetup) -> dict[int, float]:
@@ -256,7 +258,9 @@ def op_table(m: Measurement, setup: EngineSetup) -> OpTable:
         fwd.append(f)
         bwd.append((backward_cycles(o, f, spec) + (f if again else 0.0)) if setup.training else 0.0)
         temp.append(op_temporary_bytes(o, cap if cap is not None else spec.bytes_per_ipu) + live)
-    return OpTable(fwd, bwd, temp, plan, [code_bytes(o, setup.training) for o in ops])
+    bflops = [o.flops * hw.BACKWARD_FACTORS[k] * gradient_share(o) if (k := op_kind(o)) in ("matmul", "conv")
+              else 0.0 for o in ops] if setup.training else []
+    return OpTable(fwd, bwd, temp, plan, [code_bytes(o, setup.training) for o in ops], bflops)
 
 
 @dataclass

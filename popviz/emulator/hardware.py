@@ -31,6 +31,7 @@ import os
 from dataclasses import dataclass
 
 from popviz.errors import UsageError
+from popviz.model.ipu_peak import FLOPS_PER_TILE_CYCLE
 
 
 @dataclass(frozen=True)
@@ -78,10 +79,14 @@ IPU_LINK_NOTE = (
     "neighbours depends on the system, so one copy is assumed to get 64 GB/s (two links). "
     "Known error: up to 2x either way.")
 
+_PEAK = FLOPS_PER_TILE_CYCLE  # the FLOPs per tile per cycle, with their datasheets: popviz/model/ipu_peak.py
 SPECS: dict[str, IpuSpec] = {
-    "Mk1": IpuSpec("Mk1", 1216, 256 * 1024, 1.6e9, 64.0, 16.0, 45e12, 8e12, 64e9),
-    "Mk2": IpuSpec("Mk2", 1472, 638_976, 1.33e9, 128.0, 32.0, 47.5e12, 8e12, 64e9),
-    "Bow": IpuSpec("Bow", 1472, 638_976, 1.85e9, 128.0, 32.0, 65e12, 11.1e12, 64e9),
+    "Mk1": IpuSpec("Mk1", 1216, 256 * 1024, 1.6e9, _PEAK["Mk1"]["float16"], _PEAK["Mk1"]["float32"],
+                   45e12, 8e12, 64e9),
+    "Mk2": IpuSpec("Mk2", 1472, 638_976, 1.33e9, _PEAK["Mk2"]["float16"], _PEAK["Mk2"]["float32"],
+                   47.5e12, 8e12, 64e9),
+    "Bow": IpuSpec("Bow", 1472, 638_976, 1.85e9, _PEAK["Bow"]["float16"], _PEAK["Bow"]["float32"],
+                   65e12, 11.1e12, 64e9),
 }
 DEFAULT_ARCHITECTURE = "Mk2"
 IPU_VERSIONS = {1: "Mk1", 2: "Mk2", 21: "Bow"}

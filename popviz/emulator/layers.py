@@ -380,6 +380,12 @@ def layer_table(m: Measurement, setup: EngineSetup, stages: Sequence[StageEstima
     group: dict[str, int | None] = dict.fromkeys(names)
     rerun: dict[str, float] = dict.fromkeys(names, 0.0)  # of bwd: the recomputed forward
     code: dict[str, float] = dict.fromkeys(names, 0.0)
+    flops: dict[str, float] = dict.fromkeys(names, 0.0)
+    bflops: dict[str, float] = dict.fromkeys(names, 0.0)
+    for i, o in enumerate(ops):  # the FLOPs the cost model charges: forward, and its backward products
+        flops[owner[i]] += o.flops
+        if table.backward_flops:
+            bflops[owner[i]] += table.backward_flops[i]
     for i, c in enumerate(cycles):
         fwd[owner[i]] += c
         code[owner[i]] += table.code[i]
@@ -466,7 +472,7 @@ def layer_table(m: Measurement, setup: EngineSetup, stages: Sequence[StageEstima
             optimizer_bytes=optimizer[n], accumulator_bytes=accumulators[n], activation_bytes=activations[n] if setup.training else 0,
             temporary_bytes=temp[n], pin=pin, tied_to=shown.get(tied_to, tied_to), recompute_bytes=again[n],
             recompute_group=group[n], recompute_cycles=rerun_int[n], checkpoint=n in checkpointed,
-            code_bytes=int(round(code[n]))))
+            code_bytes=int(round(code[n])), fwd_flops=int(round(flops[n])), bwd_flops=int(round(bflops[n]))))
     notes = [f"Layers at module {st.how}.",
              "Operations outside every layer-level module count with the nearest layer before them in the "
              "same stage; per-layer cycles and bytes add up to each stage's compute and each IPU's layer "

@@ -73,6 +73,13 @@ class Layer:
     code_bytes: int = 0
     """Code its operations' compute sets (forward and backward) and its tensors' updates take on
     its IPU, where known (0 otherwise: the planner then counts code per IPU only)."""
+    fwd_flops: int | None = None
+    """FLOPs of its forward products and convolutions per micro-batch, where known (the emulator
+    counts them from the shapes it measured); None otherwise (bundles written before it)."""
+    bwd_flops: int | None = None
+    """FLOPs of its backward products per micro-batch as the cost model counts them (two products
+    per forward one, for the gradients autodiff grows; the recomputed forward not counted); None
+    where unknown, 0 in inference."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -91,6 +98,11 @@ class Layer:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ModelError(f"layer {self.name!r}: {name} must be a non-negative integer, "
+                                 f"got {value!r}")
+        for name in ("fwd_flops", "bwd_flops"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
+                raise ModelError(f"layer {self.name!r}: {name} must be a non-negative integer or null, "
                                  f"got {value!r}")
         if not isinstance(self.checkpoint, bool):
             raise ModelError(f"layer {self.name!r}: checkpoint must be true or false, got {self.checkpoint!r}")

@@ -93,8 +93,14 @@ def stages(report: Report, ax: Axes | None = None) -> Figure:
                label=f"mean over {'IPUs' if by_ipu else 'stages'}: {_fmt_cycles(mean)}")
     ax.legend(loc="upper left", fontsize="small", frameon=False)
     several = len(frame) > 1
-    for bar, value, is_bottleneck in zip(bars, cycles, frame["bottleneck"], strict=True):
-        text = _fmt_cycles(value) + ("\nbottleneck" if is_bottleneck and several else "")
+    from popviz.analysis.efficiency import share_text
+
+    eff = _efficiency(report, frame) if per_mb and not by_ipu else None
+    shares = [None] * len(frame) if eff is None else [{s["index"]: s["frac"] for s in eff["stages"]}.get(int(i))
+                                                      for i in frame["stage"]]
+    for bar, value, is_bottleneck, share in zip(bars, cycles, frame["bottleneck"], shares, strict=True):
+        text = (_fmt_cycles(value) + ("\nbottleneck" if is_bottleneck and several else "")
+                + (f"\n{share_text(share)} of peak" if share is not None else ""))
         # a white box keeps the mean line from running through the figure
         ax.annotate(text, (bar.get_x() + bar.get_width() / 2, bar.get_height()), xytext=(0, 3),
                     textcoords="offset points", ha="center", va="bottom", fontsize="small",
@@ -112,4 +118,17 @@ def stages(report: Report, ax: Axes | None = None) -> Figure:
     ratio = cycles.max() / mean if mean else float("nan")
     what = "IPU (stages share IPUs)" if by_ipu else "stage"
     set_title(ax, _title(report, f"cycles per {what} (slowest / mean = {ratio:.2f})"))
+    if eff is not None and any(x is not None for x in shares):
+        ax.set_xlabel(f"{'estimated ' if eff['estimated'] else ''}achieved efficiency: {eff['flops_counted']} "
+                      f"{'estimated ' if eff['flops_estimated'] and not eff['estimated'] else ''}FLOPs per cycle / "
+                      f"{eff['architecture']} {eff['precision']} peak", fontsize="small")
     return fig
+
+
+def _efficiency(report: Report, frame) -> dict | None:
+    """The achieved-efficiency figures of the stages drawn (:mod:`popviz.analysis.efficiency`)."""
+    from popviz.analysis.efficiency import achieved
+
+    rows = [{"index": int(i), "cycles": float(c)} for i, c in zip(frame["stage"], frame["cycles_per_micro_batch"],
+                                                                   strict=True)]
+    return achieved(report, rows)[0]

@@ -1,0 +1,104 @@
+"""Achieved efficiency: the model's FLOPs per cycle as a fraction of the IPU's peak, per stage
+and per layer.
+
+FLOPs are the layer table's (``Layer.fwd_flops`` and, in training, ``Layer.bwd_flops``: the
+products and convolutions the emulator measured, their backward counted as the cost model counts
+it), so they are model FLOPs: a recomputed forward is work the cycles include but the FLOPs do not.
+Cycles are per micro-batch: a stage's from the pipeline analysis (what its IPU executed), a
+layer's its ``fwd_cycles + bwd_cycles``. The peak is the datasheet's for the report's architecture
+and the model's precision (:mod:`popviz.model.ipu_peak`, :mod:`popviz.analysis.model_precision`),
+over every tile of one IPU. A figure above 100% would mean FLOPs and cycles that cannot both be
+right: it is not shown, and the analysis says why instead.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from popviz.analysis._common import pct
+from popviz.analysis.model_precision import precision
+from popviz.model import Report
+from popviz.model.ipu_peak import flops_per_tile_cycle
+
+CHECK = "achieved efficiency"
+
+
+def _frac(flops: int, cycles: float | None, peak: float) -> float | None:
+    if cycles is None or cycles <= 0:
+        return None
+    return flops / cycles / peak
+
+
+def achieved(report: Report, stage_rows: list[dict[str, Any]]) -> tuple[dict[str, Any] | None, str | None]:
+    """(metrics, reason): the ``efficiency`` figures, or None and why they are not given.
+
+    ``stage_rows`` are the pipeline analysis's stages (``index`` and ``cycles`` per micro-batch,
+    None where unknown)."""
+    layers = report.layers
+    if layers is None or any(x.fwd_flops is None for x in layers):
+        return None, "no FLOPs per layer in this report"
+    if report.target is None:
+        return None, "no target recorded: the IPU's peak is unknown"
+    prec = precision(report)
+    if prec is None:
+        return None, "the model's precision is not recorded: its peak is unknown"
+    per_tile = flops_per_tile_cycle(report.target.architecture, prec)
+    if per_tile is None:
+        return None, f"no peak FLOPs known for a {report.target.architecture} IPU"
+    peak = per_tile * report.target.tiles_per_ipu
+    training = report.cfg.mode == "training"
+    backward = training and all(x.bwd_flops is not None for x in layers)
+
+    def flops_of(x) -> int:
+        return x.fwd_flops + (x.bwd_flops if backward else 0)
+
+    def cycles_of(x) -> int:
+        return x.fwd_cycles + (x.bwd_cycles if backward else 0)
+
+    layer_rows = [{"name": x.name, "stage": x.stage, "flops": flops_of(x), "cycles": cycles_of(x),
+                   "frac": _frac(flops_of(x), cycles_of(x), peak)} for x in layers]
+    by_stage: dict[int, int] = {}
+    for x in layers:
+        if x.stage is not None:
+            by_stage[x.stage] = by_stage.get(x.stage, 0) + flops_of(x)
+    stages = []
+    for row in stage_rows:
+        # forward only (inference, or no backward FLOPs): the stage's cycles hold more than its forward
+        cycles = row.get("cycles") if backward or not training else None
+        flops = by_stage.get(row["index"])
+        if flops is None:
+            continue
+        stages.append({"index": row["index"], "flops": flops, "cycles": cycles,
+                       "frac": _frac(flops, cycles, peak)})
+    over = [f"stage {s['index']}" for s in stages if s["frac"] is not None and s["frac"] > 1]
+    over += [f"layer {r['name']}" for r in layer_rows if r["frac"] is not None and r["frac"] > 1]
+    if over:
+        return None, (f"{', '.join(over[:3])} would exceed the IPU's peak: the report's FLOPs and cycles "
+                      "disagree")
+    return {"estimated": report.provenance.estimated, "architecture": report.target.architecture,
+            "precision": prec, "peak_flops_per_cycle": peak,
+            "flops_counted": "forward+backward" if backward else "forward",
+            "flops_estimated": layers.source in ("emulator", "calibrated"),
+            "stages": stages, "layers": layer_rows}, None
+
+
+def caption(eff: dict[str, Any]) -> str:
+    """The console line: each stage's efficiency and the range over layers."""
+    label = "estimated " if eff["estimated"] else ""
+    flops = "estimated FLOPs" if eff["flops_estimated"] and not eff["estimated"] else "FLOPs"
+    head = (f"{label}achieved efficiency ({eff['flops_counted']} {flops} / {eff['architecture']} "
+            f"{eff['precision']} peak):")
+    parts = [f"stage {s['index']} {share_text(s['frac'])}" for s in eff["stages"] if s["frac"] is not None]
+    rated = [r for r in eff["layers"] if r["frac"] is not None and r["flops"] > 0]
+    if rated:
+        best = max(rated, key=lambda r: r["frac"])
+        parts.append(f"layers up to {share_text(best['frac'])} ({best['name']})")
+    return f"{head} {', '.join(parts) or 'no compute counted'}"
+
+
+def share_text(frac: float) -> str:
+    """A share of the peak as printed: one decimal below 10%, none above."""
+    return pct(frac, 1 if frac < 0.1 else 0)
+
+
+__all__ = ["CHECK", "achieved", "caption", "share_text"]
