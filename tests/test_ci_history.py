@@ -19,7 +19,7 @@ from popviz.ci.trend import find_steps, sparkline, trends
 from popviz.errors import CorruptReportError, UnsupportedFormatError, UsageError
 from popviz.sources.bundle import write_bundle
 
-from conftest import ROOT, assert_one_line_error, run_cli
+from conftest import ROOT, assert_one_line_error, run_cli, unwrapped
 
 
 def engine(cycles: float, used: float = 1000.0, name: str = "training", estimated: bool = False,
@@ -265,7 +265,7 @@ def test_cli_add_show_and_compare_against_history(bundles, tmp_path):
     assert slow.stdout.startswith("popviz: FAIL: regression in training pipeline.cycles_per_micro_batch "
                                   "(3,031 → 4,244, +40.00%)")
     # (less compute: the stream copies' share grows, 73.99% -> 75.67%, utilisation falls 21.64% -> 19.92%)
-    assert slow.stdout.splitlines()[1] == "base: the median of the last 4 run(s) in perf.db (#1 (c1) to #4 (c4))"
+    assert unwrapped(slow.stdout).splitlines()[1] == "base: the median of the last 4 run(s) in perf.db (#1 (c1) to #4 (c4))"
     fast = run_cli("compare", "--against-history", str(db), str(bundles["fast"]),
                    "--fail", "host_io.stream_copy_pct:+5pp", "--fail", "pipeline.utilisation_pct:+5pp")
     assert fast.returncode == 0 and "improved" in fast.stdout
@@ -408,7 +408,7 @@ def test_against_history_after_main_changed_its_split(tmp_path):
         assert run_cli("history", "add", str(sides[name]), "--db", "h.db", "--label", label, cwd=tmp_path).returncode == 0
     same = run_cli("compare", "--against-history", "h.db", str(sides["bert_planned"]), cwd=tmp_path)
     assert same.returncode == 0, same.stdout
-    assert same.stdout.splitlines()[:2] == [
+    assert unwrapped(same.stdout).splitlines()[:2] == [
         "popviz: OK: no regression (21 metric(s) compared)",
         "base: the median of the last 2 run(s) with the newest run's configuration in h.db (#4 (c4) to #5 (c5)); the "
         "configuration changed at #4 (c4)"]

@@ -17,7 +17,7 @@ torch = pytest.importorskip("torch")
 import popviz.emulator as poptorch  # noqa: E402
 from popviz.emulator import custom_ctc, custom_graphcore, custom_libs, custom_ops  # noqa: E402
 
-from conftest import run_cli  # noqa: E402
+from conftest import run_cli, unwrapped  # noqa: E402
 
 SCRIPTS = Path(__file__).parent / "custom_op_scripts"
 
@@ -41,8 +41,8 @@ def test_missing_libraries_are_answered_once_each_and_nothing_is_written(answeri
         _ = lib.init
     torch.ops.load_library(pathlib.Path("leaky/custom_ops.so"))
     assert str(answering / "leaky" / "custom_ops.so") in torch.ops.loaded_libraries
-    lines = capsys.readouterr().err.splitlines()
-    assert len(lines) == 3  # one per library, not per check
+    lines = unwrapped(capsys.readouterr().err).splitlines()  # each message wraps at the terminal's width
+    assert len(lines) == 3  # one message per library, not per check
     assert lines[0].startswith("popviz emulator: custom-op library build/custom_ops.so is not built: "
                                "answered as if built")
     assert list(answering.iterdir()) == []  # nothing written into the user's tree
@@ -171,7 +171,7 @@ def test_scripts_that_assert_and_load_a_missing_library_run_under_capture(tmp_pa
     proc = run_cli("capture", "--emulate", "--calls", "1", "-o", str(tmp_path / "cap"), "--", sys.executable,
                    str(SCRIPTS / "missing_so_ctypes.py"), cwd=tmp_path, timeout=600)
     assert proc.returncode == 0, proc.stderr
-    answered = [ln for ln in proc.stderr.splitlines() if "custom-op library" in ln]
+    answered = [ln for ln in unwrapped(proc.stderr).splitlines() if "custom-op library" in ln]
     assert answered == ["popviz emulator: custom-op library build/custom_ops.so is not built: answered as if "
                         "built (no Poplar SDK to build it here); its custom ops run on popviz's CPU "
                         "implementations or as zeros shaped like their example outputs (docs/emulator.md, "

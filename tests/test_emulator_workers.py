@@ -15,7 +15,7 @@ torch = pytest.importorskip("torch")
 
 from popviz.emulator import workers  # noqa: E402
 
-from conftest import run_cli  # noqa: E402
+from conftest import run_cli, unwrapped  # noqa: E402
 
 SCRIPT = Path(__file__).parent / "custom_op_scripts" / "many_workers.py"
 
@@ -53,7 +53,7 @@ def test_a_dataloader_is_capped_only_while_a_call_limit_is_set(monkeypatch, caps
         assert (loader.num_workers, loader.prefetch_factor) == (2, 1)
         with pytest.raises(ValueError, match="prefetch_factor"):  # the script's own mistakes stay its own
             torch.utils.data.DataLoader(data, num_workers=0, prefetch_factor=2)
-        err = capsys.readouterr().err.splitlines()
+        err = unwrapped(capsys.readouterr().err).splitlines()  # the message wraps at the terminal's width
         assert err == ["popviz emulator: --calls 1: a DataLoader with num_workers=64 loads in the script's "
                        "process (num_workers 0): an estimate needs 1 batch(es); later DataLoaders likewise"]
     finally:

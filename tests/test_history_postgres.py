@@ -25,7 +25,7 @@ from popviz.ci import history
 from popviz.ci.baseline import EngineMetrics, from_reports
 from popviz.sources.bundle import write_bundle
 
-from conftest import ROOT, assert_one_line_error, run_cli
+from conftest import ROOT, assert_one_line_error, run_cli, unwrapped
 
 psycopg = pytest.importorskip("psycopg") if os.environ.get("CI") != "true" else __import__("psycopg")
 
@@ -97,7 +97,7 @@ def test_add_show_and_compare_against_a_postgresql_history(db, bundles):
     assert slow.returncode == 1, slow.stderr
     assert slow.stdout.startswith("popviz: FAIL: regression in training pipeline.cycles_per_micro_batch "
                                   "(3,031 → 4,244, +40.00%)")
-    assert slow.stdout.splitlines()[1] == f"base: the median of the last 3 run(s) in {db} (#2 (c2) to #4 (c4))"
+    assert unwrapped(slow.stdout).splitlines()[1] == f"base: the median of the last 3 run(s) in {db} (#2 (c2) to #4 (c4))"
 
 
 def test_the_same_schema_as_the_sqlite_file(db, tmp_path):
@@ -285,7 +285,7 @@ def test_a_server_that_goes_away_mid_append_records_no_part_of_the_run(tmp_path)
         server.stop("immediate")
         out, err = proc.communicate(timeout=120)
         assert proc.returncode == 2, (out, err)
-        lines = err.strip().splitlines()
+        lines = unwrapped(err.strip()).splitlines()
         assert len(lines) == 1 and "Traceback" not in err, err
         assert lines[0].startswith(f"popviz: error: {db}: the connection to the server was lost (")
         assert lines[0].endswith("no run was recorded (the transaction was rolled back): run it again")

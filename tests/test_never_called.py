@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from conftest import SAMPLES, assert_one_line_error, run_cli
+from conftest import SAMPLES, assert_one_line_error, run_cli, unwrapped
 
 pytest.importorskip("torch")
 
@@ -66,15 +66,18 @@ def test_capture_analyse_and_fail_on_say_it_never_ran(never):
     gate = run_cli("analyse", "out", "--fail-on", "error", cwd=tmp)
     assert gate.returncode == 1 and "RUN001" in gate.stderr
     plot = run_cli("plot", "out", "-o", "figures", cwd=tmp)  # every figure skipped, each saying why
-    skipped = [line for line in plot.stderr.splitlines() if line.startswith("skipped ")]
-    assert skipped and all("never called" in line for line in skipped), plot.stderr
+    lines = unwrapped(plot.stderr).splitlines()  # each skipped line wraps at the terminal's width
+    assert lines[0] == "popviz plot: reading the report and drawing its figures ...", plot.stderr
+    assert lines[-1] == "0 figure(s) written to figures", plot.stderr
+    skipped = [line for line in lines if line.startswith("skipped ")]
+    assert skipped and all("never called (RUN001)" in line for line in skipped), plot.stderr
 
 
 def test_compare_and_baseline_refuse_a_run_with_no_metrics(never):
     tmp, _ = never
     # a run whose engine stopped running fails the gate (exit 1); as a base it compares nothing (exit 2)
     lost = run_cli("compare", str(SAMPLES / "mnist_pipeline"), "out", cwd=tmp)
-    assert lost.returncode == 1 and lost.stdout.splitlines()[0] == (
+    assert lost.returncode == 1 and unwrapped(lost.stdout).splitlines()[0] == (
         "popviz: FAIL: engine training ran in BASE but has no metrics in NEW: never called (RUN001); "
         "engine inference ran in BASE and is missing from NEW"), lost.stdout
     assert_one_line_error(run_cli("compare", "out", str(SAMPLES / "mnist_pipeline"), cwd=tmp),

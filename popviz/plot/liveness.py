@@ -27,8 +27,11 @@ def liveness_frame(report: Report):
     ``live_bytes`` (their sum) per liveness step, at most :data:`MAX_POINTS` steps per IPU (``ipu``
     null: the replica's total, when the report has no per-IPU liveness)."""
     if report.liveness is None:
-        raise PlotDataError(f"liveness: engine '{report.label}' has no liveness steps (a profile whose libpva "
-                            "has no livenessProgramSteps, or a report from before they were read)")
+        from popviz.model.frames import unrun_reason
+
+        why = unrun_reason(report) or ("a profile whose libpva has no livenessProgramSteps, or a report "
+                                       "from before they were read")
+        raise PlotDataError(f"liveness: engine '{report.label}' has no liveness steps ({why})")
     return report.liveness_steps(max_points=MAX_POINTS)
 
 
