@@ -30,18 +30,24 @@ def one_thread():
 
 
 def bundle(executor: PoplarExecutor, tmp_path, name: str) -> dict[str, object]:
-    """Every file of the executor's report bundle (the JSON parsed, its write time left out)."""
+    """Every file of the executor's report bundle: the JSON parsed, each table with its schema
+    metadata; the write's time and its fresh ``bundle_id`` (a new one on every write, which every
+    table must carry) left out."""
+    import pyarrow.parquet as pq
+
     report = costmodel.build_report(executor._estimate, executor._setup, versions={"torch": "any"},
                                     captured_at="2000-01-01T00:00:00+00:00")
     directory = write_bundle(report, tmp_path / name)
-    files: dict[str, object] = {}
+    meta = json.loads((directory / "popviz-report.json").read_text(encoding="utf-8"))
+    meta.pop("written_at", None)
+    bundle_id = meta.pop("bundle_id")
+    files: dict[str, object] = {"popviz-report.json": meta}
     for path in sorted(directory.iterdir()):
-        if path.suffix == ".json":
-            meta = json.loads(path.read_text(encoding="utf-8"))
-            meta.pop("written_at", None)
-            files[path.name] = meta
-        else:
-            files[path.name] = path.read_bytes()
+        if path.suffix != ".json":
+            table = pq.read_table(path)
+            metadata = dict(table.schema.metadata)
+            assert metadata.pop(b"popviz.bundle_id") == bundle_id.encode(), path.name
+            files[path.name] = (metadata, table.replace_schema_metadata(metadata).to_pydict())
     return files
 
 
@@ -61,7 +67,8 @@ def assert_same_report(make, inputs, monkeypatch, tmp_path, training=True, optio
     _, faked = compile_with("auto", make, inputs, monkeypatch, training, options)
     assert faked._setup.extra_notes == real._setup.extra_notes  # no fallback note
     a, b = bundle(real, tmp_path, "real"), bundle(faked, tmp_path, "fake")
-    assert sorted(a) == ["execution.parquet", "memory.parquet", "popviz-report.json", "runs.parquet"]
+    assert sorted(a) == ["execution.parquet", "liveness.parquet", "memory.parquet", "popviz-report.json",
+                         "runs.parquet"]
     assert a == b
     return real, faked
 

@@ -12,7 +12,7 @@ import textwrap
 
 import pytest
 
-from conftest import run_cli
+from conftest import run_cli, unwrapped
 
 torch = pytest.importorskip("torch")
 
@@ -128,8 +128,8 @@ def test_profiles_written_elsewhere_are_gathered_with_their_manifest(own_dir_cap
     assert (tmp / "elsewhere" / "training" / "popviz-report.json").is_file()  # left where it was
     assert (tmp / "cap" / "training" / "popviz-report.json").is_file()
     assert ("  training: profile written to elsewhere/training (the program's autoReport.directory); "
-            "linked execution.parquet, memory.parquet, popviz-report.json, runs.parquet into "
-            "cap/training") in proc.stderr
+            "linked execution.parquet, liveness.parquet, memory.parquet, popviz-report.json, runs.parquet "
+            "into cap/training") in unwrapped(proc.stderr)
     assert "training  popviz bundle · training, PipelinedExecution, 2 stage(s) · D=4 G=8" in proc.stderr
     run = json.loads((tmp / "cap" / "popviz-run.json").read_text())
     assert any("elsewhere/training" in n for n in run["notes"])
@@ -180,7 +180,7 @@ def test_calls_stops_the_script_cleanly_at_the_nth_call(calls_run):
         "step 0", "step 1"]
     assert "cleanup ran" in proc.stdout and "after the loop" not in proc.stdout
     # each step as it starts and ends (heartbeats, "... (N s)", come only while one lasts 4 s)
-    progress = [re.sub(r"[0-9.]+ s$", "N s", line) for line in proc.stderr.splitlines()
+    progress = [re.sub(r"[0-9.]+ s$", "N s", line) for line in unwrapped(proc.stderr).splitlines()
                 if line.startswith("popviz emulator: ") and "report" not in line.split(":")[1]
                 and not re.search(r"\(\d+ s\)$", line)]
     assert progress == ["popviz emulator: compiling 'training': tracing and measuring one micro-batch",

@@ -14,7 +14,7 @@ import popviz
 from popviz import testing
 from popviz.sources.bundle import write_bundle
 
-from conftest import run_cli
+from conftest import run_cli, unwrapped
 
 SCRIPT = '''
 import sys, torch, poptorch
@@ -48,6 +48,16 @@ print("trained", flush=True)
 '''
 
 
+def first_line(tmp_path: Path) -> str:
+    """``popviz emulate``'s own first line (the command shown to 60 characters), before the
+    script's output; the tests read stderr unwrapped (lines popviz broke at 80 columns joined)."""
+    import shlex
+
+    shown = shlex.join([sys.executable, str(tmp_path / "train.py")])
+    shown = shown if len(shown) <= 60 else shown[:57] + "..."
+    return f"popviz emulate: running {shown} with popviz's emulator as poptorch\n"
+
+
 def run(tmp_path: Path, *args: str, env: dict[str, str] | None = None):
     script = tmp_path / "train.py"
     script.write_text(SCRIPT)
@@ -69,7 +79,7 @@ def engine_opts(directory: Path, all_value: object = "true") -> dict[str, str]:
 def test_no_profiling_switch_writes_nothing(tmp_path):
     proc = run(tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["train.py"]
-    assert proc.stderr == ""
+    assert unwrapped(proc.stderr) == first_line(tmp_path)
 
 
 def test_engine_options_then_a_later_run_replaces_only_its_own_report(tmp_path):
@@ -83,13 +93,15 @@ def test_engine_options_then_a_later_run_replaces_only_its_own_report(tmp_path):
     assert report.config.gradient_accumulation == 3 and report.config.device_iterations == 2
     assert report.memory.level == "ipu" and report.target.num_ipus == 2
     assert [t.name for t in report.host_io.tensors] == ["x", "y", "output.0", "loss"]
-    assert proc.stderr == "popviz emulator: estimated report of 'training' written to reports/training\n"
+    assert unwrapped(proc.stderr) == (first_line(tmp_path) + "popviz emulator: estimated report of 'training' "
+                                      "written to reports/training\n")
 
     (out / "training" / "notes.txt").write_text("mine")
     (out / "keep.txt").write_text("mine too")
     proc = run(tmp_path, env=engine_opts(out))
-    assert proc.stderr.splitlines()[0] == ("popviz emulator: warning: replacing the estimated report of an "
-                                           "earlier run in reports/training")
+    assert unwrapped(proc.stderr).splitlines()[0] == first_line(tmp_path).strip()
+    assert unwrapped(proc.stderr).splitlines()[1] == ("popviz emulator: warning: replacing the estimated "
+                                                      "report of an earlier run in reports/training")
     assert (out / "training" / "notes.txt").read_text() == "mine" and (out / "keep.txt").read_text() == "mine too"
     assert popviz.load(out)["training"].host_io.calls == 3
 
@@ -110,9 +122,10 @@ def test_poplar_report_is_left_alone(tmp_path):
     proc = run(tmp_path, env=engine_opts(tmp_path / "reports"))
     assert [p.name for p in engine.iterdir()] == ["profile.pop"]
     assert (engine / "profile.pop").read_bytes() == b"not really a profile"
-    assert proc.stderr == ("popviz emulator: warning: reports/training holds a Poplar report (profile.pop); "
-                           "leaving it alone and writing no report for 'training' (choose another "
-                           "autoReport.directory)\n")
+    assert unwrapped(proc.stderr) == first_line(tmp_path) + (
+        "popviz emulator: warning: reports/training holds a Poplar report (profile.pop); "
+        "leaving it alone and writing no report for 'training' (choose another "
+        "autoReport.directory)\n")
 
 
 def test_enable_profiling_in_process_destroy_and_foreign_bundles(tmp_path, monkeypatch):
