@@ -25,6 +25,15 @@ from popviz._version import __version__
 from popviz.emulator import hardware as hw
 from popviz.emulator import host_transfers, known_errors, liveness_estimate, recompute, report_notes
 from popviz.emulator.cost_inputs import AnchoredTensor, EngineSetup, Measurement, OpCost, ParamInfo, Segment
+from popviz.emulator.op_kinds import (  # noqa: F401  (the op classes, re-exported from here)
+    CONV_OPS,
+    GATHER_OPS,
+    MATMUL_OPS,
+    NORM_SOFTMAX_OPS,
+    OP_KINDS,
+    REDUCTION_OPS,
+    op_kind,
+)
 from popviz.model import (
     ExecutionTable,
     HostIO,
@@ -43,43 +52,6 @@ from popviz.model.numbers import reserved_ipus
 MEMORY_CATEGORIES = ("weights", "optimizerState", "gradientAccumulators", "activationStash",
                      "temporaries", "codeAndExchange")
 """The emulator's memory categories (``cat_<name>_bytes`` columns); see docs/emulator.md."""
-
-
-MATMUL_OPS = frozenset({"mm", "addmm", "bmm", "baddbmm", "matmul", "linear", "_scaled_dot_product_flash_attention",
-                        "_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_efficient_attention",
-                        "scaled_dot_product_attention"})
-CONV_OPS = frozenset({"convolution", "_convolution", "conv2d", "conv1d", "conv3d", "cudnn_convolution",
-                      "convolution_backward"})
-NORM_SOFTMAX_OPS = frozenset({"native_layer_norm", "layer_norm", "native_batch_norm", "batch_norm",
-                              "_native_batch_norm_legit", "_native_batch_norm_legit_functional",
-                              "_native_batch_norm_legit_no_training", "native_group_norm", "group_norm",
-                              "_softmax", "softmax", "_log_softmax", "log_softmax", "rms_norm", "_fused_rms_norm"})
-REDUCTION_OPS = frozenset({"sum", "mean", "amax", "amin", "max", "min", "argmax", "argmin", "var", "std",
-                           "var_mean", "std_mean", "norm", "linalg_vector_norm", "nll_loss_forward",
-                           "nll_loss2d_forward", "mse_loss", "binary_cross_entropy_with_logits", "cumsum",
-                           "prod", "logsumexp", "max_pool2d_with_indices", "avg_pool2d", "_adaptive_avg_pool2d",
-                           "adaptive_avg_pool2d", "max_pool2d", "topk", "sort"})
-GATHER_OPS = frozenset({"embedding", "index_select", "gather", "index", "take_along_dim", "embedding_bag",
-                        "_embedding_bag", "scatter", "scatter_add", "index_put", "index_add", "masked_select"})
-OP_KINDS = ("matmul", "conv", "norm", "reduce", "gather", "elementwise")
-
-
-def op_kind(op: OpCost) -> str:
-    """The cost model's class of an operation: ``matmul`` / ``conv`` (FLOPs on the AMP units),
-    ``norm`` (normalisations and softmax: several reductions and passes), ``reduce``, ``gather``
-    (embeddings, indexing: exchange-bound) or ``elementwise`` (everything else, copies included)."""
-    name = op.name.split(".")[0]
-    if name in CONV_OPS:
-        return "conv"
-    if op.matmul and op.flops > 0:
-        return "matmul"
-    if name in NORM_SOFTMAX_OPS:
-        return "norm"
-    if name in REDUCTION_OPS:
-        return "reduce"
-    if name in GATHER_OPS:
-        return "gather"
-    return "elementwise"
 
 
 def peak_rate(op: OpCost, spec: hw.IpuSpec, half_partials: bool) -> float:
