@@ -17,8 +17,9 @@ from conftest import ROOT, assert_one_line_error, run_cli, unwrapped
 
 def test_emulated_env_prepends_shim_and_keeps_user_path():
     env = emulated_env({"PYTHONPATH": "/a" + os.pathsep + "/b", "HOME": "/h"})
-    assert env == {"PYTHONPATH": os.pathsep.join([str(SHIM_DIR), "/a", "/b"]), "HOME": "/h"}
-    assert emulated_env({}) == {"PYTHONPATH": str(SHIM_DIR)}
+    assert env == {"PYTHONPATH": os.pathsep.join([str(SHIM_DIR), "/a", "/b"]), "HOME": "/h",
+                   "POPVIZ_PYTHON": sys.executable}  # where the report is written whatever the numpy
+    assert emulated_env({}) == {"PYTHONPATH": str(SHIM_DIR), "POPVIZ_PYTHON": sys.executable}
     assert emulated_env(env) == env  # idempotent
 
 

@@ -73,7 +73,7 @@ def test_a_64_worker_estimate_stays_bounded_and_leaves_no_process(tmp_path, call
     assert _with_marker(marker) == []  # no worker, no process of the script's own survives
     peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     # one combined batch is 2 x 4 x 8 samples of 1 MiB: 64 MiB; 64 workers x 2 batches ahead would be 8 GiB
-    assert max(peak_kib, before) < 1_500_000, peak_kib
+    assert max(peak_kib, before) < 2_000_000, peak_kib  # one process's estimate; 64 workers would be many GB
     if calls == 1:
         assert "workers 0 pid" in proc.stdout
         assert "--calls 1: a DataLoader with num_workers=64 loads in the script's process" in proc.stderr

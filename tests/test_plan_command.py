@@ -519,7 +519,9 @@ def test_without_a_profile_the_ramp_is_weighed_by_the_estimates_layers_as_plan_d
             p["micro_batches_for_target"]) == ("model", 0.9986, 0.8, 8)
     assert "PIPE003" not in {f.code for f in engine.findings}
     assert engine.outputs["pipeline"].caption == ("ramp efficiency 99.9% weighed by the estimate's per-layer cycles "
-                                                  "(no execution profile; S = 3; count bound G/(G+S-1) 80.0%)")
+                                                  "(no execution profile; S = 3; count bound G/(G+S-1) 80.0%)\n"
+                                                  "estimated achieved efficiency (forward+backward FLOPs / Mk2 float32 "
+                                                  "peak): layers up to 25% (layers.7)")
     plan = make_plan(report)
     assert round(plan.current.ramp_efficiency_frac, 4) == 0.9986
     assert any("ramp efficiency 99.9% (model 99.9%" in n for n in plan.notes)

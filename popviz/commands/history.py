@@ -4,7 +4,7 @@ metric's trend (for CI).
   popviz history add REPORT --db DB [--label COMMIT]
       append a run's metrics (a SQLite DB is created when absent)
   popviz history show --db DB [METRIC ...] [--html FILE]
-      the trend per metric, with the runs where it stepped or the environment changed
+      the trend per metric, the runs where it stepped or the environment changed
 
 DB is a file (SQLite: versioned schema, WAL mode) or postgresql://USER@HOST/DATABASE (psycopg 3:
 pip install 'popviz[postgres]'; credentials from PGPASSWORD, ~/.pgpass or PGSERVICE, never
