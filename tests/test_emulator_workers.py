@@ -76,9 +76,9 @@ def test_a_64_worker_estimate_stays_bounded_and_leaves_no_process(tmp_path, call
     assert max(peak_kib, before) < 2_000_000, peak_kib  # one process's estimate; 64 workers would be many GB
     if calls == 1:
         assert "workers 0 pid" in proc.stdout
-        assert "--calls 1: a DataLoader with num_workers=64 loads in the script's process" in proc.stderr
-        assert "ended 1 process(es) the script started" in proc.stderr  # its own sleeping child
+        assert "--calls 1: a DataLoader with num_workers=64 loads in the script's process" in unwrapped(proc.stderr)
+        assert "ended 1 process(es) the script started" in unwrapped(proc.stderr)  # its own sleeping child
     else:
         assert "workers 2 pid" in proc.stdout
-        assert "keeps 2 worker(s), one batch ahead each" in proc.stderr
-        assert "ended 3 process(es) the script started" in proc.stderr  # two workers and the child
+        assert "keeps 2 worker(s), one batch ahead each" in unwrapped(proc.stderr)
+        assert "ended 3 process(es) the script started" in unwrapped(proc.stderr)  # two workers and the child
