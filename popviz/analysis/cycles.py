@@ -31,7 +31,6 @@ from typing import TYPE_CHECKING, Any
 from popviz.analysis.thresholds import RAMP_EFFICIENCY_TARGET_FRAC
 from popviz.model import STREAM_COPY_TYPES
 from popviz.model.aggregate import cycle_totals
-from popviz.model.names import WEIGHT_UPDATE_PROGRAM
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -51,21 +50,13 @@ LABELS = {"useful": "useful work", "weight_update": "weight update", "imbalance"
 def weight_update_cycles(execution: ExecutionTable, runs: list[int]) -> dict[int, int]:
     """Per IPU, the work cycles of programs named like a weight update in the given runs (the
     program names are matched once per distinct name, not per step)."""
-    codes = [k for k, c in enumerate(execution.steps["program"].cat.categories)
-             if WEIGHT_UPDATE_PROGRAM.search(str(c))]
-    if not codes:
-        return {}
-    totals = cycle_totals(execution)
-    return {ipu: total for ipu, (_, total, _) in
-            totals.per_ipu(totals.rows(WORK_TYPES, runs, program_codes=codes)).items()}
+    return cycle_totals(execution).weight_update(runs)
 
 
 def sync_floor_cycles(execution: ExecutionTable, runs: list[int]) -> dict[int, int]:
     """Per IPU, the fixed cost of its syncs: the number of Sync steps times the shortest one (a
     sync in which the IPU was the last to arrive costs only the sync itself)."""
-    totals = cycle_totals(execution)
-    return {ipu: count * least for ipu, (count, _, least) in
-            totals.per_ipu(totals.rows(("Sync",), runs)).items()}
+    return {ipu: count * least for ipu, (count, _, least) in cycle_totals(execution).sync(runs).items()}
 
 
 def decompose(by_type: pd.DataFrame, ipus: list[int], elapsed: int,

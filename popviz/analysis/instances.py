@@ -60,11 +60,11 @@ def peak_memory_bytes(report: Report) -> int | None:
 
 def cycles_per_run(report: Report) -> float | None:
     """Mean over the profile's runs of the longest IPU's cycles in the run."""
-    if report.execution is None or report.execution.steps.empty:
+    if report.execution is None:
         return None
-    steps = report.execution.steps
-    per_run = steps.groupby(["run", "ipu"])["cycles"].sum().groupby("run").max()
-    return float(per_run.mean())
+    from popviz.model.aggregate import cycle_totals
+
+    return cycle_totals(report.execution).mean_longest()
 
 
 FIGURES: dict[str, tuple[Callable[[Report], float | None], float, str]] = {

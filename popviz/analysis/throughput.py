@@ -82,11 +82,12 @@ def call_seconds(report: Report) -> float | None:
         return float(durations.mean())
     if report.target is None or not report.target.clock_hz:
         return None
-    steps = ex.steps
-    if not len(steps):
+    from popviz.model.aggregate import cycle_totals
+
+    mean = cycle_totals(ex).mean_longest()  # per run its longest IPU, over every run with steps
+    if mean is None:
         return None
-    per = steps.groupby(["run", "ipu"], observed=True)["cycles"].sum().groupby(level="run").max()
-    seconds = float(per.mean()) / report.target.clock_hz
+    seconds = mean / report.target.clock_hz
     return seconds if seconds > 0 else None
 
 

@@ -1,19 +1,29 @@
 """The one reduction of an execution table that every analysis (and the trace plots) shares.
 
-An execution table has a row per program step per IPU: 10⁷ rows at POD scale. The analyses need
-far less: per run its on-tile compute cycles (which runs are executor calls) and its longest
-IPU (elapsed cycles), and, over a set of runs, cycles per IPU and program type (a few hundred
-numbers). :class:`RunCycles` computes these with numpy on the table's own integer columns (the
-program type as its categorical code), in one pass over the rows plus one per run set asked
-for, in blocks so temporary memory stays bounded. Nothing is copied from the table unless its
-rows are not in run order. Sums are exact: the sources bound the total below 2**62.
+An execution table has a row per program step per IPU: 10⁸ rows at POD scale, which need not fit
+in memory (a bundle's table stays in its Parquet file, :mod:`popviz.model.rowsource`). The
+analyses need far less: per run its on-tile compute cycles (which runs are executor calls) and
+its longest IPU (elapsed cycles); over a set of runs, cycles per IPU and program type (split into
+weight-update programs and the rest), and per IPU its Sync steps (count, shortest); and the
+stream-copy steps per run, IPU and program. :class:`RunCycles` computes all of them in **one
+pass** over the rows, block by block, with numpy on integer columns (the program and its type as
+categorical codes), so memory is bounded by the figures kept — per run and IPU two int64 sums
+(elapsed cycles, shortest Sync), per IPU and type a few sums, per stream-copy (run, IPU,
+program) one row — not by the rows. A set of runs other than "all" is answered from the totals
+minus a pass over the runs left out (or a pass over the set, whichever holds fewer rows; a store
+on disk reads only the row groups that hold them): none at all when every run with cycles is a
+call. The same pass records the boundary checks' findings (:attr:`RunCycles.problems`). Sums are
+exact: the sources bound the total below 2**62.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
-from popviz.model.names import COMPUTE_TYPES
+from popviz.model.names import COMPUTE_TYPES, STREAM_COPY_TYPES, WEIGHT_UPDATE_PROGRAM
+from popviz.model.rowsource import BLOCK_ROWS, FrameRows, RowSource
+from popviz.model.tables import ModelError
 from popviz.model.thresholds import MAIN_RUN_MIN_COMPUTE_FRAC
 
 if TYPE_CHECKING:
@@ -23,134 +33,293 @@ if TYPE_CHECKING:
     from popviz.model import ExecutionTable
 
 MAX_DENSE_BINS = 2**21
-"""Bins (runs × IPUs) summed at once: the per-run pass walks the runs in blocks of at most this
-many bins (16 MiB of sums), so memory stays bounded however many runs there are."""
+"""Kept for callers that bound a block: rows handled at once are at most this many."""
 
-ROW_BLOCK = 2**20
-"""Rows handled at once by the per-run-set passes (bounds their temporaries to a few MiB)."""
+ROW_BLOCK = BLOCK_ROWS
+"""Rows handled at once (bounds every temporary of the pass to a few tens of MiB)."""
 
 MAX_IPU_RANGE = 2**16
-"""IPU indices spanning more than this are renumbered densely (np.unique) instead of offset."""
+"""IPU indices spanning more than this are renumbered densely (their distinct values) instead of
+offset."""
 
+MAX_TOTAL_CYCLES = 2**62
+"""Cycle sums above this could overflow int64 arithmetic in the analyses (the boundary check)."""
+
+WORK_TYPES = ("OnTileExecute", "DoExchange")
+"""Program types that do an IPU's work (the weight-update split counts these)."""
+
+PASS_COLUMNS = ("run", "ipu", "program", "program_type", "cycles")
 _CACHE_ATTR = "_popviz_run_cycles"
 
 
-def cycle_totals(execution: ExecutionTable) -> RunCycles:
+def cycle_totals(execution: ExecutionTable, n_ipus: int | None = None) -> RunCycles:
     """The execution table's :class:`RunCycles`, computed on first use and kept with the table
-    so every analysis shares it."""
+    so every analysis shares it (``n_ipus``: the target's IPUs, for the boundary check)."""
+    rows = execution.rows
     cached = execution.__dict__.get(_CACHE_ATTR)
-    if cached is not None and cached[0] is execution.steps:
+    if cached is not None and cached[0] is rows and (n_ipus is None or cached[1].n_ipus_checked == n_ipus):
         return cached[1]
-    totals = RunCycles(execution.steps)
-    execution.__dict__[_CACHE_ATTR] = (execution.steps, totals)
+    totals = RunCycles(rows, run_ids=execution.runs["run"].to_numpy(), n_ipus=n_ipus)
+    execution.__dict__[_CACHE_ATTR] = (rows, totals)
     return totals
 
 
 def exact_bincount(key: np.ndarray, weights: np.ndarray, n_bins: int) -> np.ndarray:
-    """``numpy.bincount`` of integer weights, exact: float sums are exact below 2**53 per bin,
-    else the bins are summed again in int64."""
+    """``numpy.bincount`` of integer weights, exact, as int64: float sums are exact below 2**53
+    per bin, else the bins are summed again in int64."""
     import numpy as np
 
     sums = np.bincount(key, weights=weights, minlength=n_bins)
     if sums.max(initial=0) >= 2**53:
         sums = np.zeros(n_bins, dtype="int64")
         np.add.at(sums, key, weights)
-    return sums
+        return sums
+    return sums.astype("int64")
+
+
+def _add_ranged(target: np.ndarray, key: np.ndarray, weights: np.ndarray | None) -> None:
+    """``target[key] += weights`` (or += 1 per key) over the block's range of keys only."""
+    import numpy as np
+
+    if not len(key):
+        return
+    lo, hi = int(key.min()), int(key.max()) + 1
+    local = key - lo
+    if weights is None:
+        target[lo:hi] += np.bincount(local, minlength=hi - lo)
+    else:
+        target[lo:hi] += exact_bincount(local, weights, hi - lo)
+
+
+class _Luts:
+    """Per category code: which class it is in (one extra entry, for code -1, at the end)."""
+
+    def __init__(self) -> None:
+        self.types: list[str] = []
+        self.programs: list[str] = []
+        import numpy as np
+
+        self.compute = self.sync = self.copy = np.zeros(1, dtype=bool)
+        self.work = np.zeros(1, dtype=bool)
+        self.update = np.zeros(1, dtype=bool)
+
+    def refresh(self, source: RowSource) -> None:
+        import numpy as np
+
+        types = source.categories("program_type")
+        if len(types) != len(self.types):
+            self.types = types
+            self.compute = np.array([t in COMPUTE_TYPES for t in types] + [False], dtype=bool)
+            self.sync = np.array([t == "Sync" for t in types] + [False], dtype=bool)
+            self.copy = np.array([t in STREAM_COPY_TYPES for t in types] + [False], dtype=bool)
+            self.work = np.array([t in WORK_TYPES for t in types] + [False], dtype=bool)
+        programs = source.categories("program")
+        if len(programs) != len(self.programs):
+            self.programs = programs
+            self.update = np.array([bool(WEIGHT_UPDATE_PROGRAM.search(p)) for p in programs] + [False],
+                                   dtype=bool)
 
 
 class RunCycles:
-    """Per-run figures and per-(IPU, program type) sums of one execution table.
+    """Per-run figures, per-(IPU, program type) sums and the stream-copy groups of one execution
+    table (a frame or a :class:`~popviz.model.rowsource.RowSource`).
 
     ``runs``: the run ids with any cycles, sorted; ``compute``/``longest``: per run in ``runs``,
-    its on-tile compute cycles and the cycles of its busiest IPU (int64)."""
+    its on-tile compute cycles and the cycles of its busiest IPU (int64); ``problems``: the
+    boundary checks' findings, ``{check: (first row, its value, rows in all)}``."""
 
-    def __init__(self, steps: pd.DataFrame, max_dense_bins: int = MAX_DENSE_BINS) -> None:
+    def __init__(self, steps: pd.DataFrame | RowSource, max_dense_bins: int = MAX_DENSE_BINS,
+                 run_ids: Iterable[int] | None = None, n_ipus: int | None = None,
+                 block_rows: int = ROW_BLOCK) -> None:
         import numpy as np
 
-        ptype = steps["program_type"]
-        self.types: tuple[str, ...] = tuple(str(t) for t in ptype.cat.categories)
-        self._code = ptype.cat.codes.to_numpy()
-        self._program = steps["program"].cat.codes.to_numpy()
-        self._n_programs = len(steps["program"].cat.categories)
-        run = steps["run"].to_numpy()
-        ipu = steps["ipu"].to_numpy()
-        cycles = steps["cycles"].to_numpy()
-        self._row_mask_cache: tuple[tuple[int, ...], np.ndarray] | None = None
+        source = steps if isinstance(steps, RowSource) else FrameRows(steps)
+        self._source = source
+        self._block_rows = max(1, min(block_rows, max_dense_bins))
+        self.n_ipus_checked = n_ipus
+        self.problems: dict[str, tuple[int, Any, int]] = {}
+        self._luts = _Luts()
         self._by_type_cache: dict[tuple[int, ...], pd.DataFrame] = {}
-        if len(run) > 1 and not bool((run[1:] >= run[:-1]).all()):  # the blocks need run order
-            order = np.argsort(run, kind="stable")
-            run, ipu, cycles = run[order], ipu[order], cycles[order]
-            self._code, self._program = self._code[order], self._program[order]
-            del order
-        self._run, self._ipu, self._cycles = run, ipu, cycles
-        if not len(run):
-            self._edges = np.zeros(1, dtype="int64")
-            self._all_ids = np.zeros(0, dtype="int64")
-            self.runs = self._all_ids
-            self.compute = self.longest = np.zeros(0, dtype="int64")
-            self._ipu_ids = np.zeros(0, dtype="int64")
-            return
-        # Distinct runs: contiguous row ranges [edges[j], edges[j + 1]).
-        self._edges = np.concatenate(([0], np.flatnonzero(run[1:] != run[:-1]) + 1, [len(run)]))
-        self._all_ids = run[self._edges[:-1]].astype("int64")
-        self._ipu_setup(ipu)
-        compute_codes = [k for k, t in enumerate(self.types) if t in COMPUTE_TYPES]
-        longest, compute, total = self._per_run(max_dense_bins, np.asarray(compute_codes, dtype="int64"))
-        keep = total > 0  # runs whose steps all took 0 cycles count as absent
-        self.runs = self._all_ids[keep]
-        self.longest = longest[keep]
-        self.compute = compute[keep]
+        self._sums_cache: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray]] = {}
+        if run_ids is None:
+            run_ids = self._distinct("run")
+        self._run_ids = np.unique(np.asarray(list(run_ids) if not hasattr(run_ids, "dtype") else run_ids,
+                                             dtype="int64"))
+        self._ipu_setup()
+        n_runs, n_ipu = len(self._run_ids), len(self._ipu_ids)
+        self._total = np.zeros(n_runs * n_ipu, dtype="int64")
+        self._sync_min: np.ndarray | None = None
+        self._run_rows = np.zeros(n_runs, dtype="int64")
+        self._compute = np.zeros(n_runs, dtype="int64")
+        self._sums = np.zeros((n_ipu, 0, 2), dtype="int64")
+        self._counts = np.zeros((n_ipu, 0, 2), dtype="int64")
+        self._copies: list[tuple[np.ndarray, ...]] = []
+        self._running_total = 0.0
+        self._pass()
+        self.types: tuple[str, ...] = tuple(self._luts.types)
+        if n_runs and n_ipu:
+            per = self._total.reshape(n_runs, n_ipu)
+            longest_all, total = per.max(axis=1), per.sum(axis=1)
+        else:
+            longest_all = total = np.zeros(n_runs, dtype="int64")
+        present = self._run_rows > 0
+        self._present = present
+        self._longest_all = longest_all
+        keep = present & (total > 0)  # runs whose steps all took 0 cycles count as absent
+        self._keep = keep
+        self.runs = self._run_ids[keep]
+        self.longest = longest_all[keep].astype("int64")
+        self.compute = self._compute[keep]
 
     # ------------------------------------------------------------------------------- building
 
-    def _ipu_setup(self, ipu: np.ndarray) -> None:
+    def _distinct(self, column: str) -> np.ndarray:
         import numpy as np
 
-        # Every index in [min, max] gets a slot (an IPU without rows just sums to zero).
-        lo, hi = int(ipu.min()), int(ipu.max())
-        self._ipu_min = lo
-        self._ipu_inverse = None
-        if hi - lo < MAX_IPU_RANGE:
-            self._ipu_ids = np.arange(lo, hi + 1, dtype="int64")
-        else:  # indices far apart (no target to bound them): renumber the ones present
-            self._ipu_ids, inverse = np.unique(ipu, return_inverse=True)
-            self._ipu_inverse = inverse.astype("int64")
+        seen = np.zeros(0, dtype="int64")
+        for _, b in self._source.blocks([column], block_rows=max(self._block_rows, ROW_BLOCK)):
+            seen = np.union1d(seen, np.unique(b[column]).astype("int64"))
+        return seen
 
-    def _ipu_index(self, lo: int, hi: int) -> np.ndarray:
-        """Dense IPU index (0..len(ipu_ids)-1) of rows lo:hi, as int64."""
-        if self._ipu_inverse is not None:
-            return self._ipu_inverse[lo:hi]
-        idx = self._ipu[lo:hi].astype("int64")
+    def _ipu_setup(self) -> None:
+        import numpy as np
+
+        span = self._source.value_range("ipu")
+        self._ipu_min = 0
+        self._ipu_sorted = False
+        if span is None:
+            self._ipu_ids = np.zeros(0, dtype="int64")
+        elif span[1] - span[0] < MAX_IPU_RANGE:  # every index in [min, max] gets a slot
+            self._ipu_min = span[0]
+            self._ipu_ids = np.arange(span[0], span[1] + 1, dtype="int64")
+        else:  # indices far apart (no target to bound them): renumber the ones present
+            self._ipu_ids = self._distinct("ipu")
+            self._ipu_sorted = True
+
+    def _ipu_index(self, ipu: np.ndarray) -> np.ndarray:
+        import numpy as np
+
+        if self._ipu_sorted:
+            return np.searchsorted(self._ipu_ids, ipu).astype("int64")
+        idx = ipu.astype("int64")
         idx -= self._ipu_min
         return idx
 
-    def _per_run(self, max_dense_bins: int, compute_codes: np.ndarray):
+    def _run_index(self, run: np.ndarray) -> np.ndarray:
         import numpy as np
 
-        n_runs, n_ipu = len(self._all_ids), len(self._ipu_ids)
-        longest = np.zeros(n_runs, dtype="int64")
-        compute = np.zeros(n_runs, dtype="int64")
-        total = np.zeros(n_runs, dtype="float64")
-        is_compute = np.zeros(max(len(self.types), 1), dtype=bool)
-        is_compute[compute_codes] = True
-        per_block = max(1, max_dense_bins // n_ipu)
-        counts = np.diff(self._edges)
-        for j in range(0, n_runs, per_block):
-            k = min(per_block, n_runs - j)
-            lo, hi = int(self._edges[j]), int(self._edges[j + k])
-            local = np.repeat(np.arange(k, dtype="int64"), counts[j:j + k])
-            cycles = self._cycles[lo:hi]
-            key = local * n_ipu
-            key += self._ipu_index(lo, hi)
-            sums = exact_bincount(key, cycles, k * n_ipu).reshape(k, n_ipu)
-            del key
-            longest[j:j + k] = sums.max(axis=1)
-            total[j:j + k] = sums.sum(axis=1)
-            del sums
-            mask = is_compute[self._code[lo:hi]]
-            block = exact_bincount(local[mask], cycles[mask], k)
-            compute[j:j + k] = np.rint(block) if block.dtype.kind == "f" else block
-        return longest, compute, total
+        idx = np.searchsorted(self._run_ids, run)
+        ok = idx < len(self._run_ids)
+        ok[ok] = self._run_ids[idx[ok]] == run[ok]
+        if not ok.all():
+            unknown = sorted(int(r) for r in np.unique(run[~ok])[:10])
+            raise ModelError(f"execution steps refer to run(s) {unknown} missing from runs")
+        return idx.astype("int64")
+
+    def _note(self, check: str, offset: int, bad: np.ndarray, values: np.ndarray) -> None:
+        import numpy as np
+
+        n = int(np.count_nonzero(bad))
+        if not n:
+            return
+        if check in self.problems:
+            first, value, count = self.problems[check]
+            self.problems[check] = (first, value, count + n)
+        else:
+            row = int(np.flatnonzero(bad)[0])
+            self.problems[check] = (offset + row, values[row].item(), n)
+
+    def _check(self, offset: int, b: dict[str, np.ndarray]) -> None:
+        import numpy as np
+
+        cycles, ipu, run = b["cycles"], b["ipu"], b["run"]
+        self._note("cycles", offset, cycles < 0, cycles)
+        block = float(cycles.sum(dtype="float64"))
+        if self._running_total + block >= MAX_TOTAL_CYCLES:
+            over = (self._running_total + np.cumsum(cycles.astype("float64"))) >= MAX_TOTAL_CYCLES
+            self._note("cycle_total", offset, over, cycles)
+        self._running_total += block
+        if "start_cycle" in b:
+            start = b["start_cycle"]
+            self._note("start_cycle", offset, start < 0, start)
+        n = self.n_ipus_checked
+        self._note("ipu", offset, (ipu < 0) | (ipu >= n if n else False), ipu)
+        self._note("run", offset, run < 0, run)
+
+    def _pass(self) -> None:
+        columns = list(PASS_COLUMNS)
+        if self._source.has_values("start_cycle"):
+            columns.append("start_cycle")
+        for offset, b in self._source.blocks(columns, block_rows=self._block_rows):
+            self._luts.refresh(self._source)
+            self._check(offset, b)
+            self._block(b)
+
+    def _codes(self, b: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        """Type and program codes, with -1 (missing) moved to the extra last slot."""
+        import numpy as np
+
+        nt, npg = len(self._luts.types), len(self._luts.programs)
+        t = b["program_type"].astype("int64")
+        p = b["program"].astype("int64")
+        t = np.where(t < 0, nt, t)
+        p = np.where(p < 0, npg, p)
+        return t, p
+
+    def _type_sums(self, iidx: np.ndarray, t: np.ndarray, p: np.ndarray, cycles: np.ndarray):
+        """Per block: sums and counts per (IPU, type, weight-update program), [n_ipu, nt + 1, 2]."""
+        import numpy as np
+
+        nt = len(self._luts.types)
+        key = (iidx * (nt + 1) + t) * 2 + self._luts.update[p]
+        size = len(self._ipu_ids) * (nt + 1) * 2
+        sums = exact_bincount(key, cycles, size).reshape(-1, nt + 1, 2)
+        counts = np.bincount(key, minlength=size).reshape(-1, nt + 1, 2)
+        return sums, counts
+
+    def _grow(self, nt: int) -> None:
+        import numpy as np
+
+        have = self._sums.shape[1]
+        if nt > have:
+            pad = ((0, 0), (0, nt - have), (0, 0))
+            self._sums = np.pad(self._sums, pad)
+            self._counts = np.pad(self._counts, pad)
+
+    def _block(self, b: dict[str, np.ndarray]) -> None:
+        import numpy as np
+
+        if not len(b["run"]):
+            return
+        luts = self._luts
+        nt, npg = len(luts.types), len(luts.programs)
+        n_ipu = len(self._ipu_ids)
+        ridx = self._run_index(b["run"])
+        iidx = self._ipu_index(b["ipu"])
+        cycles = b["cycles"]
+        t, p = self._codes(b)
+        rk = ridx * n_ipu + iidx
+        _add_ranged(self._total, rk, cycles)
+        _add_ranged(self._run_rows, ridx, None)
+        m = luts.compute[t]
+        _add_ranged(self._compute, ridx[m], cycles[m])
+        sums, counts = self._type_sums(iidx, t, p, cycles)
+        self._grow(nt)
+        self._sums[:, :nt] += sums[:, :nt]
+        self._counts[:, :nt] += counts[:, :nt]
+        m = luts.sync[t]
+        if m.any():
+            if self._sync_min is None:
+                self._sync_min = np.full(len(self._total), np.iinfo("int64").max, dtype="int64")
+            np.minimum.at(self._sync_min, rk[m], cycles[m])
+        m = luts.copy[t]
+        if m.any():
+            key = (rk[m] * (npg + 1) + p[m]) * (nt + 1) + t[m]
+            uniq, inverse, count = np.unique(key, return_inverse=True, return_counts=True)
+            total = exact_bincount(inverse.ravel(), cycles[m], len(uniq))
+            pt, rest = uniq % (nt + 1), uniq // (nt + 1)
+            self._copies.append((rest // (npg + 1), rest % (npg + 1), pt, count.astype("int64"), total,
+                                 np.full(len(uniq), npg, dtype="int64"), np.full(len(uniq), nt, dtype="int64")))
 
     # -------------------------------------------------------------------------------- queries
 
@@ -171,18 +340,75 @@ class RunCycles:
         sel = np.isin(self.runs, np.asarray(runs, dtype="int64"))
         return int(self.longest[sel].sum())
 
-    def row_mask(self, runs: list[int]) -> np.ndarray:
-        """A boolean per row of the (run-ordered) table: is its run in ``runs``? (The last one
-        asked for is kept: the analyses ask for the same calls several times.)"""
+    def runs_with_steps(self) -> list[int]:
+        """Every run id with at least one step (also those whose steps all took 0 cycles)."""
+        return [int(r) for r in self._run_ids[self._present]]
+
+    def mean_longest(self) -> float | None:
+        """Mean over every run with steps of its longest IPU's cycles (None without steps)."""
+        if not self._present.any():
+            return None
+        return float(self._longest_all[self._present].mean())
+
+    @property
+    def ipus(self) -> list[int]:
+        """The IPUs with at least one step."""
         import numpy as np
 
-        key = tuple(int(r) for r in runs)
-        if self._row_mask_cache is not None and self._row_mask_cache[0] == key:
-            return self._row_mask_cache[1]
-        sel = np.isin(self._all_ids, np.asarray(key, dtype="int64"))
-        mask = np.repeat(sel, np.diff(self._edges))
-        self._row_mask_cache = (key, mask)
-        return mask
+        rows = self._counts.sum(axis=(1, 2)) if self._counts.size else np.zeros(len(self._ipu_ids), "int64")
+        return [int(self._ipu_ids[i]) for i in np.flatnonzero(rows)]
+
+    def _selected(self, runs: Iterable[int]) -> np.ndarray:
+        """Bool per run slot: in ``runs``."""
+        import numpy as np
+
+        return np.isin(self._run_ids, np.asarray(list(runs), dtype="int64"))
+
+    def _sums_over(self, runs: Iterable[int]) -> tuple[np.ndarray, np.ndarray]:
+        """Sums and counts per (IPU, type, weight-update) over the rows of ``runs``: the totals
+        when that is every run with steps, else the totals less a pass over the others, or a pass
+        over these, whichever reads fewer rows."""
+
+        key = tuple(sorted({int(r) for r in runs}))
+        cached = self._sums_cache.get(key)
+        if cached is not None:
+            return cached
+        sel = self._selected(key)
+        rows_in = int(self._run_rows[sel].sum())
+        rows_out = int(self._run_rows[~sel].sum())
+        if rows_out == 0:
+            out = (self._sums, self._counts)
+        elif rows_in <= rows_out:
+            out = self._pass_over(sel)
+        else:
+            s, c = self._pass_over(~sel)
+            out = (self._sums - s, self._counts - c)
+        if len(self._sums_cache) > 8:
+            self._sums_cache.clear()
+        self._sums_cache[key] = out
+        return out
+
+    def _pass_over(self, sel: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        import numpy as np
+
+        sums = np.zeros_like(self._sums)
+        counts = np.zeros_like(self._counts)
+        wanted = self._run_ids[sel]
+        if not len(wanted):
+            return sums, counts
+        nt = sums.shape[1]
+        for _, b in self._source.blocks(list(PASS_COLUMNS), runs=wanted.tolist(), block_rows=self._block_rows):
+            if not len(b["run"]):
+                continue
+            m = sel[self._run_index(b["run"])]
+            if not m.any():
+                continue
+            b = {k: v[m] for k, v in b.items()}
+            t, p = self._codes(b)
+            s, c = self._type_sums(self._ipu_index(b["ipu"]), t, p, b["cycles"])
+            sums += s[:, :nt]
+            counts += c[:, :nt]
+        return sums, counts
 
     def by_ipu_type(self, runs: list[int]) -> pd.DataFrame:
         """Cycles per ``ipu`` and ``program_type`` (str) over ``runs``, zero sums left out,
@@ -194,59 +420,70 @@ class RunCycles:
         cached = self._by_type_cache.get(key)
         if cached is not None:
             return cached
-        n_ipu, n_type = len(self._ipu_ids), len(self.types)
-        sums = np.zeros(n_ipu * n_type, dtype="int64")
-        if n_ipu and n_type:
-            mask = self.row_mask(runs)
-            for lo in range(0, len(self._run), ROW_BLOCK):
-                hi = min(lo + ROW_BLOCK, len(self._run))
-                m = mask[lo:hi]
-                k = self._ipu_index(lo, hi)[m]
-                k *= n_type
-                k += self._code[lo:hi][m]
-                block = exact_bincount(k, self._cycles[lo:hi][m], n_ipu * n_type)
-                sums += np.rint(block).astype("int64") if block.dtype.kind == "f" else block
-        nz = np.flatnonzero(sums)
+        sums = self._sums_over(key)[0].sum(axis=2)  # [ipu, type]
+        n_type = sums.shape[1]
+        flat = sums.ravel()
+        nz = np.flatnonzero(flat)
         frame = pd.DataFrame({
             "ipu": self._ipu_ids[nz // n_type].astype("int32") if n_type else np.zeros(0, "int32"),
-            "program_type": pd.Series([self.types[t] for t in (nz % n_type if n_type else nz)],
-                                      dtype="str"),
-            "cycles": sums[nz],
+            "program_type": pd.Series([self.types[t] for t in (nz % n_type if n_type else nz)], dtype="str"),
+            "cycles": flat[nz],
         })
         self._by_type_cache[key] = frame
         return frame
 
-    def rows(self, type_names: tuple[str, ...], runs: list[int],
-             program_codes: list[int] | None = None) -> np.ndarray:
-        """Boolean per row (in this object's row order): program type among ``type_names``, run
-        in ``runs`` and, when ``program_codes`` is given, program category code among them."""
+    def _type_codes(self, names: Iterable[str]) -> list[int]:
+        return [k for k, t in enumerate(self.types) if t in set(names)]
+
+    def weight_update(self, runs: list[int]) -> dict[int, int]:
+        """Per IPU with such steps in ``runs``: the work cycles (OnTileExecute, DoExchange) of
+        programs named like a weight update."""
         import numpy as np
 
-        wanted = np.zeros(max(len(self.types), 1), dtype=bool)
-        wanted[[k for k, t in enumerate(self.types) if t in type_names]] = True
-        mask = wanted[self._code] & self.row_mask(runs)
-        if program_codes is not None:
-            pick = np.zeros(self._n_programs + 1, dtype=bool)  # the last entry: code -1 (missing)
-            pick[list(program_codes)] = True
-            mask &= pick[self._program]
-        return mask
+        sums, counts = self._sums_over(runs)
+        codes = self._type_codes(WORK_TYPES)
+        if not codes or not sums.size:
+            return {}
+        total, count = sums[:, codes, 1].sum(axis=1), counts[:, codes, 1].sum(axis=1)
+        return {int(self._ipu_ids[i]): int(total[i]) for i in np.flatnonzero(count)}
 
-    def per_ipu(self, mask: np.ndarray) -> dict[int, tuple[int, int, int]]:
-        """Per IPU with rows in ``mask``: (rows, cycles summed, fewest cycles of one row)."""
+    def sync(self, runs: list[int]) -> dict[int, tuple[int, int, int]]:
+        """Per IPU with Sync steps in ``runs``: (steps, cycles summed, fewest cycles of one)."""
         import numpy as np
 
+        sums, counts = self._sums_over(runs)
+        codes = self._type_codes(("Sync",))
+        if not codes or not sums.size or self._sync_min is None:
+            return {}
+        total, count = sums[:, codes].sum(axis=(1, 2)), counts[:, codes].sum(axis=(1, 2))
         n_ipu = len(self._ipu_ids)
-        count = np.zeros(n_ipu, dtype="int64")
-        total = np.zeros(n_ipu, dtype="int64")
-        least = np.full(n_ipu, np.iinfo("int64").max, dtype="int64")
-        for lo in range(0, len(self._run), ROW_BLOCK):
-            hi = min(lo + ROW_BLOCK, len(self._run))
-            m = mask[lo:hi]
-            idx = self._ipu_index(lo, hi)[m]
-            cycles = self._cycles[lo:hi][m]
-            count += np.bincount(idx, minlength=n_ipu)
-            block = exact_bincount(idx, cycles, n_ipu)
-            total += np.rint(block).astype("int64") if block.dtype.kind == "f" else block
-            np.minimum.at(least, idx, cycles)
+        least = self._sync_min.reshape(-1, n_ipu)[self._selected(runs)].min(axis=0, initial=np.iinfo("int64").max)
         return {int(self._ipu_ids[i]): (int(count[i]), int(total[i]), int(least[i]))
                 for i in np.flatnonzero(count)}
+
+    def copy_groups(self) -> pd.DataFrame:
+        """The stream-copy steps per (run, IPU, program, type): ``run``, ``ipu``, ``program`` and
+        ``program_type`` (names), ``steps``, ``cycles``, sorted by run, IPU, program and type code."""
+        import numpy as np
+        import pandas as pd
+
+        names, types = self._luts.programs, self._luts.types
+        if not self._copies:
+            return pd.DataFrame({"run": np.zeros(0, "int32"), "ipu": np.zeros(0, "int32"),
+                                 "program": pd.Series([], dtype="str"), "program_type": pd.Series([], dtype="str"),
+                                 "steps": np.zeros(0, "int64"), "cycles": np.zeros(0, "int64")})
+        parts = [np.concatenate([c[k] for c in self._copies]) for k in range(7)]
+        rk, p, t, count, total, p_missing, t_missing = parts
+        p = np.where(p == p_missing, -1, p)  # the block's missing slot, as -1
+        t = np.where(t == t_missing, -1, t)
+        n_ipu = len(self._ipu_ids)
+        frame = pd.DataFrame({"rk": rk, "p": p, "t": t, "steps": count, "cycles": total})
+        g = frame.groupby(["rk", "p", "t"], sort=True)[["steps", "cycles"]].sum().reset_index()
+        rk = g["rk"].to_numpy()
+        prog = pd.Categorical.from_codes(g["p"].to_numpy(), categories=list(dict.fromkeys(names))) \
+            if len(set(names)) == len(names) else pd.Categorical([names[c] if c >= 0 else None for c in g["p"]])
+        ptype = pd.Categorical.from_codes(g["t"].to_numpy(), categories=types)
+        return pd.DataFrame({"run": self._run_ids[rk // n_ipu].astype("int32"),
+                             "ipu": self._ipu_ids[rk % n_ipu].astype("int32"),
+                             "program": prog, "program_type": ptype,
+                             "steps": g["steps"].astype("int64"), "cycles": g["cycles"].astype("int64")})

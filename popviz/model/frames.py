@@ -173,9 +173,11 @@ def steps(report: Report, run: int | None = None) -> pd.DataFrame:
     execution = need_execution(report)
     if run is None:
         run = call_run(report)
-    s = execution.steps[execution.steps["run"] == run]
+    s = execution.read(runs=[run])  # one run's rows (a table out of core reads only their row groups)
     if s.empty:
-        runs = sorted(int(r) for r in execution.steps["run"].unique())
+        from popviz.model.aggregate import cycle_totals
+
+        runs = cycle_totals(execution).runs_with_steps()
         shown = ", ".join(map(str, runs[:10])) + (f" ... ({len(runs)} runs)" if len(runs) > 10 else "")
         raise MissingDataError(f"engine '{report.label}' has no steps in run {run}; its runs: {shown or 'none'}")
     s = s.sort_values(["ipu", "step"], kind="stable")

@@ -14,7 +14,6 @@ import re
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from popviz.model.names import STREAM_COPY_TYPES
 from popviz.model.tables import ModelError, _coerce, _frames_equal
 
 if TYPE_CHECKING:
@@ -120,29 +119,24 @@ class StreamCopyTable:
 
 def derive_streams(execution: ExecutionTable) -> StreamCopyTable:
     """The stream-copy table of an execution table, each program placed by its name alone (no
-    debug contexts, no bytes): one pass over the rows' integer codes."""
-    import numpy as np
+    debug contexts, no bytes): the stream-copy groups the one pass over the rows collects
+    (:meth:`popviz.model.aggregate.RunCycles.copy_groups`)."""
     import pandas as pd
 
-    steps = execution.steps
-    ptype = steps["program_type"]
-    is_copy = np.array([str(t) in STREAM_COPY_TYPES for t in ptype.cat.categories], dtype=bool)
-    codes = ptype.cat.codes.to_numpy()
-    mask = is_copy[codes] if len(is_copy) else np.zeros(len(steps), dtype=bool)
-    if not mask.any():
+    from popviz.model.aggregate import cycle_totals
+
+    g = cycle_totals(execution).copy_groups()
+    if g.empty:
         return StreamCopyTable(pd.DataFrame({c: [] for c in STREAM_COLUMNS}))
-    program = steps["program"].cat.codes.to_numpy()[mask]
-    names = [str(c) for c in steps["program"].cat.categories]
-    types = [str(c) for c in ptype.cat.categories]
-    frame = pd.DataFrame({"run": steps["run"].to_numpy()[mask], "ipu": steps["ipu"].to_numpy()[mask],
-                          "program": program, "ptype": codes[mask], "cycles": steps["cycles"].to_numpy()[mask]})
-    g = (frame.groupby(["run", "ipu", "program", "ptype"], sort=True)["cycles"].agg(["size", "sum"])
-         .reset_index())
-    placed = {code: classify_stream(names[code]) for code in set(g["program"].tolist())}
+    names = g["program"].cat.categories
+    placed = [classify_stream(str(n)) for n in names]
+    codes = g["program"].cat.codes.to_numpy()
     return StreamCopyTable(pd.DataFrame({
-        "run": g["run"], "ipu": g["ipu"], "program": [names[c] for c in g["program"]],
-        "program_type": [types[c] for c in g["ptype"]], "destination": [placed[c][0] for c in g["program"]], "rule": [placed[c][1] for c in g["program"]],
-        "steps": g["size"].astype("int64"), "cycles": g["sum"].astype("int64")}))
+        "run": g["run"], "ipu": g["ipu"], "program": g["program"].astype("str"),
+        "program_type": g["program_type"].astype("str"),
+        "destination": [placed[c][0] if c >= 0 else "unknown" for c in codes],
+        "rule": [placed[c][1] if c >= 0 else "none" for c in codes],
+        "steps": g["steps"], "cycles": g["cycles"]}))
 
 
 def stream_copies(report: Report) -> StreamCopyTable | None:

@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # pandas is a core dependency, but importing it costs ~0.3 s: keep it lazy.
     import pandas as pd
 
+    from popviz.model.rowsource import RowSource
+
 
 # Column name -> dtype. Tables are coerced to these on construction, so every source and the
 # bundle round trip give identical dtypes.
@@ -34,6 +36,11 @@ EXECUTION_COLUMNS: dict[str, str] = {
     "start_cycle": "Int64",
 }
 RUN_COLUMNS: dict[str, str] = {"run": "int32", "name": "str", "duration_seconds": "float64"}
+BYTES_PER_ROW = 32
+"""About what one execution row takes in a pandas frame (run, step, IPU int32; cycles int64;
+start Int64 with its mask; two category codes)."""
+WARN_MATERIALISE_ROWS = 2**25
+"""Reading this many rows or more into memory at once warns (about 1 GiB)."""
 
 
 class ModelError(ValueError):
@@ -203,14 +210,37 @@ class ExecutionTable:
     ``GlobalExchange``, ``StreamCopyBegin``/``Mid``/``End``, ``Sync``, ...), ``ipu``, ``cycles``
     and ``start_cycle`` (cycle at which the step started on that IPU, null where unknown).
     ``runs`` columns: ``run``, ``name``, ``duration_seconds`` (NaN where unknown).
+
+    The rows may stay out of core (``rows``: a :class:`~popviz.model.rowsource.RowSource`, e.g.
+    a large bundle's Parquet file): every analysis and figure reduces them block by block
+    (:mod:`popviz.model.aggregate`), and ``steps`` reads the whole table into a pandas frame
+    only when asked for (:attr:`nbytes_in_memory` says how big it would be; :meth:`read` reads
+    some runs or columns).
     """
 
-    def __init__(self, steps: pd.DataFrame, runs: pd.DataFrame | None = None) -> None:
+    materialisations = 0
+    """How many times a table held out of core was read whole into memory (``steps``), in this
+    process: the analyses and figures never do."""
+
+    def __init__(self, steps: pd.DataFrame | None = None, runs: pd.DataFrame | None = None, *,
+                 rows: RowSource | None = None) -> None:
         import pandas as pd
 
-        self.steps = _coerce(steps, EXECUTION_COLUMNS, "execution steps table",
-                             optional=("start_cycle",))
-        present = _distinct(self.steps["run"].to_numpy())
+        from popviz.model.rowsource import FrameRows
+
+        if rows is not None:
+            if steps is not None or runs is None:
+                raise ModelError("an execution table out of core takes its rows and a runs table, not steps")
+            self._steps = None
+            self.rows = rows
+            self.runs = _coerce(runs, RUN_COLUMNS, "execution runs table", optional=("duration_seconds",))
+            return  # its rows' runs are checked by the one pass over them (RunCycles)
+        if steps is None:
+            raise ModelError("an execution table needs its steps")
+        self._steps = _coerce(steps, EXECUTION_COLUMNS, "execution steps table",
+                              optional=("start_cycle",))
+        self.rows = FrameRows(self._steps)
+        present = _distinct(self._steps["run"].to_numpy())
         if runs is None:
             ids = sorted(int(r) for r in present)
             runs = pd.DataFrame({"run": ids, "name": [f"run{r}" for r in ids],
@@ -222,8 +252,59 @@ class ExecutionTable:
             raise ModelError(f"execution steps refer to run(s) {sorted(unknown)} missing from runs")
 
     @property
+    def on_disk(self) -> bool:
+        """Whether the rows are held out of core (read block by block)."""
+        return self._steps is None
+
+    @property
+    def num_rows(self) -> int:
+        return self.rows.num_rows
+
+    @property
+    def nbytes_in_memory(self) -> int:
+        """About how many bytes ``steps`` takes as a pandas frame (≈32 a row)."""
+        return BYTES_PER_ROW * self.num_rows
+
+    @property
+    def steps(self) -> pd.DataFrame:
+        """Every row as a pandas frame; a table held out of core is read whole the first time
+        (≈32 bytes a row: 3 GiB for 10⁸ rows; :meth:`read` reads part of it)."""
+        if self._steps is None:
+            import warnings
+
+            if self.num_rows >= WARN_MATERIALISE_ROWS:
+                warnings.warn(f"reading all {self.num_rows:,} execution rows into memory "
+                              f"(about {self.nbytes_in_memory / 2**30:,.1f} GiB); "
+                              "execution.read(runs=[...], columns=[...]) reads part of them",
+                              ResourceWarning, stacklevel=2)
+            type(self).materialisations += 1
+            self._steps = _coerce(self.rows.frame(), EXECUTION_COLUMNS, "execution steps table",
+                                  optional=("start_cycle",))
+        return self._steps
+
+    def read(self, runs: Sequence[int] | None = None, columns: Sequence[str] | None = None) -> pd.DataFrame:
+        """The rows of ``runs`` (default: all), only ``columns`` (default: all), as a frame,
+        without holding the rest in memory."""
+        if columns is not None:
+            unknown = [c for c in columns if c not in EXECUTION_COLUMNS]
+            if unknown:
+                raise ModelError(f"execution steps have no column(s) {', '.join(unknown)}; "
+                                 f"columns: {', '.join(EXECUTION_COLUMNS)}")
+        if self._steps is not None:
+            from popviz.model.rowsource import FrameRows
+
+            return FrameRows(self._steps).frame(columns, runs)
+        frame = self.rows.frame(columns, runs)
+        wanted = {c: t for c, t in EXECUTION_COLUMNS.items() if columns is None or c in columns}
+        return _coerce(frame, wanted, "execution steps table", optional=("start_cycle",))
+
+    @property
     def ipus(self) -> list[int]:
-        return sorted(int(i) for i in self.steps["ipu"].unique())
+        if self._steps is not None:
+            return sorted(int(i) for i in self._steps["ipu"].unique())
+        from popviz.model.aggregate import cycle_totals
+
+        return cycle_totals(self).ipus
 
     def cycles_by_type(self) -> pd.DataFrame:
         """Total cycles per IPU and program type (IPUs as rows, types as columns)."""
@@ -237,5 +318,5 @@ class ExecutionTable:
     __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
-        return f"ExecutionTable(steps={len(self.steps)}, runs={len(self.runs)}, ipus={self.ipus})"
-
+        where = " out of core" if self.on_disk else ""
+        return f"ExecutionTable(steps={self.num_rows}{where}, runs={len(self.runs)}, ipus={self.ipus})"

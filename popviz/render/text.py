@@ -232,7 +232,7 @@ def data_line(report: Report) -> list[tuple[str, str]]:
                 f"row{'s' if len(m.frame) != 1 else ''}" + (
         f", {len(m.categories)} categories" if m.categories else "") if m is not None else "missing"))
     e = report.execution
-    out.append(("execution", f"{len(e.steps):,} program steps (compute, exchange, syncs, copies) over "
+    out.append(("execution", f"{e.num_rows:,} program steps (compute, exchange, syncs, copies) over "
                 f"{len(e.runs)} profiled run(s)" if e is not None else "missing"))
     h = report.host_io
     if h is not None and report.has("host_io"):

@@ -49,6 +49,12 @@ OPTIONAL_TABLES = (("streams", STREAMS_FILE), ("blocks", BLOCKS_FILE))
 reads as before (stream copies then derived by program name)."""
 
 
+OUT_OF_CORE_ROWS = 2**24
+"""An execution table of more rows than this (16.8 M, about 0.5 GiB as a frame) stays in its
+Parquet file (:mod:`popviz.sources.parquet_rows`): every analysis and figure reduces it per row
+group, and ``report.execution.steps`` reads it whole only when asked for. Smaller tables are
+read into memory and reduced by the same code."""
+
 BUNDLE_ID_KEY = b"popviz.bundle_id"
 """Key of the Parquet schema metadata naming the write of the bundle a table belongs to."""
 
@@ -274,6 +280,54 @@ class _Reader:
             raise self.fail(f"has {len(frame)} rows, the metadata says {rows}", path=path)
         return frame
 
+    def out_of_core(self, exe_meta: dict[str, Any]) -> ExecutionTable:
+        """The execution table left in its Parquet file: its footer and schema checked here,
+        its values by the one pass over the rows (``check_report``)."""
+        import pyarrow as pa
+        import pyarrow.types as pat
+
+        from popviz.model.tables import EXECUTION_COLUMNS
+        from popviz.sources.parquet_rows import ParquetRows
+
+        file_name, rows = exe_meta.get("steps_file"), exe_meta.get("rows")
+        if not is_safe_component(file_name):
+            raise self.fail(f"names an invalid execution file {file_name!r}")
+        path = self.directory / file_name
+        if not path.exists() and not path.is_symlink():
+            raise self.fail(f"refers to {file_name}, which is missing", path=path)
+        regular_file_inside(path, self.directory)
+        try:
+            source = ParquetRows(os.fspath(path))
+            schema = source._file.schema_arrow
+        except (pa.ArrowException, OSError, ValueError) as exc:
+            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise self.fail(f"is not a readable Parquet file ({first})", path=path) from None
+        written = (schema.metadata or {}).get(BUNDLE_ID_KEY)
+        if self.bundle_id is not None and written is not None and written != self.bundle_id.encode():
+            raise self.fail("belongs to another write of this bundle than its metadata (a write that was "
+                            "interrupted, or two at once)", path=path)
+        if source.num_rows != rows:
+            raise self.fail(f"has {source.num_rows} rows, the metadata says {rows}", path=path)
+        for name, dtype in EXECUTION_COLUMNS.items():
+            if name not in schema.names:
+                if name == "start_cycle":
+                    continue
+                raise self.fail(f"does not match the bundle format (execution steps table lacks column {name})",
+                                path=path)
+            t = schema.field(name).type
+            ok = ((pat.is_dictionary(t) and pat.is_string(t.value_type)) or pat.is_string(t)
+                  or pat.is_large_string(t)) if dtype == "category" else pat.is_integer(t)
+            if not ok:
+                raise self.fail(f"does not match the bundle format (execution steps table column {name} "
+                                f"is {t}, not {dtype})", path=path)
+        extra = [n for n in schema.names if n not in EXECUTION_COLUMNS]
+        if extra:
+            raise self.fail(f"does not match the bundle format (execution steps table has unknown column(s) "
+                            f"{', '.join(extra)})", path=path)
+        runs = self.table(exe_meta.get("runs_file"), None, "runs")
+        with self.naming(file_name):
+            return ExecutionTable(runs=runs, rows=source)
+
     def read(self) -> Report:
         meta = self.load_meta()
         bundle_id = meta.get("bundle_id")
@@ -300,7 +354,10 @@ class _Reader:
                 with self.naming(mem_meta.get("file")):
                     memory = MemoryTable(frame, level=mem_meta.get("level", "tile"))
             execution = None
-            if exe_meta is not None:
+            if exe_meta is not None and isinstance(exe_meta.get("rows"), int) \
+                    and exe_meta["rows"] > OUT_OF_CORE_ROWS:
+                execution = self.out_of_core(exe_meta)
+            elif exe_meta is not None:
                 steps = self.table(exe_meta.get("steps_file"), exe_meta.get("rows"), "execution",
                                    optional=("start_cycle",))
                 runs = self.table(exe_meta.get("runs_file"), None, "runs")

@@ -20,11 +20,8 @@ from typing import Any
 
 from popviz.errors import CorruptReportError, brief, shown
 from popviz.model import Report
+from popviz.model.aggregate import MAX_TOTAL_CYCLES  # noqa: F401  (2**62 cycles: ~79 years at 1.85 GHz)
 from popviz.model.numbers import finite_float
-
-MAX_TOTAL_CYCLES = 2**62
-"""Cycle sums above this could overflow int64 arithmetic in the analyses (2**62 cycles is
-~79 years at 1.85 GHz): a report claiming more is damaged."""
 
 
 class _Check:
@@ -149,23 +146,28 @@ def _memory(c: _Check, report: Report) -> None:
 
 
 def _execution(c: _Check, report: Report) -> None:
+    """The rows' checks come from the one pass over them that every analysis shares
+    (:class:`popviz.model.aggregate.RunCycles`, block by block: a table out of core is read once)."""
     import numpy as np
 
-    s = report.execution.steps
-    cycles = s["cycles"].to_numpy()
-    c.first_bad(s, cycles < 0, "execution steps table", "cycles", "cycles must not be negative")
-    if len(cycles) and float(cycles.sum(dtype="float64")) >= MAX_TOTAL_CYCLES:
-        over = np.cumsum(cycles.astype("float64")) >= MAX_TOTAL_CYCLES
-        c.first_bad(s, over, "execution steps table", "cycles",
-                    "the cycle total exceeds 2**62 from this row on (impossible for a real run)")
-    if "start_cycle" in s and s["start_cycle"].notna().any():
-        start = s["start_cycle"].to_numpy(dtype="float64", na_value=0.0)
-        c.first_bad(s, start < 0, "execution steps table", "start_cycle", "must not be negative")
-    ipu = s["ipu"].to_numpy()
+    from popviz.model import ModelError
+    from popviz.model.aggregate import cycle_totals
+
     n_ipus = _ipus(report)
-    c.first_bad(s, (ipu < 0) | (ipu >= n_ipus if n_ipus else False), "execution steps table", "ipu",
-                f"IPU index outside the target's {n_ipus} IPU(s)" if n_ipus else "IPU index is negative")
-    c.first_bad(s, s["run"].to_numpy() < 0, "execution steps table", "run", "run index is negative")
+    try:
+        problems = cycle_totals(report.execution, n_ipus=n_ipus or 0).problems
+    except ModelError as exc:
+        raise c.fail("execution steps table", str(exc)) from None
+    table = "execution steps table"
+    for check, column, what in (
+            ("cycles", "cycles", "cycles must not be negative"),
+            ("cycle_total", "cycles", "the cycle total exceeds 2**62 from this row on (impossible for a real run)"),
+            ("start_cycle", "start_cycle", "must not be negative"),
+            ("ipu", "ipu", f"IPU index outside the target's {n_ipus} IPU(s)" if n_ipus else "IPU index is negative"),
+            ("run", "run", "run index is negative")):
+        if check in problems:
+            row, value, count = problems[check]
+            raise c.fail(f"{table} column {column!r}", f"{what} (row {row}: {value!r}; {count:,} row(s) in all)")
     runs = report.execution.runs
     d = runs["duration_seconds"].to_numpy()
     c.first_bad(runs, np.isinf(d) | (d < 0), "execution runs table", "duration_seconds",
