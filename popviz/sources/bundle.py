@@ -55,6 +55,10 @@ Parquet file (:mod:`popviz.sources.parquet_rows`): every analysis and figure red
 group, and ``report.execution.steps`` reads it whole only when asked for. Smaller tables are
 read into memory and reduced by the same code."""
 
+ROW_GROUP_ROWS = 2**20
+"""Rows per Parquet row group written (pyarrow's default): the unit a table out of core is read
+and skipped in."""
+
 BUNDLE_ID_KEY = b"popviz.bundle_id"
 """Key of the Parquet schema metadata naming the write of the bundle a table belongs to."""
 
@@ -72,7 +76,7 @@ def _write_parquet(frame, path: Path, bundle_id: str) -> None:
     table = pa.Table.from_pandas(frame, preserve_index=False, nthreads=1)
     table = table.replace_schema_metadata({**(table.schema.metadata or {}), BUNDLE_ID_KEY: bundle_id.encode()})
     sink = pa.BufferOutputStream()
-    pq.write_table(table, sink, compression="zstd")
+    pq.write_table(table, sink, compression="zstd", row_group_size=ROW_GROUP_ROWS)
     atomic_write_bytes(path, sink.getvalue().to_pybytes())
 
 
