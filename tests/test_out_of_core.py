@@ -62,7 +62,11 @@ def _totals(rc: RunCycles):
             "copies": rc.copy_groups().astype({"program": "str", "program_type": "str"}).values.tolist()}
 
 
-def test_streamed_reduction_equals_pandas_and_the_in_memory_one(out_of_core):
+@pytest.mark.parametrize("combined_bins", [2**16, 0])  # one key per block, or keyed apart
+def test_streamed_reduction_equals_pandas_and_the_in_memory_one(out_of_core, monkeypatch, combined_bins):
+    from popviz.model import aggregate
+
+    monkeypatch.setattr(aggregate, "COMBINED_MIN_BINS", combined_bins)
     r, path = out_of_core
     steps = r.execution.steps
     rows = ParquetRows(str(path / bundle.STEPS_FILE))

@@ -67,7 +67,7 @@ def rules(report: Report) -> str:
     table = stream_copies(report)
     if table is None or table.frame.empty:
         return ""
-    used = sorted(set(table.frame["rule"]) - {"none"})
+    used = sorted(set(table.frame["rule"].unique().tolist()) - {"none"})
     source = "the source's debug contexts and program names" if "debug context" in used else "program names"
     return f"destinations from {source}" if used else "no copy's destination could be told"
 

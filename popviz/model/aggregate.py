@@ -45,6 +45,10 @@ offset."""
 MAX_TOTAL_CYCLES = 2**62
 """Cycle sums above this could overflow int64 arithmetic in the analyses (the boundary check)."""
 
+COMBINED_MIN_BINS = 2**16
+"""A block whose (run, IPU, type) key space has at most this many bins (or 4 per row) is
+summed with one key; a larger one (rows not in run order, very short runs) key by key."""
+
 WORK_TYPES = ("OnTileExecute", "DoExchange")
 """Program types that do an IPU's work (the weight-update split counts these)."""
 
@@ -145,6 +149,8 @@ class RunCycles:
             run_ids = self._distinct("run")
         self._run_ids = np.unique(np.asarray(list(run_ids) if not hasattr(run_ids, "dtype") else run_ids,
                                              dtype="int64"))
+        self._runs_dense = bool(len(self._run_ids)) and \
+            int(self._run_ids[-1]) - int(self._run_ids[0]) + 1 == len(self._run_ids)
         self._ipu_setup()
         n_runs, n_ipu = len(self._run_ids), len(self._ipu_ids)
         self._total = np.zeros(n_runs * n_ipu, dtype="int64")
@@ -208,6 +214,12 @@ class RunCycles:
     def _run_index(self, run: np.ndarray) -> np.ndarray:
         import numpy as np
 
+        if self._runs_dense and len(run):
+            lo, hi = int(run.min()), int(run.max())
+            if lo >= self._run_ids[0] and hi <= self._run_ids[-1]:  # ids are a range: an offset
+                idx = run.astype("int64")
+                idx -= int(self._run_ids[0])
+                return idx
         idx = np.searchsorted(self._run_ids, run)
         ok = idx < len(self._run_ids)
         ok[ok] = self._run_ids[idx[ok]] == run[ok]
@@ -260,10 +272,12 @@ class RunCycles:
         import numpy as np
 
         nt, npg = len(self._luts.types), len(self._luts.programs)
-        t = b["program_type"].astype("int64")
-        p = b["program"].astype("int64")
-        t = np.where(t < 0, nt, t)
-        p = np.where(p < 0, npg, p)
+        t = b["program_type"].astype("int64", copy=False)
+        p = b["program"].astype("int64", copy=False)
+        if len(t) and t.min() < 0:
+            t = np.where(t < 0, nt, t)
+        if len(p) and p.min() < 0:
+            p = np.where(p < 0, npg, p)
         return t, p
 
     def _type_sums(self, iidx: np.ndarray, t: np.ndarray, p: np.ndarray, cycles: np.ndarray):
@@ -298,12 +312,34 @@ class RunCycles:
         iidx = self._ipu_index(b["ipu"])
         cycles = b["cycles"]
         t, p = self._codes(b)
-        rk = ridx * n_ipu + iidx
-        _add_ranged(self._total, rk, cycles)
-        _add_ranged(self._run_rows, ridx, None)
-        m = luts.compute[t]
-        _add_ranged(self._compute, ridx[m], cycles[m])
-        sums, counts = self._type_sums(iidx, t, p, cycles)
+        upd = luts.update[p]
+        r_lo = int(ridx.min())
+        n_local = int(ridx.max()) - r_lo + 1
+        span = n_local * n_ipu * (nt + 1) * 2
+        if span <= max(COMBINED_MIN_BINS, 4 * len(ridx)):
+            # One key per (run, IPU, type, weight-update program) over the block's runs: two
+            # bincounts give every per-run and per-type figure of the block.
+            key = ridx - r_lo
+            key *= n_ipu
+            key += iidx
+            key *= nt + 1
+            key += t
+            key *= 2
+            key += upd
+            w = exact_bincount(key, cycles, span).reshape(n_local, n_ipu, nt + 1, 2)
+            c = np.bincount(key, minlength=span).reshape(n_local, n_ipu, nt + 1, 2)
+            del key
+            self._total[r_lo * n_ipu:(r_lo + n_local) * n_ipu] += w.sum(axis=(2, 3)).ravel()
+            self._run_rows[r_lo:r_lo + n_local] += c.sum(axis=(1, 2, 3))
+            self._compute[r_lo:r_lo + n_local] += w[:, :, luts.compute].sum(axis=(1, 2, 3))
+            sums, counts = w.sum(axis=0), c.sum(axis=0)
+        else:  # a block over many runs (rows not in run order, or tiny runs): keyed apart
+            rk = ridx * n_ipu + iidx
+            _add_ranged(self._total, rk, cycles)
+            _add_ranged(self._run_rows, ridx, None)
+            m = luts.compute[t]
+            _add_ranged(self._compute, ridx[m], cycles[m])
+            sums, counts = self._type_sums(iidx, t, p, cycles)
         self._grow(nt)
         self._sums[:, :nt] += sums[:, :nt]
         self._counts[:, :nt] += counts[:, :nt]
@@ -311,10 +347,10 @@ class RunCycles:
         if m.any():
             if self._sync_min is None:
                 self._sync_min = np.full(len(self._total), np.iinfo("int64").max, dtype="int64")
-            np.minimum.at(self._sync_min, rk[m], cycles[m])
+            np.minimum.at(self._sync_min, ridx[m] * n_ipu + iidx[m], cycles[m])
         m = luts.copy[t]
         if m.any():
-            key = (rk[m] * (npg + 1) + p[m]) * (nt + 1) + t[m]
+            key = ((ridx[m] * n_ipu + iidx[m]) * (npg + 1) + p[m]) * (nt + 1) + t[m]
             uniq, inverse, count = np.unique(key, return_inverse=True, return_counts=True)
             total = exact_bincount(inverse.ravel(), cycles[m], len(uniq))
             pt, rest = uniq % (nt + 1), uniq // (nt + 1)

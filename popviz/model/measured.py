@@ -84,7 +84,7 @@ class StreamCopyTable:
     def __init__(self, frame: pd.DataFrame) -> None:
         self.frame = _coerce(frame, STREAM_COLUMNS, "stream-copy table",
                              optional=("data_in_bytes", "data_out_bytes"))
-        bad = set(self.frame["destination"]) - set(DESTINATIONS)
+        bad = set(self.frame["destination"].unique().tolist()) - set(DESTINATIONS)
         if bad:
             raise ModelError(f"stream-copy table: unknown destination(s) {sorted(bad)}; "
                              f"destinations are {', '.join(DESTINATIONS)}")

@@ -62,6 +62,7 @@ class FrameRows(RowSource):
     def __init__(self, frame: pd.DataFrame) -> None:
         self._frame = frame
         self.num_rows = len(frame)
+        self._bounds: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
     def categories(self, name: str) -> list[str]:
         return [str(c) for c in self._frame[name].cat.categories]
@@ -85,10 +86,35 @@ class FrameRows(RowSource):
 
     def blocks(self, columns: Sequence[str], runs: Iterable[int] | None = None,
                block_rows: int = BLOCK_ROWS) -> Iterator[Block]:
+        import numpy as np
+
         whole = {c: self._column(c) for c in columns}  # views (codes: pandas' own array)
-        for lo in range(0, self.num_rows, max(1, block_rows)):
+        block_rows = max(1, block_rows)
+        starts = range(0, self.num_rows, block_rows)
+        if runs is not None:  # skip the blocks that hold none of them
+            lo_run, hi_run = self._run_bounds(block_rows)
+            wanted = np.unique(np.asarray(list(runs), dtype="int64"))
+            first = np.searchsorted(wanted, lo_run)
+            keep = (first < len(wanted)) & (wanted[np.minimum(first, len(wanted) - 1)] <= hi_run) \
+                if len(wanted) else np.zeros(len(lo_run), dtype=bool)
+            starts = [k * block_rows for k in np.flatnonzero(keep)]
+        for lo in starts:
             hi = min(lo + block_rows, self.num_rows)
             yield lo, {c: a[lo:hi] for c, a in whole.items()}
+
+    def _run_bounds(self, block_rows: int) -> tuple[np.ndarray, np.ndarray]:
+        """Per block of ``block_rows`` rows, its smallest and largest run id."""
+        import numpy as np
+
+        cached = self._bounds.get(block_rows)
+        if cached is None:
+            run = self._frame["run"].to_numpy()
+            edges = np.arange(0, self.num_rows, block_rows)
+            cached = (np.minimum.reduceat(run, edges).astype("int64"),
+                      np.maximum.reduceat(run, edges).astype("int64")) if len(run) else \
+                (np.zeros(0, "int64"), np.zeros(0, "int64"))
+            self._bounds[block_rows] = cached
+        return cached
 
     def frame(self, columns: Sequence[str] | None = None,
               runs: Iterable[int] | None = None) -> pd.DataFrame:

@@ -59,6 +59,16 @@ ROW_GROUP_ROWS = 2**20
 """Rows per Parquet row group written (pyarrow's default): the unit a table out of core is read
 and skipped in."""
 
+OUT_OF_CORE_ENV = "POPVIZ_OUT_OF_CORE_ROWS"
+"""Environment variable that sets the rows above which an execution table stays on disk."""
+
+
+def out_of_core_rows() -> int:
+    """:data:`OUT_OF_CORE_ROWS`, or the whole number ``POPVIZ_OUT_OF_CORE_ROWS`` gives."""
+    value = os.environ.get(OUT_OF_CORE_ENV, "").strip()
+    return int(value) if value.isdigit() else OUT_OF_CORE_ROWS
+
+
 BUNDLE_ID_KEY = b"popviz.bundle_id"
 """Key of the Parquet schema metadata naming the write of the bundle a table belongs to."""
 
@@ -359,7 +369,7 @@ class _Reader:
                     memory = MemoryTable(frame, level=mem_meta.get("level", "tile"))
             execution = None
             if exe_meta is not None and isinstance(exe_meta.get("rows"), int) \
-                    and exe_meta["rows"] > OUT_OF_CORE_ROWS:
+                    and exe_meta["rows"] > out_of_core_rows():
                 execution = self.out_of_core(exe_meta)
             elif exe_meta is not None:
                 steps = self.table(exe_meta.get("steps_file"), exe_meta.get("rows"), "execution",

@@ -132,6 +132,8 @@ class ParquetRows(RowSource):
             lut[k] = code
         lut[-1] = -1
         idx = array.indices
+        if not idx.null_count and np.array_equal(lut[:-1], np.arange(len(values))):
+            return idx.to_numpy(zero_copy_only=False)  # the dictionary numbers as the table does
         if idx.null_count:
             idx = pc.fill_null(idx, len(values))
         return lut[idx.to_numpy(zero_copy_only=False)]
