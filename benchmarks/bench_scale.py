@@ -130,12 +130,12 @@ def build_pod64(directory: Path, rows: int, n_runs: int, liveness_steps: int) ->
     report = testing.pipeline_report([100_000 + 1_000 * i for i in range(n_ipus)], execution=False,
                                      gradient_accumulation=128, device_iterations=4)
     rng = np.random.default_rng(0)
-    live = (rng.integers(0, 2**20, size=(liveness_steps, n_ipus), dtype="int64")
-            + np.linspace(0, 2**24, liveness_steps, dtype="int64")[:, None])
+    live = (rng.integers(0, 2**24, size=(liveness_steps, n_ipus), dtype="int64")  # up to ~400 MiB live
+            + np.linspace(0, 3 * 2**27, liveness_steps, dtype="int64")[:, None])
     progs = pd.Categorical.from_codes(np.arange(liveness_steps) % len(POD_PROGRAMS), categories=POD_PROGRAMS)
     report = report.replace(liveness=LivenessTable(programs=progs, total_bytes=live.sum(axis=1), ipu_bytes=live,
                                                    ipus=tuple(range(n_ipus)),
-                                                   always_live_bytes={k: 2**22 for k in range(n_ipus)}))
+                                                   always_live_bytes={k: 3 * 2**26 for k in range(n_ipus)}))
     del live
     write_bundle(report, directory)
     meta = json.loads((directory / METADATA_FILE).read_text())

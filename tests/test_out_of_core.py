@@ -176,3 +176,19 @@ def test_materialising_a_large_table_says_how_big_it_is(monkeypatch, out_of_core
     with pytest.warns(ResourceWarning, match=r"reading all \d+ execution rows into memory .*execution.read"):
         loaded.execution.steps  # noqa: B018
     assert np.array_equal(loaded.execution.steps["cycles"].to_numpy(), out_of_core[0].execution.steps["cycles"])
+
+
+def test_liveness_is_read_batch_by_batch_into_the_same_table(monkeypatch, tmp_path):
+    from popviz.model import LivenessTable
+
+    monkeypatch.setattr(bundle, "ROW_GROUP_ROWS", 7)  # several row groups, a dictionary each
+    steps = 50
+    per = np.arange(steps * 2, dtype="int64").reshape(steps, 2) * 1000
+    names = [f"p{(k * 7) % 11}" for k in range(steps)]
+    table = LivenessTable(programs=pd.Categorical(names), total_bytes=per.sum(axis=1), ipu_bytes=per,
+                          ipus=(0, 1), always_live_bytes={0: 5, 1: 6})
+    r = _report().replace(liveness=table)
+    write_bundle(r, tmp_path / "b")
+    got = popviz.load(tmp_path / "b")[0].liveness
+    assert got == table
+    assert list(got.programs.astype(str)) == names and got.peak(1) == table.peak(1)

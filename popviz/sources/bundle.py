@@ -294,6 +294,39 @@ class _Reader:
             raise self.fail(f"has {len(frame)} rows, the metadata says {rows}", path=path)
         return frame
 
+    def liveness(self, live_meta: dict[str, Any]):  # -> LivenessTable | None
+        """The liveness table read batch by batch into its arrays (None: read it as a frame)."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        from popviz.sources.bundle_liveness import read_liveness_file
+
+        file_name, rows = live_meta.get("file"), live_meta.get("rows")
+        if not is_safe_component(file_name):
+            raise self.fail(f"names an invalid liveness file {file_name!r}")
+        path = self.directory / file_name
+        if not path.exists() and not path.is_symlink():
+            raise self.fail(f"refers to {file_name}, which is missing", path=path)
+        regular_file_inside(path, self.directory)
+        try:
+            name = os.fspath(path)
+            name.encode("utf-8")
+        except UnicodeError:
+            return None  # a path Arrow cannot open itself: the frame reader reads it
+        try:
+            pf = pq.ParquetFile(name)
+            written = (pf.schema_arrow.metadata or {}).get(BUNDLE_ID_KEY)
+            if self.bundle_id is not None and written is not None and written != self.bundle_id.encode():
+                raise self.fail("belongs to another write of this bundle than its metadata (a write that was "
+                                "interrupted, or two at once)", path=path)
+            if isinstance(rows, int) and pf.metadata.num_rows != rows:
+                raise self.fail(f"has {pf.metadata.num_rows} rows, the metadata says {rows}", path=path)
+            with self.naming(file_name):
+                return read_liveness_file(pf, live_meta)
+        except (pa.ArrowException, OSError) as exc:
+            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise self.fail(f"is not a readable Parquet file ({first})", path=path) from None
+
     def out_of_core(self, exe_meta: dict[str, Any]) -> ExecutionTable:
         """The execution table left in its Parquet file: its footer and schema checked here,
         its values by the one pass over the rows (``check_report``)."""
@@ -310,6 +343,13 @@ class _Reader:
         if not path.exists() and not path.is_symlink():
             raise self.fail(f"refers to {file_name}, which is missing", path=path)
         regular_file_inside(path, self.directory)
+        try:
+            os.fspath(path).encode("utf-8")
+        except UnicodeError:  # a path Arrow cannot open itself: read into memory
+            steps = self.table(file_name, rows, "execution", optional=("start_cycle",))
+            runs = self.table(exe_meta.get("runs_file"), None, "runs")
+            with self.naming(file_name):
+                return ExecutionTable(steps, runs)
         try:
             source = ParquetRows(os.fspath(path))
             schema = source._file.schema_arrow
@@ -389,9 +429,11 @@ class _Reader:
             if live_meta is not None:
                 from popviz.sources.bundle_liveness import read_liveness
 
-                frame = self.table(live_meta.get("file"), live_meta.get("rows"), "liveness")
-                with self.naming(live_meta.get("file")):
-                    liveness = read_liveness(frame, live_meta)
+                liveness = self.liveness(live_meta)
+                if liveness is None:
+                    frame = self.table(live_meta.get("file"), live_meta.get("rows"), "liveness")
+                    with self.naming(live_meta.get("file")):
+                        liveness = read_liveness(frame, live_meta)
             return Report(
                 **extra,
                 name=name,
