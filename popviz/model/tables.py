@@ -302,9 +302,17 @@ class ExecutionTable:
     def ipus(self) -> list[int]:
         if self._steps is not None:
             return sorted(int(i) for i in self._steps["ipu"].unique())
-        from popviz.model.aggregate import cycle_totals
+        cached = self.__dict__.get("_popviz_run_cycles")  # the shared reduction's, when it ran
+        if cached is not None and cached[0] is self.rows:
+            return cached[1].ipus
+        if "_ipus" not in self.__dict__:  # one pass over the IPU column
+            import numpy as np
 
-        return cycle_totals(self).ipus
+            seen = np.zeros(0, dtype="int64")
+            for _, b in self.rows.blocks(["ipu"]):
+                seen = np.union1d(seen, np.unique(b["ipu"]))
+            self.__dict__["_ipus"] = [int(i) for i in seen]
+        return list(self.__dict__["_ipus"])
 
     def cycles_by_type(self) -> pd.DataFrame:
         """Total cycles per IPU and program type (IPUs as rows, types as columns)."""
