@@ -14,7 +14,9 @@ runs and liveness tables read whole, and ``execution.parquet`` through
 program_type, cycles), every batch's columns turned into NumPy arrays (the categorical ones as
 their dictionary indices). popviz is timed and its peak RSS taken for ``popviz.load`` +
 ``analyse`` and for that plus every figure ``popviz plot`` draws (PNG files), each in a fresh
-process; the bundle is kept in ``--dir`` for reuse (``--keep``).
+process; the bundle is kept in ``--dir`` for reuse (``--keep``). Peak RSS is the child's own
+``VmHWM`` (``ru_maxrss`` keeps the high-water mark of the process that forked it across
+``exec``, here the one that built the bundle).
 
 For each shape (IPUs, execution rows, runs) it writes a bundle with full per-tile memory (every
 tile of every IPU, 11 categories) and an execution table of that many rows spread over that many
@@ -194,8 +196,8 @@ for batch in pq.ParquetFile(d + "/execution.parquet").iter_batches(
         (col.indices if hasattr(col, "indices") else col).to_numpy()
     rows += batch.num_rows
 t1 = time.perf_counter()
-print(json.dumps({"seconds": t1 - t0, "rows": rows,
-                  "rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}))
+hwm = [int(x.split()[1]) * 1024 for x in open("/proc/self/status") if x.startswith("VmHWM:")][0]
+print(json.dumps({"seconds": t1 - t0, "rows": rows, "rss": hwm}))
 """
 
 POD_POPVIZ = r"""
@@ -221,7 +223,7 @@ if len(sys.argv) > 2:
 e = reports[0].execution
 out.update(on_disk=e.on_disk, materialised=ExecutionTable.materialisations,
            findings=sorted(f.code for eng in result.engines for f in eng.findings),
-           rss=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+           rss=[int(x.split()[1]) * 1024 for x in open("/proc/self/status") if x.startswith("VmHWM:")][0])
 print(json.dumps(out))
 """
 
@@ -230,7 +232,12 @@ def pod64(args: argparse.Namespace) -> int:
     directory = Path(args.dir) / f"pod64-{args.pod64}-{args.runs}-{args.liveness_steps}"
     if not (directory / "popviz-report.json").is_file():
         t0 = time.perf_counter()
-        build_pod64(directory, args.pod64, args.runs, args.liveness_steps)
+        if not args.build_only:  # built in a child, so the measuring process stays small
+            subprocess.run([sys.executable, __file__, "--pod64", str(args.pod64), "--runs", str(args.runs),
+                            "--liveness-steps", str(args.liveness_steps), "--dir", args.dir, "--build-only"],
+                           check=True)
+        else:
+            build_pod64(directory, args.pod64, args.runs, args.liveness_steps)
         print(f"built {directory} in {time.perf_counter() - t0:.1f} s", flush=True)
     if args.build_only:
         return 0

@@ -44,7 +44,7 @@ def _report():
 
 @pytest.fixture
 def out_of_core(monkeypatch, tmp_path):
-    monkeypatch.setattr(bundle, "OUT_OF_CORE_ROWS", 0)
+    monkeypatch.setenv("POPVIZ_OUT_OF_CORE_ROWS", "0")
     monkeypatch.setattr(bundle, "ROW_GROUP_ROWS", 7)
     r = _report()
     write_bundle(r, tmp_path / "training")
@@ -142,7 +142,7 @@ def test_the_boundary_checks_name_the_same_row_out_of_core(monkeypatch, tmp_path
     bad = r.replace(execution=ExecutionTable(steps, r.execution.runs))
     messages = []
     for limit, where in ((10**9, "memory"), (0, "disk")):
-        monkeypatch.setattr(bundle, "OUT_OF_CORE_ROWS", limit)
+        monkeypatch.setenv("POPVIZ_OUT_OF_CORE_ROWS", str(limit))
         monkeypatch.setattr(bundle, "ROW_GROUP_ROWS", 7)
         write_bundle(bad, tmp_path / where)
         with pytest.raises(CorruptReportError) as exc:
@@ -153,7 +153,7 @@ def test_the_boundary_checks_name_the_same_row_out_of_core(monkeypatch, tmp_path
 
 
 def test_a_run_missing_from_the_runs_table_is_refused_out_of_core(monkeypatch, tmp_path):
-    monkeypatch.setattr(bundle, "OUT_OF_CORE_ROWS", 0)
+    monkeypatch.setenv("POPVIZ_OUT_OF_CORE_ROWS", "0")
     r = _report()
     write_bundle(r, tmp_path / "b")
     runs = r.execution.runs[r.execution.runs["run"] != 3]
@@ -192,3 +192,52 @@ def test_liveness_is_read_batch_by_batch_into_the_same_table(monkeypatch, tmp_pa
     got = popviz.load(tmp_path / "b")[0].liveness
     assert got == table
     assert list(got.programs.astype(str)) == names and got.peak(1) == table.peak(1)
+
+
+def test_the_pva_adapter_writes_a_large_table_out_of_core_run_by_run(monkeypatch, tmp_path):
+    """The adapter's buffers go to a temporary Parquet file after each run once they pass the
+    bound (here 0 rows: after every run); the file is removed once open, the rows stay readable,
+    and the report reads as the one held in memory."""
+    import os
+    import sys
+
+    from conftest import FAKE_PVA
+
+    monkeypatch.syspath_prepend(str(FAKE_PVA))
+    monkeypatch.delitem(sys.modules, "pva", raising=False)
+    import pva
+
+    from popviz.sources.pva import read_profile
+
+    steps = [{"name": "main/stage0", "type": "OnTileExecute", "cycles": [1200, 0], "start": [5000, 0]},
+             {"name": "copy", "type": "GlobalExchange", "cycles": [300, 300], "start": [6200, 6200]},
+             {"name": "optimizer/update", "type": "OnTileExecute", "cycles": [0, 2400], "start": [0, 6500]},
+             {"name": "RB_2/out", "type": "StreamCopyMid", "cycles": [0, 700], "start": [0, 8900]},
+             {"name": "sync", "type": "Sync", "cycles": [40, 30], "start": [9600, 9600]}]
+    data = {"version": "3.3.0 (d8d3d63b1b)",
+            "target": {"numIPUs": 2, "tilesPerIpu": 3, "bytesPerTile": 2000, "clockFrequency": 1.33e9,
+                       "architecture": "Ipu2"},
+            "tiles": [[{"inc": 1000, "exc": 900, "al": 400, "nal": 500, "over": 0, "cats": {"variable": 600}}
+                       for _ in range(3)] for _ in range(2)],
+            "runs": [{"name": f"Run {k}", "microseconds": 250.5 + k,
+                      "steps": [dict(s, cycles=[c * (k + 1) for c in s["cycles"]],
+                                     start=[c + 10_000 * k for c in s["start"]]) for s in steps]}
+                     for k in range(3)]}
+    (tmp_path / "training").mkdir()
+    pva.write_data(tmp_path / "training" / "profile.pop", data)
+    want = read_profile(tmp_path / "training" / "profile.pop")
+    monkeypatch.setenv("POPVIZ_OUT_OF_CORE_ROWS", "0")
+    got = read_profile(tmp_path / "training" / "profile.pop")
+    assert got.execution.on_disk and not want.execution.on_disk
+    assert not os.path.exists(got.execution.rows.path)  # the temporary file is gone, its rows are not
+    assert got.execution.num_rows == len(want.execution.steps) == 21
+    assert _totals(RunCycles(got.execution.rows, run_ids=[0, 1, 2])) == \
+        _totals(RunCycles(want.execution.steps, run_ids=[0, 1, 2]))
+    a = analyse(popviz.model.ReportSet([got]))
+    b = analyse(popviz.model.ReportSet([want]))
+    ea, eb = result_to_dict(a)["engines"][0], result_to_dict(b)["engines"][0]
+    assert json.dumps(ea["metrics"], sort_keys=True) == json.dumps(eb["metrics"], sort_keys=True)
+    assert [f["code"] for f in ea["findings"]] == [f["code"] for f in eb["findings"]]
+    # start cycles relative to each run's first step, in every piece
+    pd.testing.assert_frame_equal(got.execution.steps.astype({"program": str, "program_type": str}),
+                                  want.execution.steps.astype({"program": str, "program_type": str}))

@@ -49,25 +49,11 @@ OPTIONAL_TABLES = (("streams", STREAMS_FILE), ("blocks", BLOCKS_FILE))
 reads as before (stream copies then derived by program name)."""
 
 
-OUT_OF_CORE_ROWS = 2**24
-"""An execution table of more rows than this (16.8 M, about 0.5 GiB as a frame) stays in its
-Parquet file (:mod:`popviz.sources.parquet_rows`): every analysis and figure reduces it per row
-group, and ``report.execution.steps`` reads it whole only when asked for. Smaller tables are
-read into memory and reduced by the same code."""
+from popviz.sources.parquet_rows import OUT_OF_CORE_ROWS, out_of_core_rows  # noqa: E402,F401
 
 ROW_GROUP_ROWS = 2**20
 """Rows per Parquet row group written (pyarrow's default): the unit a table out of core is read
 and skipped in."""
-
-OUT_OF_CORE_ENV = "POPVIZ_OUT_OF_CORE_ROWS"
-"""Environment variable that sets the rows above which an execution table stays on disk."""
-
-
-def out_of_core_rows() -> int:
-    """:data:`OUT_OF_CORE_ROWS`, or the whole number ``POPVIZ_OUT_OF_CORE_ROWS`` gives."""
-    value = os.environ.get(OUT_OF_CORE_ENV, "").strip()
-    return int(value) if value.isdigit() else OUT_OF_CORE_ROWS
-
 
 BUNDLE_ID_KEY = b"popviz.bundle_id"
 """Key of the Parquet schema metadata naming the write of the bundle a table belongs to."""

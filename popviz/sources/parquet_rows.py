@@ -21,19 +21,44 @@ if TYPE_CHECKING:
     import pandas as pd
 
 
+OUT_OF_CORE_ROWS = 2**24
+"""An execution table of more rows than this (16.8 M, about 0.5 GiB as a frame) stays on disk:
+a bundle's in its Parquet file, the libpva adapter's in a temporary one it writes run by run
+(:class:`Spill`). Every analysis and figure reduces it per row group, and
+``report.execution.steps`` reads it whole only when asked for. Smaller tables are held in memory
+and reduced by the same code."""
+
+OUT_OF_CORE_ENV = "POPVIZ_OUT_OF_CORE_ROWS"
+"""Environment variable that sets the rows above which an execution table stays on disk."""
+
+
+def out_of_core_rows() -> int:
+    """:data:`OUT_OF_CORE_ROWS`, or the whole number ``POPVIZ_OUT_OF_CORE_ROWS`` gives."""
+    import os
+
+    value = os.environ.get(OUT_OF_CORE_ENV, "").strip()
+    return int(value) if value.isdigit() else OUT_OF_CORE_ROWS
+
+
 class ParquetRows(RowSource):
-    """The rows of one Parquet file (``path``: a str path Arrow opens itself)."""
+    """The rows of one Parquet file (``path``: a str path Arrow opens itself; ``hide``: columns
+    read as absent). ``unlink``: remove the file once open (a temporary file: its rows stay
+    readable through the open file until the table is gone, and nothing is left behind)."""
 
     on_disk = True
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, hide: Sequence[str] = (), unlink: bool = False) -> None:
         import pyarrow.parquet as pq
 
         self.path = path
-        self._file = pq.ParquetFile(path)  # the footer only
+        self._file = pq.ParquetFile(path)  # the footer only; the file stays open
+        if unlink:
+            import os
+
+            os.unlink(path)
         meta = self._file.metadata
         self.num_rows = meta.num_rows
-        self.columns = list(self._file.schema_arrow.names)
+        self.columns = [c for c in self._file.schema_arrow.names if c not in hide]
         self._cats: dict[str, list[str]] = {c: [] for c in CATEGORICAL}
         self._index: dict[str, dict[str, int]] = {c: {} for c in CATEGORICAL}
         self._stats = [self._group_stats(i) for i in range(meta.num_row_groups)]
@@ -194,3 +219,49 @@ class ParquetRows(RowSource):
                 known = self._cats[c] + [v for v in frame[c].cat.categories if v not in self._index[c]]
                 frame[c] = frame[c].cat.set_categories(known)
         return frame
+
+
+class Spill:
+    """An execution table written piece by piece to a temporary Parquet file (the libpva
+    adapter's, for a profile of more rows than :func:`out_of_core_rows`), read back as a
+    :class:`ParquetRows` that removes the file once open."""
+
+    def __init__(self) -> None:
+        import tempfile
+
+        fd, self.path = tempfile.mkstemp(prefix="popviz-execution-", suffix=".parquet")
+        import os
+
+        os.close(fd)
+        self._writer = None
+        self._schema = None
+        self.rows = 0
+
+    def write(self, frame: pd.DataFrame) -> None:
+        """Append one piece (the model's execution columns; categoricals of any categories)."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        table = pa.Table.from_pandas(frame, preserve_index=False, nthreads=1)
+        if self._schema is None:
+            fields = [pa.field(f.name, pa.dictionary(pa.int32(), pa.string()))
+                      if pa.types.is_dictionary(f.type) else f for f in table.schema]
+            self._schema = pa.schema(fields)
+            self._writer = pq.ParquetWriter(self.path, self._schema, compression="zstd")
+        self._writer.write_table(table.cast(self._schema))
+        self.rows += len(frame)
+
+    def close(self, hide: Sequence[str] = ()) -> ParquetRows:
+        if self._writer is not None:
+            self._writer.close()
+        return ParquetRows(self.path, hide=hide, unlink=True)
+
+    def discard(self) -> None:
+        import contextlib
+        import os
+
+        if self._writer is not None:
+            with contextlib.suppress(Exception):
+                self._writer.close()
+        with contextlib.suppress(OSError):
+            os.unlink(self.path)

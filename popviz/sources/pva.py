@@ -222,7 +222,18 @@ def _execution(pva_report: Any, copies: dict | None = None) -> ExecutionTable | 
     get_cycles = attrgetter("cycles")
     get_start = attrgetter("activeCycles.cyclesFrom.max")
     starts = True  # start cycles are optional: the first step without them turns them off
+    spill, limit, started = None, _out_of_core_rows(), False  # a table too large for memory: on disk
+
+    def piece():  # the rows read since the last piece, as the model's frame
+        return _frame(per_step, step_run, step_index, step_program, ipu_col, cycles_col, start_col, starts, programs)
+
     for r, run in enumerate(runs):
+        if len(cycles_col) > limit:  # whole runs so far: write them out (start cycles per run)
+            spill = spill or _spill()
+            started |= starts
+            spill.write(piece())
+            for buf in (per_step, step_run, step_index, step_program, ipu_col, cycles_col, start_col):
+                del buf[:]
         micro = getattr(run, "microseconds", None)
         run_rows.append((r, str(run.name), _run_seconds(micro)))
         for s, step in enumerate(run.steps):
@@ -251,26 +262,62 @@ def _execution(pva_report: Any, copies: dict | None = None) -> ExecutionTable | 
             done += 1
             if done % PROGRESS_EVERY == 0:
                 progress(f"step {done:,}" + (f" of {total:,}" if total else ""))
+    run_frame = pd.DataFrame(run_rows, columns=["run", "name", "duration_seconds"])
+    if spill is not None:
+        if len(per_step):
+            spill.write(piece())
+        try:
+            rows = spill.close(hide=("start_cycle",) if started and not starts else ())
+        except BaseException:
+            spill.discard()
+            raise
+        return ExecutionTable(rows=rows, runs=run_frame) if rows.num_rows else None
+    frame = piece()
+    if frame is None:
+        return None  # no step ran on any IPU: the engine never executed
+    return ExecutionTable(frame, run_frame)
+
+
+def _out_of_core_rows() -> int:
+    from popviz.sources.parquet_rows import out_of_core_rows
+
+    return out_of_core_rows()
+
+
+def _spill():  # -> popviz.sources.parquet_rows.Spill
+    from popviz.sources.parquet_rows import Spill
+
+    return Spill()
+
+
+def _frame(per_step, step_run, step_index, step_program, ipu_col, cycles_col, start_col, starts: bool,
+           programs: dict[tuple[str, str], int]):  # -> pandas.DataFrame | None
+    """The execution rows buffered (per step: its rows, run, index and program; per row: IPU,
+    cycles and, where ``starts``, the absolute start) as the model's frame, start cycles relative
+    to their run's first step; None without a row."""
+    import numpy as np
+    import pandas as pd
+
     counts = np.frombuffer(per_step, dtype="int32") if len(per_step) else np.zeros(0, dtype="int32")
     if not counts.sum():
-        return None  # no step ran on any IPU: the engine never executed
+        return None
     codes = np.repeat(np.frombuffer(step_program, dtype="int32"), counts)
     n = int(counts.sum())
-    start = (pd.array(np.frombuffer(start_col, dtype="int64"), dtype="Int64") if starts
+    start = (pd.array(np.frombuffer(start_col, dtype="int64").copy(), dtype="Int64") if starts
              else pd.array([pd.NA] * n, dtype="Int64"))
     frame = pd.DataFrame({
         "run": np.repeat(np.frombuffer(step_run, dtype="int32"), counts),
         "step": np.repeat(np.frombuffer(step_index, dtype="int32"), counts),
         "program": _categorical([k[0] for k in programs], codes),
         "program_type": _categorical([k[1] for k in programs], codes),
-        "ipu": np.frombuffer(ipu_col, dtype="int32"),
-        "cycles": np.frombuffer(cycles_col, dtype="int64"),
+        "ipu": np.frombuffer(ipu_col, dtype="int32").copy(),
+        "cycles": np.frombuffer(cycles_col, dtype="int64").copy(),
         "start_cycle": start,
     })
     if frame["start_cycle"].notna().any():  # counters are absolute: make them relative to the run
         first = frame.groupby("run")["start_cycle"].transform("min")
         frame["start_cycle"] = frame["start_cycle"] - first
-    return ExecutionTable(frame, pd.DataFrame(run_rows, columns=["run", "name", "duration_seconds"]))
+    return frame
 
 
 def read_profile(profile: str | Path, name: str | None = None) -> Report:
