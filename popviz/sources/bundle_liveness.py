@@ -78,7 +78,9 @@ def read_liveness_file(parquet_file: Any, meta: dict[str, Any]) -> LivenessTable
         return None
     n = parquet_file.metadata.num_rows
     total = np.empty(n, dtype="int64")
-    per = np.empty((n, len(ipus)), dtype="int64") if ipus else None
+    # Column-major: each IPU's series is contiguous, as the file stores it (filled column by
+    # column without striding; each IPU's peak is then a contiguous argmax).
+    per = np.empty((n, len(ipus)), dtype="int64", order="F") if ipus else None
     codes = np.empty(n, dtype="int64")
     index: dict[str, int] = {}
     at = 0

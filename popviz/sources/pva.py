@@ -196,7 +196,6 @@ def _execution(pva_report: Any, copies: dict | None = None) -> ExecutionTable | 
     from itertools import compress
     from operator import attrgetter
 
-    import numpy as np
     import pandas as pd
 
     from popviz.ui import progress
