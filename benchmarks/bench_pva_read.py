@@ -67,13 +67,14 @@ elif mode == "analyse":  # read, then every analysis and the timeline plot's tab
     report = read_profile(path)
     result = popviz.analyse(ReportSet([report]))
     report.steps()
-    rows = [len(report.memory.frame), len(report.execution.steps)]
+    rows = [len(report.memory.frame), report.execution.num_rows]
 else:
     from popviz.sources.pva import read_profile
     report = read_profile(path)
-    rows = [len(report.memory.frame), len(report.execution.steps)]
+    rows = [len(report.memory.frame), report.execution.num_rows]
 t1 = time.perf_counter()
-rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+# VmHWM: this process's own peak (ru_maxrss keeps the forking parent's across exec)
+rss = [int(x.split()[1]) * 1024 for x in open("/proc/self/status") if x.startswith("VmHWM:")][0]
 print(json.dumps({"seconds": t1 - t0, "peak_rss_bytes": rss, "rows": rows}))
 """
 
