@@ -241,3 +241,14 @@ def test_the_pva_adapter_writes_a_large_table_out_of_core_run_by_run(monkeypatch
     # start cycles relative to each run's first step, in every piece
     pd.testing.assert_frame_equal(got.execution.steps.astype({"program": str, "program_type": str}),
                                   want.execution.steps.astype({"program": str, "program_type": str}))
+
+
+def test_a_table_out_of_core_is_written_again_without_being_read_whole(out_of_core, tmp_path):
+    r, path = out_of_core
+    loaded = popviz.load(path)[0]
+    before = ExecutionTable.materialisations
+    write_bundle(loaded, tmp_path / "again")
+    assert ExecutionTable.materialisations == before
+    again = popviz.load(tmp_path / "again")[0]
+    assert again.execution.on_disk and len(ParquetRows(str(tmp_path / "again" / bundle.STEPS_FILE))._stats) > 1
+    assert again.execution == r.execution

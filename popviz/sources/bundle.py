@@ -154,7 +154,15 @@ def write_files(report: Report, directory: Path, *, run_id: str | None = None) -
         meta["memory"] = {"level": report.memory.level, "file": MEMORY_FILE,
                           "rows": len(report.memory.frame)}
         written.add(MEMORY_FILE)
-    if report.execution is not None:
+    if report.execution is not None and report.execution.on_disk:  # copied row group by row group
+        from popviz.sources.parquet_rows import write_rows
+
+        write_rows(report.execution.rows, directory / STEPS_FILE, {BUNDLE_ID_KEY: bundle_id.encode()})
+        _write_parquet(report.execution.runs, directory / RUNS_FILE, bundle_id)
+        meta["execution"] = {"steps_file": STEPS_FILE, "runs_file": RUNS_FILE,
+                             "rows": report.execution.num_rows}
+        written |= {STEPS_FILE, RUNS_FILE}
+    elif report.execution is not None:
         _write_parquet(report.execution.steps, directory / STEPS_FILE, bundle_id)
         _write_parquet(report.execution.runs, directory / RUNS_FILE, bundle_id)
         meta["execution"] = {"steps_file": STEPS_FILE, "runs_file": RUNS_FILE,

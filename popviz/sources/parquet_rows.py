@@ -265,3 +265,25 @@ class Spill:
                 self._writer.close()
         with contextlib.suppress(OSError):
             os.unlink(self.path)
+
+
+def write_rows(rows: RowSource, path: Any, metadata: dict[bytes, bytes]) -> None:
+    """Write a table held out of core to ``path`` (atomically) batch by batch, never whole;
+    ``metadata`` replaces its schema's (the bundle's write identity)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from popviz.atomic import write_file
+
+    if not isinstance(rows, ParquetRows):
+        raise TypeError("write_rows copies a ParquetRows store")
+    schema = rows._file.schema_arrow
+    hidden = [c for c in schema.names if c not in rows.columns]
+    schema = pa.schema([f for f in schema if f.name not in hidden], metadata={**(schema.metadata or {}), **metadata})
+
+    def fill(fh: Any) -> None:
+        with pq.ParquetWriter(pa.PythonFile(fh, mode="w"), schema, compression="zstd") as writer:
+            for batch in rows._file.iter_batches(batch_size=BLOCK_ROWS, columns=rows.columns):
+                writer.write_table(pa.Table.from_batches([batch]).cast(schema))
+
+    write_file(path, fill, replace=True)
