@@ -59,6 +59,7 @@ def _totals(rc: RunCycles):
             "all": sorted(map(tuple, rc.by_ipu_type(rc.runs.tolist()).astype({"ipu": "int64"}).values.tolist())),
             "only1": sorted(map(tuple, rc.by_ipu_type([1]).astype({"ipu": "int64"}).values.tolist())),
             "update": rc.weight_update(calls), "sync": rc.sync(calls), "sync3": rc.sync([3]),
+            "programs": sorted((str(p), int(i), int(c)) for (p, i), c in rc.by_program_ipu(calls).items()),
             "copies": rc.copy_groups().astype({"program": "str", "program_type": "str"}).values.tolist()}
 
 
@@ -97,6 +98,8 @@ def test_streamed_reduction_equals_pandas_and_the_in_memory_one(out_of_core, mon
                                 for i, g in sync.groupby("ipu")}
     s3 = sync.loc[(sync["run"] == 3) & (sync["ipu"] == 0), "cycles"]
     assert expected["sync3"][0] == (len(s3), int(s3.sum()), int(s3.min())) and int(s3.min()) == 3
+    bp = part.groupby(["program", "ipu"], observed=True)["cycles"].sum()
+    assert expected["programs"] == sorted((str(p), int(i), int(c)) for (p, i), c in bp.items())
     copies = steps[steps["program_type"].astype(str).str.startswith("StreamCopy")]
     g = copies.groupby(["run", "ipu", "program", "program_type"], observed=True)["cycles"].agg(["size", "sum"])
     assert sorted(tuple(x) for x in expected["copies"]) == sorted(

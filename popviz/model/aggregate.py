@@ -523,3 +523,37 @@ class RunCycles:
                              "ipu": self._ipu_ids[rk % n_ipu].astype("int32"),
                              "program": prog, "program_type": ptype,
                              "steps": g["steps"].astype("int64"), "cycles": g["cycles"].astype("int64")})
+
+    def by_program_ipu(self, runs: list[int]) -> pd.Series:
+        """Cycles per (``program`` name, ``ipu``) over the rows of ``runs``, the pairs with rows
+        only (as pandas' observed groupby gives them), sorted by program code and IPU: one pass
+        over the row groups that hold those runs."""
+        import numpy as np
+        import pandas as pd
+
+        sel = self._selected(runs)
+        n_ipu = len(self._ipu_ids)
+        sums = np.zeros(0, dtype="int64")
+        counts = np.zeros(0, dtype="int64")
+        wanted = self._run_ids[sel].tolist()
+        for _, b in self._source.blocks(["run", "ipu", "program", "cycles"], runs=wanted,
+                                        block_rows=self._block_rows) if wanted else ():
+            if not len(b["run"]):
+                continue
+            m = sel[self._run_index(b["run"])]
+            npg = len(self._source.categories("program"))
+            p = b["program"][m].astype("int64")
+            p = np.where(p < 0, npg, p)
+            key = p * n_ipu + self._ipu_index(b["ipu"][m])
+            size = (npg + 1) * n_ipu
+            if len(sums) < size:
+                sums, counts = np.pad(sums, (0, size - len(sums))), np.pad(counts, (0, size - len(counts)))
+            sums[:size] += exact_bincount(key, b["cycles"][m], size)
+            counts[:size] += np.bincount(key, minlength=size)
+        names = self._source.categories("program")
+        keep = np.flatnonzero(counts[:len(names) * n_ipu]) if n_ipu else np.zeros(0, dtype="int64")
+        index = pd.MultiIndex.from_arrays(
+            [pd.Categorical.from_codes(keep // n_ipu, categories=names) if n_ipu else pd.Categorical([]),
+             self._ipu_ids[keep % n_ipu].astype("int32") if n_ipu else np.zeros(0, "int32")],
+            names=["program", "ipu"])
+        return pd.Series(sums[keep], index=index, name="cycles")

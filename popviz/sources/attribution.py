@@ -61,9 +61,7 @@ def with_layers(report: Report, operations: list[Operation],
     if not per_call or not runs:
         return report
     micro_batches = per_call * len(runs)
-    steps = report.execution.steps
-    part = steps[steps["run"].isin(runs).to_numpy()]
-    by_program = part.groupby(["program", "ipu"], observed=True)["cycles"].sum()
+    by_program = cycle_totals(report.execution).by_program_ipu(runs)  # one pass, never the whole table
     claims: dict[str, set[str]] = {}
     for op in operations:
         for p in op.programs:
