@@ -152,6 +152,7 @@ class RunCycles:
         self._runs_dense = bool(len(self._run_ids)) and \
             int(self._run_ids[-1]) - int(self._run_ids[0]) + 1 == len(self._run_ids)
         self._ipu_setup()
+        self._plan_checks(n_ipus)
         n_runs, n_ipu = len(self._run_ids), len(self._ipu_ids)
         self._total = np.zeros(n_runs * n_ipu, dtype="int64")
         self._sync_min: np.ndarray | None = None
@@ -202,6 +203,19 @@ class RunCycles:
             self._ipu_ids = self._distinct("ipu")
             self._ipu_sorted = True
 
+    def _plan_checks(self, n_ipus: int | None) -> None:
+        """Which per-block checks can fail, from each column's range (a Parquet file's
+        statistics, or a frame's min and max): the others are skipped."""
+        rows = self._source.num_rows
+        cyc = self._source.value_range("cycles")
+        ipu = self._source.value_range("ipu")
+        run = self._source.value_range("run")
+        self._check_cycles = cyc is not None and (cyc[0] < 0 or float(cyc[1]) * rows >= MAX_TOTAL_CYCLES)
+        self._check_ipu = ipu is not None and (ipu[0] < 0 or bool(n_ipus and ipu[1] >= n_ipus))
+        self._check_run = run is not None and run[0] < 0
+        start = self._source.value_range("start_cycle") if self._source.has_values("start_cycle") else None
+        self._check_start = start is not None and start[0] < 0
+
     def _ipu_index(self, ipu: np.ndarray) -> np.ndarray:
         import numpy as np
 
@@ -245,22 +259,29 @@ class RunCycles:
         import numpy as np
 
         cycles, ipu, run = b["cycles"], b["ipu"], b["run"]
-        self._note("cycles", offset, cycles < 0, cycles)
-        block = float(cycles.sum(dtype="float64"))
-        if self._running_total + block >= MAX_TOTAL_CYCLES:
-            over = (self._running_total + np.cumsum(cycles.astype("float64"))) >= MAX_TOTAL_CYCLES
-            self._note("cycle_total", offset, over, cycles)
-        self._running_total += block
-        if "start_cycle" in b:
+        if not len(cycles):
+            return
+        # Only the checks the columns' ranges say can fail; a mask only where one does.
+        if self._check_cycles:
+            if cycles.min() < 0:
+                self._note("cycles", offset, cycles < 0, cycles)
+            block = float(cycles.sum(dtype="float64"))
+            if self._running_total + block >= MAX_TOTAL_CYCLES:
+                over = (self._running_total + np.cumsum(cycles.astype("float64"))) >= MAX_TOTAL_CYCLES
+                self._note("cycle_total", offset, over, cycles)
+            self._running_total += block
+        if self._check_start and "start_cycle" in b and b["start_cycle"].min() < 0:
             start = b["start_cycle"]
             self._note("start_cycle", offset, start < 0, start)
         n = self.n_ipus_checked
-        self._note("ipu", offset, (ipu < 0) | (ipu >= n if n else False), ipu)
-        self._note("run", offset, run < 0, run)
+        if self._check_ipu and (ipu.min() < 0 or (n and ipu.max() >= n)):
+            self._note("ipu", offset, (ipu < 0) | (ipu >= n if n else False), ipu)
+        if self._check_run and run.min() < 0:
+            self._note("run", offset, run < 0, run)
 
     def _pass(self) -> None:
         columns = list(PASS_COLUMNS)
-        if self._source.has_values("start_cycle"):
+        if self._check_start:  # start cycles are read only to refuse a negative one
             columns.append("start_cycle")
         for offset, b in self._source.blocks(columns, block_rows=self._block_rows):
             self._luts.refresh(self._source)
@@ -272,12 +293,11 @@ class RunCycles:
         import numpy as np
 
         nt, npg = len(self._luts.types), len(self._luts.programs)
-        t = b["program_type"].astype("int64", copy=False)
-        p = b["program"].astype("int64", copy=False)
+        t, p = b["program_type"], b["program"]  # their own (small) integer types
         if len(t) and t.min() < 0:
-            t = np.where(t < 0, nt, t)
+            t = np.where(t < 0, nt, t.astype("int64"))
         if len(p) and p.min() < 0:
-            p = np.where(p < 0, npg, p)
+            p = np.where(p < 0, npg, p.astype("int64"))
         return t, p
 
     def _type_sums(self, iidx: np.ndarray, t: np.ndarray, p: np.ndarray, cycles: np.ndarray):
@@ -308,24 +328,33 @@ class RunCycles:
         luts = self._luts
         nt, npg = len(luts.types), len(luts.programs)
         n_ipu = len(self._ipu_ids)
-        ridx = self._run_index(b["run"])
-        iidx = self._ipu_index(b["ipu"])
-        cycles = b["cycles"]
+        run, ipu, cycles = b["run"], b["ipu"], b["cycles"]
         t, p = self._codes(b)
-        upd = luts.update[p]
-        r_lo = int(ridx.min())
-        n_local = int(ridx.max()) - r_lo + 1
+        lo, hi = int(run.min()), int(run.max())
+        dense = (self._runs_dense and not self._ipu_sorted and lo >= self._run_ids[0]
+                 and hi <= self._run_ids[-1])
+        ridx = None if dense else self._run_index(run)
+        r_lo = lo - int(self._run_ids[0]) if dense else int(ridx.min())
+        n_local = (hi - lo + 1) if dense else int(ridx.max()) - r_lo + 1
         span = n_local * n_ipu * (nt + 1) * 2
-        if span <= max(COMBINED_MIN_BINS, 4 * len(ridx)):
+        if span <= max(COMBINED_MIN_BINS, 4 * len(run)):
             # One key per (run, IPU, type, weight-update program) over the block's runs: two
             # bincounts give every per-run and per-type figure of the block.
-            key = ridx - r_lo
-            key *= n_ipu
-            key += iidx
+            if dense:  # ids and IPUs are ranges: the key straight from the columns
+                key = run.astype("int64")
+                key -= lo
+                key *= n_ipu
+                key += ipu
+                if self._ipu_min:
+                    key -= self._ipu_min
+            else:
+                key = ridx - r_lo
+                key *= n_ipu
+                key += self._ipu_index(ipu)
             key *= nt + 1
             key += t
             key *= 2
-            key += upd
+            key += luts.update[p]
             w = exact_bincount(key, cycles, span).reshape(n_local, n_ipu, nt + 1, 2)
             c = np.bincount(key, minlength=span).reshape(n_local, n_ipu, nt + 1, 2)
             del key
@@ -334,6 +363,8 @@ class RunCycles:
             self._compute[r_lo:r_lo + n_local] += w[:, :, luts.compute].sum(axis=(1, 2, 3))
             sums, counts = w.sum(axis=0), c.sum(axis=0)
         else:  # a block over many runs (rows not in run order, or tiny runs): keyed apart
+            ridx = self._run_index(run) if ridx is None else ridx
+            iidx = self._ipu_index(ipu)
             rk = ridx * n_ipu + iidx
             _add_ranged(self._total, rk, cycles)
             _add_ranged(self._run_rows, ridx, None)
@@ -347,10 +378,11 @@ class RunCycles:
         if m.any():
             if self._sync_min is None:
                 self._sync_min = np.full(len(self._total), np.iinfo("int64").max, dtype="int64")
-            np.minimum.at(self._sync_min, ridx[m] * n_ipu + iidx[m], cycles[m])
+            np.minimum.at(self._sync_min, self._run_index(run[m]) * n_ipu + self._ipu_index(ipu[m]), cycles[m])
         m = luts.copy[t]
         if m.any():
-            key = ((ridx[m] * n_ipu + iidx[m]) * (npg + 1) + p[m]) * (nt + 1) + t[m]
+            rk = self._run_index(run[m]) * n_ipu + self._ipu_index(ipu[m])
+            key = (rk * (npg + 1) + p[m].astype("int64")) * (nt + 1) + t[m]
             uniq, inverse, count = np.unique(key, return_inverse=True, return_counts=True)
             total = exact_bincount(inverse.ravel(), cycles[m], len(uniq))
             pt, rest = uniq % (nt + 1), uniq // (nt + 1)

@@ -73,7 +73,7 @@ class FrameRows(RowSource):
     def value_range(self, name: str) -> tuple[int, int] | None:
         if not self.num_rows:
             return None
-        col = self._frame[name].to_numpy()
+        col = self._column(name)
         return int(col.min()), int(col.max())
 
     def _column(self, name: str) -> np.ndarray:

@@ -40,6 +40,59 @@ def out_of_core_rows() -> int:
     return int(value) if value.isdigit() else OUT_OF_CORE_ROWS
 
 
+PREFETCH = 2
+"""Blocks decoded ahead by a reader thread while the caller reduces the last one (Parquet
+decoding releases the GIL, so on two cores reading and reducing overlap)."""
+
+
+def prefetched(blocks: Iterator[Any], depth: int = PREFETCH) -> Iterator[Any]:
+    """``blocks`` produced by a background thread, at most ``depth`` ahead; the thread is
+    stopped and joined when the caller stops early, and its errors are raised here."""
+    import queue
+    import threading
+
+    if depth <= 0:
+        yield from blocks
+        return
+    q: queue.Queue = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+    done = object()
+
+    def produce() -> None:
+        try:
+            for item in blocks:
+                while not stop.is_set():
+                    try:
+                        q.put((None, item), timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if stop.is_set():
+                    return
+            q.put((None, done))
+        except BaseException as exc:  # handed to the caller
+            q.put((exc, None))
+
+    thread = threading.Thread(target=produce, name="popviz-parquet-reader", daemon=True)
+    thread.start()
+    try:
+        while True:
+            exc, item = q.get()
+            if exc is not None:
+                raise exc
+            if item is done:
+                return
+            yield item
+    finally:
+        stop.set()
+        while thread.is_alive():
+            try:
+                q.get(timeout=0.1)
+            except queue.Empty:
+                pass
+        thread.join()
+
+
 class ParquetRows(RowSource):
     """The rows of one Parquet file (``path``: a str path Arrow opens itself; ``hide``: columns
     read as absent). ``unlink``: remove the file once open (a temporary file: its rows stay
@@ -183,10 +236,13 @@ class ParquetRows(RowSource):
             return
         starts = np.concatenate(([0], np.cumsum([st["rows"] for st in self._stats])))
         if groups == list(range(len(self._stats))):
-            offset = 0
-            for batch in self._file.iter_batches(batch_size=block_rows, columns=list(columns)):
-                yield offset, {c: self._column(c, batch.column(c)) for c in columns}
-                offset += batch.num_rows
+            def whole() -> Iterator[Block]:
+                offset = 0
+                for batch in self._file.iter_batches(batch_size=block_rows, columns=list(columns)):
+                    yield offset, {c: self._column(c, batch.column(c)) for c in columns}
+                    offset += batch.num_rows
+
+            yield from prefetched(whole())
             return
         for g in groups:
             offset = int(starts[g])
