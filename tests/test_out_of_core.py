@@ -255,3 +255,29 @@ def test_a_table_out_of_core_is_written_again_without_being_read_whole(out_of_co
     again = popviz.load(tmp_path / "again")[0]
     assert again.execution.on_disk and len(ParquetRows(str(tmp_path / "again" / bundle.STEPS_FILE))._stats) > 1
     assert again.execution == r.execution
+
+
+def test_the_reader_thread_stops_when_the_caller_does_and_passes_errors_on():
+    import threading
+
+    from popviz.sources.parquet_rows import prefetched
+
+    made = []
+
+    def blocks():
+        for k in range(100):
+            made.append(k)
+            yield k
+
+    got = prefetched(blocks(), depth=2)
+    assert [next(got), next(got)] == [0, 1]
+    got.close()  # the caller stops early: the thread ends, having made at most a few more
+    assert len(made) <= 5 and not [t for t in threading.enumerate() if t.name == "popviz-parquet-reader"]
+
+    def broken():
+        yield 1
+        raise OSError("disk gone")
+
+    with pytest.raises(OSError, match="disk gone"):
+        list(prefetched(broken()))
+    assert list(prefetched(iter(range(5)), depth=0)) == list(range(5))
