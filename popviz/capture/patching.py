@@ -136,6 +136,7 @@ def _compile_and_run(executor: Any, rec: Recorder, fn: Callable[..., Any], args:
         tracer.__exit__(None, None, None)
     try:
         rec.on_compiled(executor, seconds, tracer)
+        rec.on_compile_inputs(executor, args, kwargs)
         if record:
             rec.on_call(executor, args, kwargs, output, None)
         else:
