@@ -161,7 +161,7 @@ class Recorder:
 
     def on_compile_inputs(self, executor: Any, args: tuple, kwargs: dict) -> None:
         """Count the model's FLOPs on one micro-batch of the inputs it compiled with (once)."""
-        if self.flops is not None:
+        if self.flops is not None or BlockTracer.active:  # an outer compile is still tracing: count after it
             return
         from popviz.capture import flops
 
