@@ -182,8 +182,8 @@ def test_the_stages_plot_labels_the_measured_figures(captured, fake_pva, tmp_pat
     fig = plot.stages(report)
     ax = fig.axes[0]
     assert [t.get_text().splitlines()[-1] for t in ax.texts] == ["42% of peak", "31% of peak"]
-    assert ax.get_xlabel() == ("achieved efficiency: forward+backward FLOPs counted by the capture hooks per "
-                               "measured cycle / Mk2 float32 peak")
+    assert ax.get_xlabel() == ("achieved efficiency: forward+backward FLOPs counted by the capture hooks\n"
+                               "per measured cycle / Mk2 float32 peak")
 
 
 def reasons(report) -> list[str]:
