@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from popviz.analysis._common import pct
+from popviz.analysis.findings import Collector
 from popviz.analysis.model_precision import precision
 from popviz.model import Report
 from popviz.model.ipu_peak import flops_per_tile_cycle
@@ -116,6 +117,21 @@ def check(report: Report, stage_rows: list[dict[str, Any]]
             "stages": stages, "layers": layer_rows}, None, []
 
 
+def collect(report: Report, o: Collector) -> None:
+    """The pipeline analysis's part: the ``efficiency`` metrics and their console line, or a
+    not-checked line saying why not, and PIPE006 when FLOPs and cycles would exceed the peak."""
+    figures, reason, over = check(report, o.out.metrics["stages"])
+    o.out.metrics["efficiency"] = figures
+    if figures is None:
+        if report.layers is not None or report.provenance.source == "pva":  # else nothing to say it of
+            o.skip(CHECK, reason or "")
+        if over:  # above the peak, FLOPs or cycles are wrong
+            o.find("PIPE006", "warning", *inconsistency(report, over))
+        return
+    line = caption(figures)
+    o.out.caption = f"{o.out.caption}\n{line}" if o.out.caption else line
+
+
 def inconsistency(report: Report, over: list[dict[str, Any]]) -> tuple[str, str, str]:
     """Title, evidence and recommendation of PIPE006: stages or layers (from :func:`check`) whose
     FLOPs per cycle would exceed the IPU's peak, which cannot be."""
@@ -159,4 +175,4 @@ def share_text(frac: float) -> str:
     return pct(frac, 1 if frac < 0.1 else 0)
 
 
-__all__ = ["CAPTURE_BASIS", "CHECK", "FLOPS_SOURCES", "achieved", "caption", "check", "inconsistency", "share_text"]
+__all__ = ["CAPTURE_BASIS", "CHECK", "FLOPS_SOURCES", "achieved", "caption", "check", "collect", "inconsistency", "share_text"]
