@@ -337,3 +337,53 @@ def test_above_the_peak_is_flagged_as_inconsistent():
         "stage 0: 2,260,992,000 FLOPs in 6,062 cycles per micro-batch = 198%; layer layer.0: 1,130,496,000 FLOPs "
         "in 3,000 cycles per micro-batch = 200%")
     assert "the capture hooks counted" in finding.recommendation
+
+
+def test_totals_match_torch_flop_counter_on_a_real_run():
+    """The data-less count gives what torch's own FlopCounterMode counts running the model on
+    data: attention written out (products and a softmax), a convolution, a feed-forward and an
+    output head. (``scaled_dot_product_attention`` is left out: on the CPU it runs a flash kernel
+    torch has no formula for, so a real CPU run counts none of it, while on meta tensors it runs
+    as its products, which are counted.)"""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    torch.manual_seed(0)
+
+    class Attention(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.qkv = torch.nn.Linear(32, 96)
+            self.out = torch.nn.Linear(32, 32)
+
+        def forward(self, x):
+            q, k, v = self.qkv(x).chunk(3, dim=-1)
+            weights = torch.softmax(q @ k.transpose(1, 2) / 32 ** 0.5, dim=-1)
+            return x + self.out(weights @ v)
+
+    class Tiny(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = torch.nn.Conv1d(8, 32, 3, padding=1)
+            self.layers = torch.nn.ModuleList(Attention() for _ in range(2))
+            self.ff = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.GELU(), torch.nn.Linear(64, 32))
+            self.head = torch.nn.Linear(32, 10)
+
+        def forward(self, x, y):
+            x = self.conv(x).transpose(1, 2)
+            for layer in self.layers:
+                x = layer(x)
+            return torch.nn.functional.cross_entropy(self.head(self.ff(x)).flatten(0, 1), y.flatten())
+
+    model = Tiny()
+    x, y = torch.randn(12, 8, 16), torch.randint(0, 10, (12, 16))
+    r = count_model_flops(model, (x, y), {}, 3, True)
+    with FlopCounterMode(display=False) as real:
+        loss = model(x[:4], y[:4])
+        fwd = real.get_total_flops()
+        loss.backward()
+    assert (r["forward_flops"], r["backward_flops"]) == (fwd, real.get_total_flops() - fwd)
+    assert sum(m["fwd_flops"] for m in r["modules"]) == r["forward_flops"]
+    assert sum(m["bwd_flops"] for m in r["modules"]) == r["backward_flops"]
+    own = {m["module"]: m["fwd_flops"] for m in r["modules"]}
+    # an attention block's own products: scores and weighted values, 2·(2·4·16·16·32)
+    assert own["layers.0"] == own["layers.1"] == 2 * 2 * 4 * 16 * 16 * 32
