@@ -387,3 +387,34 @@ def test_totals_match_torch_flop_counter_on_a_real_run():
     own = {m["module"]: m["fwd_flops"] for m in r["modules"]}
     # an attention block's own products: scores and weighted values, 2·(2·4·16·16·32)
     assert own["layers.0"] == own["layers.1"] == 2 * 2 * 4 * 16 * 16 * 32
+
+
+def test_the_hooks_count_what_the_emulator_counts_on_the_bert_sample(monkeypatch):
+    """Two counts written apart agree: the data-less count of examples/bert_pipeline.py's model
+    (as captured for sample_reports/bert_even_split: 12 layers, hidden 256, the tied masked-LM
+    head over 128 positions, micro-batch 4) joined to the sample's layers gives the emulator's
+    own per-layer FLOPs (its cost model's products, backward twice the forward)."""
+    import argparse
+    import importlib.util
+    import types
+
+    from popviz.sources.layer_flops import owner
+
+    monkeypatch.setitem(sys.modules, "poptorch", types.ModuleType("poptorch"))  # the example imports it
+    spec = importlib.util.spec_from_file_location("bert_example", ROOT / "examples" / "bert_pipeline.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    args = argparse.Namespace(layers=12, hidden=256, heads=4, seq=128, vocab=30522, mlm=True, masked=128, classes=2)
+    model = module.Encoder(args)
+    ids = torch.zeros(4, 128, dtype=torch.long)
+    r = count_model_flops(model, (ids, ids), {}, 1, True)
+    [sample] = popviz.load(ROOT / "sample_reports" / "bert_even_split")
+    names = {x.name for x in sample.layers}
+    joined: dict[str, list[int]] = {}
+    for m in r["modules"]:
+        totals = joined.setdefault(owner(m["module"], names), [0, 0])
+        totals[0] += m["fwd_flops"]
+        totals[1] += m["bwd_flops"]
+    assert None not in joined
+    assert {x.name: [x.fwd_flops, x.bwd_flops] for x in sample.layers if x.fwd_flops} == joined
+    assert joined["layers.0"] == [872_415_232, 1_744_830_464]
