@@ -418,3 +418,40 @@ def test_the_hooks_count_what_the_emulator_counts_on_the_bert_sample(monkeypatch
     assert None not in joined
     assert {x.name: [x.fwd_flops, x.bwd_flops] for x in sample.layers if x.fwd_flops} == joined
     assert joined["layers.0"] == [872_415_232, 1_744_830_464]
+
+
+def test_poptorch_ops_without_autograd_keep_the_backward(tmp_path):
+    """Under fake PopTorch (whose ops are registered as PopTorch registers them: CPU and Meta
+    kernels, no autograd formula), ``identity_loss`` and ``recomputationCheckpoint`` do not cut
+    the gradient: the layer before the checkpoint has its backward counted."""
+    script = tmp_path / "count.py"
+    script.write_text(textwrap.dedent('''
+        import json, torch, poptorch
+        from popviz.capture.flops import count_model_flops
+
+        class Net(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.a = torch.nn.Linear(4, 8)
+                self.b = torch.nn.Linear(8, 2)
+
+            def forward(self, x):
+                h = poptorch.recomputationCheckpoint(self.a(x))
+                return poptorch.identity_loss(self.b(h) ** 2, reduction="sum")
+
+        h = poptorch.recomputationCheckpoint(torch.ones(2, requires_grad=True) * 2)
+        print(json.dumps({"cut": h.grad_fn is None or "NotImplemented" in type(h.grad_fn).__name__
+                                 or "Cpp" in type(h.grad_fn).__name__,
+                          "flops": count_model_flops(Net(), (torch.randn(6, 4),), {}, 2, True)}))
+    '''))
+    import subprocess
+
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
+                          env={**__import__("os").environ, "PYTHONPATH": str(ROOT / "tests" / "fake_poptorch")})
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout.splitlines()[-1])
+    assert out["cut"] is True  # run as PopTorch registers it, the op has no gradient of its own
+    r = out["flops"]
+    assert (r["status"], r["backward_from"]) == ("counted", "loss")
+    assert r["modules"] == [{"module": "a", "fwd_flops": 2 * 3 * 4 * 8, "bwd_flops": 2 * 3 * 4 * 8},
+                            {"module": "b", "fwd_flops": 2 * 3 * 8 * 2, "bwd_flops": 2 * 2 * 3 * 8 * 2}]

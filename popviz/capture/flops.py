@@ -25,9 +25,10 @@ What it records (the ``flops`` object of ``popviz-model.json``, docs/capture.md)
 
 PopTorch's own operations (``torch.ops.poptorch``) have Meta kernels (PopTorch's
 ``poptorch/source/dispatch_tracer/RegisterMetaOps.cpp.inc``), so they run on data-less tensors as
-they are, except ``identity_loss``, which has no autograd formula outside PopTorch's tracing
-(``RegisterAtenOverloads.cpp``: ``autogradNotImplementedFallback``): it is computed as its CPU
-kernel does (sum, mean or a copy, same file) so the loss has a backward to count.
+they are, except those without an autograd formula outside PopTorch's tracing
+(``RegisterAtenOverloads.cpp``): ``identity_loss`` is computed as its CPU kernel does (sum, mean
+or a copy, same file) so the loss has a backward to count, and the operations that return their
+first argument (``recomputation_checkpoint``, ``set_available_memory``, ...) are that argument.
 
 Anything that fails (an operation without a Meta kernel, data-dependent control flow)
 gives a record with the reason and no figures: the program itself is never disturbed. This
@@ -56,6 +57,15 @@ _NO_WORK = frozenset((
     "aten.fill_", "aten.zero_", "aten.sym_size", "aten.sym_stride", "aten.sym_numel", "aten.set_",
 ))
 """Operations that move, view or create tensors: no arithmetic, so not listed as uncounted."""
+
+
+RETURNING_FIRST_ARGUMENT = frozenset(f"poptorch::{op}" for op in (
+    "recomputation_checkpoint", "set_available_memory", "ipu_print_tensor", "nop", "set_matmul_serialization",
+    "set_overlap_for_input", "set_overlap_for_output"))
+"""PopTorch operations whose CPU kernel returns their first argument (``opReturningFirstArgument``
+in RegisterAtenOverloads.cpp) and which have no autograd formula there: taken as that argument, so
+the backward reaches what comes before them (``poptorch.recomputationCheckpoint`` would otherwise
+cut the gradient, and the backward FLOPs before it)."""
 
 
 def skip_reason(executor: Any) -> str | None:
@@ -241,9 +251,12 @@ def _count(model: Any, args: tuple, kwargs: dict[str, Any], micro_batches: int |
 
         def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
             kwargs = kwargs or {}
-            if _qualified(func) == "poptorch::identity_loss":
+            name = _qualified(func)
+            if name == "poptorch::identity_loss":
                 x, reduction = args[0], (args[1] if len(args) > 1 else kwargs.get("reduction"))
                 out = x.sum() if reduction == 0 else x.mean() if reduction == 1 else x.clone()
+            elif name in RETURNING_FIRST_ARGUMENT and args:
+                return args[0]  # what PopTorch's CPU kernel returns; the gradient flows through
             else:
                 out = func(*args, **kwargs)
             if training:
