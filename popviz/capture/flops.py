@@ -1,4 +1,4 @@
-"""The model's FLOPs per module, counted by the capture hooks once the executor has compiled.
+"""The model's FLOPs per module, counted by the capture hooks when the executor compiles.
 
 On a real IPU the profile has cycles but no FLOPs; the hooks see the user's model and the shapes
 of the call that compiled. :func:`count_model_flops` runs the model's forward (and, for a training

@@ -94,7 +94,7 @@ class Recorder:
         self.path: str | None = None
         self.flops: dict[str, Any] | None = None
         """The model's FLOPs per module for one micro-batch (:mod:`popviz.capture.flops`), once
-        counted after the compile."""
+        counted when it compiles."""
 
     # -- state ---------------------------------------------------------------------------
 
@@ -160,7 +160,9 @@ class Recorder:
             self.compile_poptorch = float(executor.compilationTime().total_seconds())
 
     def on_compile_inputs(self, executor: Any, args: tuple, kwargs: dict) -> None:
-        """Count the model's FLOPs on one micro-batch of the inputs it compiled with (once)."""
+        """Count the model's FLOPs on one micro-batch of the inputs it compiles with (once, before
+        the compile: PopTorch's training model copies its weights back from the device when they
+        are read after a run)."""
         if self.flops is not None or BlockTracer.active:  # an outer compile is still tracing: count after it
             return
         from popviz.capture import flops
