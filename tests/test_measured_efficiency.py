@@ -455,3 +455,23 @@ def test_poptorch_ops_without_autograd_keep_the_backward(tmp_path):
     assert (r["status"], r["backward_from"]) == ("counted", "loss")
     assert r["modules"] == [{"module": "a", "fwd_flops": 2 * 3 * 4 * 8, "bwd_flops": 2 * 3 * 4 * 8},
                             {"module": "b", "fwd_flops": 2 * 3 * 8 * 2, "bwd_flops": 2 * 2 * 3 * 8 * 2}]
+
+
+def test_poptorch3_debug_contexts_name_the_module_path(fake_pva):
+    """PopTorch 3's own context is a parent of PopART's (fake_pva follows graphcore/poptorch's
+    test_pva_annotations): the layer is op_name's module path with dots, an operation outside any
+    module has none, and PopART's opid marks a gradient."""
+    from types import SimpleNamespace as NS
+
+    from popviz.sources.attribution import layer_context
+
+    def op(layer, op_type, popart_op=None):
+        return NS(debugContext=fake_pva._poptorch3_context(
+            {"layer": layer, "op_type": op_type, **({"popart_op": popart_op} if popart_op else {})}))
+
+    assert layer_context(op("block0.lstm", "LSTM")) == {
+        "layer": "block0.lstm", "op_name": "block0/lstm/LSTM", "op_type": "LSTM"}
+    assert layer_context(op("", "Pow"))["layer"] == ""  # the model's own forward: no layer
+    assert layer_context(op("enc.layer.3", "MatMul", "MatMulRhsGrad"))["op_type"] == "ai.graphcore.MatMulRhsGrad:1"
+    plain = NS(debugContext=NS(json=json.dumps({"layer": "layers.0", "op_type": "MatMul"})))
+    assert layer_context(plain)["layer"] == "layers.0"  # no poptorch ancestor: its own layer, as before
