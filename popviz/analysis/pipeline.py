@@ -163,24 +163,12 @@ def analyse(report: Report) -> AnalysisOutput:
     if strategy == "ShardedExecution":
         _sharded(report, o)
     m["num_stages"] = cfg.num_stages
-    _efficiency(report, o)
+    eff.collect(report, o)  # achieved FLOPs per cycle against the IPU's peak
     line = getattr(o, "blocks_line", None)
     if line:
         o.out.caption = f"{o.out.caption}\n{line}" if o.out.caption else line
     o.out.findings.sort(key=lambda f: f.code)  # balance (PIPE001) before ramp (PIPE003)
     return o.out
-
-
-def _efficiency(report: Report, o: Collector) -> None:
-    """Achieved FLOPs per cycle against the IPU's peak, per stage and layer (:mod:`efficiency`)."""
-    figures, reason = eff.achieved(report, o.out.metrics["stages"])
-    o.out.metrics["efficiency"] = figures
-    if figures is None:
-        if report.layers is not None or report.provenance.source == "pva":  # else nothing to say it of
-            o.skip(eff.CHECK, reason or "")
-        return
-    line = eff.caption(figures)
-    o.out.caption = f"{o.out.caption}\n{line}" if o.out.caption else line
 
 
 # ------------------------------------------------------------------------------- IPU count

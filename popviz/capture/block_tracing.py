@@ -17,6 +17,9 @@ class BlockTracer:
     parameters the modules run inside each own. Watches ``poptorch.Block`` (context manager and
     ``Block.start``) and BeginBlock markers through a global module forward pre-hook."""
 
+    active = 0
+    """Tracers entered and not yet exited in this process (a compile inside a call's compile)."""
+
     def __init__(self, poptorch: Any, root_model: Any) -> None:
         self.poptorch = poptorch
         self.root = root_model
@@ -152,6 +155,15 @@ class BlockTracer:
             self._undo.append(lambda: setattr(block_cls, "__exit__", original_exit))
 
     def __enter__(self) -> BlockTracer:
+        BlockTracer.active += 1
+        self._undo.append(self._leave)
+        try:
+            return self._watch()
+        except BaseException:  # nothing stays patched, and the count of tracers stays right
+            self.__exit__(None, None, None)
+            raise
+
+    def _watch(self) -> BlockTracer:
         with contextlib.suppress(Exception):
             self._paths = {id(m): path for path, m in self.root.named_modules()}
         block_cls = getattr(self.poptorch, "Block", None)
@@ -169,6 +181,10 @@ class BlockTracer:
             handle = register(self._pre_hook)
             self._undo.append(handle.remove)
         return self
+
+    @staticmethod
+    def _leave() -> None:
+        BlockTracer.active = max(0, BlockTracer.active - 1)
 
     def __exit__(self, *exc: Any) -> None:
         for undo in reversed(self._undo):

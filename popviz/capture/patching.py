@@ -103,7 +103,17 @@ def _is_compiled(executor: Any) -> bool:
 
 def _compile_and_run(executor: Any, rec: Recorder, fn: Callable[..., Any], args: tuple,
                      kwargs: dict, record: bool) -> Any:
-    """Run the call (or ``compile``) that compiles, watching blocks and timing it."""
+    """Run the call (or ``compile``) that compiles, watching blocks and timing it; count the
+    model's FLOPs first (before the device has run, so reading the weights copies nothing back
+    from it, and outside the compile's time)."""
+    try:
+        rec.on_compile_inputs(executor, args, kwargs)
+    except KeyboardInterrupt:  # Ctrl-C while the model's forward ran for the count: the compile was under way
+        with contextlib.suppress(Exception):
+            rec.on_interrupted(executor, 0.0, None, False)
+        raise
+    except Exception as exc:
+        _warn(f"could not count the model's FLOPs ({type(exc).__name__}: {exc}); your program continues")
     tracer = None
     try:
         poptorch = sys.modules.get("poptorch")

@@ -92,6 +92,9 @@ class Recorder:
         self.last_write = 0.0
         self.final = False
         self.path: str | None = None
+        self.flops: dict[str, Any] | None = None
+        """The model's FLOPs per module for one micro-batch (:mod:`popviz.capture.flops`), once
+        counted when it compiles."""
 
     # -- state ---------------------------------------------------------------------------
 
@@ -155,6 +158,29 @@ class Recorder:
             self.first_layers = tracer.first_layers
         with contextlib.suppress(Exception):
             self.compile_poptorch = float(executor.compilationTime().total_seconds())
+
+    def on_compile_inputs(self, executor: Any, args: tuple, kwargs: dict) -> None:
+        """Count the model's FLOPs on one micro-batch of the inputs it compiles with (once, before
+        the compile: PopTorch's training model copies its weights back from the device when they
+        are read after a run)."""
+        if self.flops is not None or BlockTracer.active:  # an outer compile is still tracing: count after it
+            return
+        from popviz.capture import flops
+
+        why = flops.skip_reason(executor) or (None if self.model is not None else "the executor has no model")
+        if why is not None:
+            self.flops = {"status": "skipped", "reason": why}
+            return
+        o = self.opts
+        training = self.mode == "training"
+        factors = [o.get("device_iterations"), o.get("replication_factor")] + (
+            [o.get("gradient_accumulation")] if training else [])
+        n = None
+        if all(isinstance(f, int) and f > 0 for f in factors):
+            n = 1
+            for f in factors:
+                n *= f
+        self.flops = flops.count_model_flops(self.model, args, kwargs, n, training)
 
     def on_compile_error(self, exc: BaseException) -> None:
         # a bad --split exits (SystemExit(2)) with its message as an attribute: the line, not "2"
@@ -389,6 +415,7 @@ class Recorder:
             "io": {"sampled_calls": self.sampled_calls, "signatures": list(self.signatures.values()),
                    "other_sampled_calls": self.other_sampled_calls},
             "notes": notes,
+            "flops": self.flops,
         }
 
     def write(self, final: bool = False) -> None:

@@ -21,6 +21,9 @@ LAYER_SOURCES = ("emulator", "debug_context", "calibrated")
 """How the per-layer figures were obtained: the emulator's cost model on the measured forward
 pass, PopTorch's debug contexts in a real profile, or a real profile's per-stage figures
 distributed over its layers in the proportions of an emulator estimate."""
+FLOPS_NOTE = "FLOPs: "
+"""Start of a layer table's notes about its ``fwd_flops``/``bwd_flops`` (how they were counted, or
+why there are none: :mod:`popviz.sources.layer_flops`)."""
 _LAYER_INTS = ("fwd_cycles", "bwd_cycles", "weight_bytes", "optimizer_bytes", "accumulator_bytes",
                "activation_bytes", "temporary_bytes", "recompute_bytes", "recompute_cycles", "code_bytes")
 

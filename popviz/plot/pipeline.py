@@ -118,7 +118,10 @@ def stages(report: Report, ax: Axes | None = None) -> Figure:
     ratio = cycles.max() / mean if mean else float("nan")
     what = "IPU (stages share IPUs)" if by_ipu else "stage"
     set_title(ax, _title(report, f"cycles per {what} (slowest / mean = {ratio:.2f})"))
-    if eff is not None and any(x is not None for x in shares):
+    if eff is not None and any(x is not None for x in shares) and eff.get("flops_source") == "capture":
+        ax.set_xlabel(f"achieved efficiency: {eff['flops_counted']} FLOPs counted by the capture hooks\n"
+                      f"per measured cycle / {eff['architecture']} {eff['precision']} peak", fontsize="small")
+    elif eff is not None and any(x is not None for x in shares):
         ax.set_xlabel(f"{'estimated ' if eff['estimated'] else ''}achieved efficiency: {eff['flops_counted']} "
                       f"{'estimated ' if eff['flops_estimated'] and not eff['estimated'] else ''}FLOPs per cycle / "
                       f"{eff['architecture']} {eff['precision']} peak", fontsize="small")

@@ -19,8 +19,10 @@ code (:mod:`popviz.sources.layer_memory`) where the profile has them; what it do
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from popviz.model import Layer, LayerTable, Report
 
@@ -39,6 +41,52 @@ class Operation:
     code: tuple[int, ...] = ()
     """Code bytes of each of ``programs`` (``codeBytesByTile`` plus, for a program without
     children, ``controlCodeByTile``, summed over the tiles); empty where libpva has neither."""
+
+
+def _context_doc(context: Any) -> dict | None:
+    raw = getattr(context, "json", None)
+    try:
+        doc = json.loads(raw) if isinstance(raw, (str, bytes)) else dict(raw or {})
+    except (ValueError, TypeError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def layer_context(op: Any) -> dict | None:
+    """The debug context naming an operation's layer, as a dict with ``layer``, ``op_name`` and
+    ``op_type``. PopTorch 3's own context (``"layer": "poptorch"``) is a parent of PopART's
+    (``"layer": "popart"``, willow/src/opdebuginfo.cpp) and puts the module path in ``op_name``
+    (``block0/lstm/LSTM``: the path with ``/``, then the op type; an operation outside any module
+    has ``op_name`` equal to ``op_type``): graphcore/poptorch tests/precompilation_test.py
+    ``test_pva_annotations`` walks ``replacedDebugContext[0]`` (else ``debugContext``) and its
+    ``parents[0]`` to it. There the layer is that path with dots (``block0.lstm``), the module
+    path PopTorch names parameters by; a context with no ``poptorch`` ancestor keeps its own
+    ``layer``."""
+    replaced = getattr(op, "replacedDebugContext", None)
+    try:
+        context = replaced[0] if replaced else getattr(op, "debugContext", None)
+    except (TypeError, IndexError, KeyError):
+        context = getattr(op, "debugContext", None)
+    first = _context_doc(context)
+    if first is None:
+        return None
+    doc, node = first, context
+    for _ in range(32):  # a bounded walk: contexts form a tree
+        if doc is not None and doc.get("layer") == "poptorch":
+            name, kind = str(doc.get("op_name") or ""), str(doc.get("op_type") or "")
+            path = name[: -len(kind) - 1] if kind and name.endswith("/" + kind) else name.rpartition("/")[0]
+            opid = str(first.get("opid") or "")
+            return {"layer": path.replace("/", "."), "op_name": name,
+                    "op_type": opid if BACKWARD_OP.search(opid) else kind}
+        parents = getattr(node, "parents", None)
+        try:
+            node = parents[0] if parents else None
+        except (TypeError, IndexError, KeyError):
+            node = None
+        if node is None:
+            break
+        doc = _context_doc(node)
+    return first
 
 
 def with_layers(report: Report, operations: list[Operation],

@@ -24,7 +24,7 @@ from pathlib import Path
 from popviz.errors import CorruptReportError, ReportNotFoundError, UsageError, shown
 from popviz.model import Report, ReportSet
 from popviz.model.names import INSTANCE_DIR
-from popviz.sources import attribution, bundle, infer, manifest, pva
+from popviz.sources import attribution, bundle, infer, layer_flops, manifest, pva
 from popviz.sources.runrecord import (
     RUN_FILE,
     failed_instance_warnings,
@@ -149,6 +149,7 @@ def read_engine(engine: EngineDir) -> Report:
     hooks' ``popviz-model.json`` when it is there; a profile without one gets the configuration
     its execution shows, labelled inferred (:mod:`popviz.sources.infer`)."""
     check_files(engine.path)
+    record = None
     if engine.kind == "manifest":
         report = manifest.manifest_report(manifest.read_manifest(engine.path))
         if engine.name:
@@ -159,11 +160,14 @@ def read_engine(engine: EngineDir) -> Report:
         else:
             report = pva.read_profile(engine.path / pva.PROFILE_FILE, name=engine.name)
         if (engine.path / manifest.MODEL_FILE).is_file():
-            report = manifest.merge_into(report, manifest.read_manifest(engine.path))
+            record = manifest.read_manifest(engine.path)
+            report = manifest.merge_into(report, record)
     report = check_report(report, engine.path, _files(engine))
     report = infer.infer_config(report)  # a profile without popviz-model.json: labelled inferred
     if engine.kind == "pva":  # per-layer costs where PopTorch's debug contexts name the layers
         report = attribution.with_layers(report, *pva.read_operations(engine.path / pva.PROFILE_FILE))
+        # and the FLOPs the capture hooks counted on the model (popviz.sources.layer_flops)
+        report = layer_flops.with_flops(report, record.flops if record else None, record is not None)
     return report.replace(instance=engine.instance, path=str(engine.path))
 
 

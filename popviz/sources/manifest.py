@@ -33,6 +33,8 @@ from popviz.model import (
     Stage,
 )
 from popviz.model.names import output_mode_name
+from popviz.sources import layer_flops
+from popviz.sources.layer_flops import CapturedFlops
 
 MODEL_FILE = "popviz-model.json"
 MODEL_FORMAT = "popviz-model"
@@ -55,6 +57,8 @@ class ModelManifest:
     versions: Mapping[str, str]
     written_at: str | None
     path: Path
+    flops: CapturedFlops | None = None
+    """The model's FLOPs per module the hooks counted (:mod:`popviz.sources.layer_flops`)."""
 
 
 def outputs_per_call(config: ModelConfig) -> int | None:
@@ -148,7 +152,8 @@ def read_manifest(path: str | Path) -> ModelManifest:
     versions = {str(k): str(v) for k, v in check.obj(doc, "versions").items() if v is not None}
     notes += io_notes + [str(n) for n in check.lst(doc, "notes")]
     written_at = doc.get("written_at") if isinstance(doc.get("written_at"), str) else None
-    return ModelManifest(engine, config, host_io, tuple(notes), versions, written_at, path)
+    flops = layer_flops.parse(doc.get("flops"), check.fail)
+    return ModelManifest(engine, config, host_io, tuple(notes), versions, written_at, path, flops)
 
 
 def _config(check: _Checker, doc: Mapping[str, Any]) -> tuple[ModelConfig, list[str]]:

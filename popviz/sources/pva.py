@@ -366,9 +366,8 @@ def read_operations(profile: str | Path):  # -> tuple[list[Operation], list[tupl
     always-live variables (name, bytes), for :mod:`popviz.sources.attribution`. Both lists are
     empty when this libpva has no ``OperationAnalysis`` or the debug contexts name no layer
     (``debug.cbor`` missing); nothing here is required."""
-    import json
 
-    from popviz.sources.attribution import Operation
+    from popviz.sources.attribution import Operation, layer_context
 
     profile = Path(profile)
     pva = import_pva(profile)
@@ -386,11 +385,7 @@ def read_operations(profile: str | Path):  # -> tuple[list[Operation], list[tupl
     out = []
     code_of: dict[str, int | None] = {}
     for op in operations:
-        context = getattr(getattr(op, "debugContext", None), "json", None)
-        try:
-            doc = json.loads(context) if isinstance(context, (str, bytes)) else dict(context or {})
-        except (ValueError, TypeError):
-            continue
+        doc = layer_context(op)
         layer = doc.get("layer") if isinstance(doc, dict) else None
         if not isinstance(layer, str) or not layer:
             continue

@@ -187,16 +187,34 @@ def _columns(data: dict) -> tuple[dict, list]:
     return tiles, runs
 
 
+def _poptorch3_context(op: dict) -> NS:
+    """An operation's debug context as PopTorch 3 and PopART nest them: PopART's own
+    (``"layer": "popart"``, ``category``, ``opid``: popart willow/src/opdebuginfo.cpp) whose
+    ``parents[0]`` is PopTorch's (``"layer": "poptorch"``, ``op_name`` = module path with ``/``
+    then the op type, ``op_type``), as graphcore/poptorch tests/precompilation_test.py
+    (``test_pva_annotations``) reads them. ``op["layer"]`` is the module path (dotted) or ``""``
+    for an operation outside any module."""
+    path = op["layer"].replace(".", "/")
+    name = f"{path}/{op['op_type']}" if path else op["op_type"]
+    poptorch = NS(json=json.dumps({"layer": "poptorch", "op_name": name, "op_type": op["op_type"]}),
+                  location=NS(fileName="model.py", lineNumber=1), parents=[])
+    opid = f"ai.graphcore.{op.get('popart_op', op['op_type'])}:1"
+    return NS(json=json.dumps({"layer": "popart", "category": "op", "instanceId": "7", "opid": opid}),
+              location=NS(fileName="opx.cpp", lineNumber=1), parents=[poptorch])
+
+
 class OperationAnalysis:
     """``pva.OperationAnalysis(report).operations``: each with ``name``, ``programs()`` and
-    ``debugContext.json`` (PopTorch's ``layer``, ``op_name``, ``op_type``)."""
+    ``debugContext.json`` (PopTorch's ``layer``, ``op_name``, ``op_type``); with
+    ``"context": "poptorch3"`` in the data, the nested contexts of :func:`_poptorch3_context`."""
 
     def __init__(self, report: NS) -> None:
         by_name = {p.name: p for p in report._programs}
         self.operations = [
             NS(name=op["name"], programs=(lambda names=op["programs"]: [by_name[n] for n in names]),
-               debugContext=NS(json=json.dumps({"layer": op["layer"], "op_name": op["name"],
-                                                "op_type": op["op_type"]})),
+               debugContext=_poptorch3_context(op) if op.get("context") == "poptorch3" else
+               NS(json=json.dumps({"layer": op["layer"], "op_name": op["name"], "op_type": op["op_type"]})),
+               replacedDebugContext=[],
                location=NS(fileName="model.py", lineNumber=1), parents=[])
             for op in report._operations]
 

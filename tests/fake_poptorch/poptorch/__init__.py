@@ -217,6 +217,54 @@ class Error(RuntimeError):
     pass
 
 
+def _define_ops():
+    """``torch.ops.poptorch.identity_loss`` as PopTorch 3 registers it (graphcore/poptorch
+    poptorch/source/dispatch_tracer/RegisterAtenOverloads.cpp: schema ``identity_loss(Tensor x,
+    int reduction) -> Tensor``, a CPU kernel computing sum (0), mean (1) or a copy (2), no
+    autograd formula; RegisterMetaOps.cpp.inc: a Meta kernel)."""
+    try:
+        torch.ops.poptorch.identity_loss  # noqa: B018
+        return
+    except (AttributeError, RuntimeError):
+        pass
+    lib = torch.library.Library("poptorch", "DEF")
+    lib.define("identity_loss(Tensor x, int reduction) -> Tensor")
+
+    def kernel(x, reduction):
+        with torch.no_grad():  # PopTorch's op has no autograd formula: its output has no grad_fn
+            return x.sum() if reduction == 0 else x.mean() if reduction == 1 else x.clone()
+
+    lib.impl("identity_loss", kernel, "CPU")
+    lib.impl("identity_loss", kernel, "Meta")
+    # returns its argument (opReturningFirstArgument); no autograd formula either
+    lib.define("recomputation_checkpoint(Tensor self) -> Tensor")
+
+    def first(x):
+        with torch.no_grad():
+            return x.clone()
+
+    lib.impl("recomputation_checkpoint", first, "CPU")
+    lib.impl("recomputation_checkpoint", first, "Meta")
+    _define_ops.lib = lib
+
+
+_define_ops()
+
+
+def recomputationCheckpoint(*tensors):
+    """PopTorch's python/ops.py: each tensor through the op."""
+    out = tuple(torch.ops.poptorch.recomputation_checkpoint(t) for t in tensors)
+    return out[0] if len(out) == 1 else out
+
+
+def identity_loss(x, reduction):
+    """PopTorch's python/ops.py: the reduction by name, then the op."""
+    codes = {"sum": 0, "mean": 1, "none": 2}
+    if reduction not in codes:
+        raise ValueError("reduction must be sum, mean or none")
+    return torch.ops.poptorch.identity_loss(x, codes[reduction])
+
+
 def _combine(results, mode, period, g, r):
     if isinstance(results[0], (tuple, list)):
         return type(results[0])(_combine([x[i] for x in results], mode, period, g, r)
