@@ -117,3 +117,58 @@ def test_weight_norm_in_the_stage_before_is_live_on_its_own():
     assert est.stages[0].temporary_bytes == 10_240 + 2 * 8_192
     # the weight crosses to IPU 1 once per micro-batch
     assert est.stages[0].weight_bytes == (256 * 8 + 256 + 16 * 8 + 8) * 4
+
+
+class _Tower(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Linear(8, 8)
+        self.blocks = nn.ModuleList(nn.Sequential(nn.Linear(8, 8), nn.ReLU()) for _ in range(4))
+
+
+class _HeadPair(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.mlp = nn.Linear(8, 4)
+        self.last1, self.last2 = nn.Linear(4, 6), nn.Linear(4, 6)
+
+
+class StudentTeacherTowers(nn.Module):
+    """DINO's module tree in small: a student and a teacher of one class (repeated modules at
+    depth 1) whose blocks start the stages, and two heads with two last layers of one shape."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        import popviz.emulator as poptorch
+
+        self.student, self.teacher = _Tower(), _Tower()
+        self.student_head, self.teacher_head = _HeadPair(), _HeadPair()
+        for tower in (self.student, self.teacher):
+            tower.embed = poptorch.BeginBlock(tower.embed, "ipu0", ipu_id=0)
+            tower.blocks[2] = poptorch.BeginBlock(tower.blocks[2], "ipu1", ipu_id=1)
+        for head in (self.student_head, self.teacher_head):
+            head.mlp = poptorch.BeginBlock(head.mlp, "ipu1", ipu_id=1)
+
+
+def test_layers_are_the_blocks_when_the_shallowest_repeats_hold_block_starts():
+    from popviz.emulator.layers import discover
+
+    structure = discover(StudentTeacherTowers())
+    assert structure.depth == 3
+    assert sorted(structure.movable) == [f"{t}.blocks.{i}" for t in ("student", "teacher") for i in range(4)]
+    assert structure.how.startswith("depth 3 chosen automatically: BeginBlock starts blocks inside the "
+                                    "shallowest repeated modules (student ...), so the depth whose repeated "
+                                    "modules start the most blocks (student.blocks.0 ... teacher.blocks.3, 8 layers)")
+
+
+def test_without_block_starts_inside_the_shallowest_repeats_stay():
+    from popviz.emulator.layers import discover
+
+    model = StudentTeacherTowers()
+    import popviz.emulator as poptorch
+
+    for m in model.modules():
+        poptorch.removeBlocks(m)
+    structure = discover(model)
+    assert structure.depth == 1
+    assert sorted(structure.movable) == ["student", "student_head", "teacher", "teacher_head"]
