@@ -116,6 +116,10 @@ class Measurement:
     ``"overlap_device_iteration_loop"``) the forward gave its inputs or outputs with
     ``poptorch.set_overlap_for_input`` / ``set_overlap_for_output`` (the least overlapping when
     several); absent: not overlapped."""
+    op_sources: list[tuple[int, ...]] = field(default_factory=list)
+    """Per operation: indices in ``ops`` of the operations that made its non-parameter inputs
+    (which recomputed operations depend on each other, :func:`popviz.emulator.recompute.plan`);
+    empty when not recorded."""
 
 
 # ------------------------------------------------------------------------------ engine setup

@@ -5,7 +5,10 @@
 which a module has at least two children with parameters of the same structure (type and
 parameter shapes): a BERT encoder's ``encoder.layer.0`` … ``encoder.layer.23``, a ResNet's
 blocks. Those children, and their siblings with parameters, are the movable layers (role
-``layer``). The rest of the model is covered by its largest modules with parameters that
+``layer``). When ``BeginBlock`` starts blocks strictly inside those repeated modules (they run in
+several stages, so no split can move them whole: DINO's student and teacher, two ViTs whose
+blocks start the stages), the depth whose repeated modules start the most blocks at their roots
+is taken instead (then the one with more layers). The rest of the model is covered by its largest modules with parameters that
 contain no movable layer: the embeddings (before the first layer, holding an ``nn.Embedding``),
 heads and loss modules (after the last), anything else (``other``). With no repeated modules,
 the model's children with parameters are the layers (those of the model it wraps, for a wrapper
@@ -119,7 +122,15 @@ def discover(model: torch.nn.Module, depth: int | None = None) -> Structure:
             if movable:
                 d = candidate
                 break
-        if movable:
+        split = _split_by_blocks(modules, movable) if movable else []
+        deeper = _deeper_layers(modules, d, max_depth, movable) if split else (d, movable)
+        if deeper[0] != d:
+            d, movable = deeper
+            how = (f"depth {d} chosen automatically: BeginBlock starts blocks inside the shallowest repeated "
+                   f"modules ({split[0]} ...), so the depth whose repeated modules start the most blocks "
+                   f"({movable[0]} ... {movable[-1]}, {len(movable)} layers); popviz capture --emulate "
+                   "--layer-depth N overrides it")
+        elif movable:
             how = (f"depth {d} chosen automatically: the shallowest with repeated modules "
                    f"({movable[0]} ... {movable[-1]}, {len(movable)} layers); popviz capture --emulate --layer-depth N overrides it")
         else:
@@ -140,6 +151,38 @@ def discover(model: torch.nn.Module, depth: int | None = None) -> Structure:
     every_name = dict(model.named_modules(remove_duplicate=False))  # a shared module under each name
     return Structure(depth=d, units=tuple(units), movable=movable_set,
                      roles=_roles(model, every_name, units, movable_set), tied=_tied(model, units), how=how)
+
+
+def _block_starts(modules: dict[str, torch.nn.Module]) -> list[str]:
+    """Paths of the modules ``poptorch.BeginBlock`` marked (a block starts when they run)."""
+    from popviz.emulator.blocks import _BlockHook
+
+    return [p for p, m in modules.items() if any(isinstance(h, _BlockHook) for h in m._forward_pre_hooks.values())]
+
+
+def _split_by_blocks(modules: dict[str, torch.nn.Module], movable: Sequence[str]) -> list[str]:
+    """The movable layers a BeginBlock starts strictly inside (they run in several stages: a
+    split cannot move them whole, as DINO's student, a ViT whose blocks start its stages)."""
+    starts = _block_starts(modules)
+    return [p for p in movable if p and any(s.startswith(p + ".") for s in starts)]
+
+
+def _deeper_layers(modules: dict[str, torch.nn.Module], first: int, max_depth: int,
+                   movable: list[str]) -> tuple[int, list[str]]:
+    """When the shallowest repeated modules are split by blocks: the depth from ``first`` on whose
+    repeated modules start the most blocks at their roots (the stage boundaries a plan moves),
+    then the one with more layers; ``first`` when no depth starts more."""
+    starts = set(_block_starts(modules))
+    best = (sum(p in starts for p in movable), len(movable))
+    choice = (first, movable)
+    for candidate in range(first + 1, max_depth + 1):
+        layers = _movable_at(modules, candidate)
+        if not layers:
+            continue
+        score = (sum(p in starts for p in layers), len(layers))
+        if score > best:
+            best, choice = score, (candidate, layers)
+    return choice
 
 
 def _wrapped_depth(modules: dict[str, torch.nn.Module]) -> int:

@@ -139,6 +139,8 @@ class Recorder:
         self.op_keys: list[tuple[tuple[int, ...], tuple[int, ...]]] = []
         """Per operation: the keys of its non-parameter inputs and of its outputs (which
         operations lead to the loss, :func:`towards_loss`)."""
+        self.op_sources: list[tuple[int, ...]] = []
+        """Per operation: the operations that made its non-parameter inputs."""
 
     # -- blocks and segments
     def _block(self) -> str | None:
@@ -237,6 +239,9 @@ class Recorder:
                                module=self.units.current if self.units is not None else None,
                                activation_grad=activation_grad, weight_grad=weight_grad,
                                dims=product_dims(name, args, out) if formula is not None else ()))
+        made_by = self.recompute.producer_op
+        self.op_sources.append(tuple(sorted({made_by[k] for k in (_key(t) for t in inputs)
+                                             if k is not None and k in made_by and k not in self.param_keys})))
         self.recompute.produced([_key(t) for t in outputs], len(self.ops) - 1)
         self.op_keys.append((tuple(k for k in (_key(t) for t in inputs) if k is not None and k not in self.param_keys),
                              tuple(k for k in (_key(t) for t in outputs) if k is not None)))
@@ -322,7 +327,7 @@ class Recorder:
                            saved_slots=slots, checkpoints=checkpoints,
                            saved_keys=[key for (_, _, key) in merged],
                            saved_producers=[self.recompute.producer_op.get(key) for (_, _, key) in merged],
-                           overlap=dict(self._trace.overlap),
+                           overlap=dict(self._trace.overlap), op_sources=list(self.op_sources),
                            structure=self.units.structure if self.units is not None else None)
 
 

@@ -34,8 +34,10 @@ A saved tensor need not be stashed when the operation that produced it is recomp
 backward makes it again); it must be when it is a checkpoint's output, a stage input or made by
 an operation that is not recomputed. The recomputed activations of one interval between
 checkpoints (one micro-batch's) are live while that interval's backward runs: the cost model
-counts them with the temporaries. The recomputed operations' forward cycles are added to the
-backward's.
+counts them with the temporaries. Within an interval, PopART reruns only what each backward
+operation needs (:func:`_chains`): recomputed operations that share no tensor (a weight computed
+from parameters alone, beside a block's activations) are live apart. The recomputed operations'
+forward cycles are added to the backward's.
 
 This module does not import torch at import time; :func:`checkpoint` is called by the emulated
 ``poptorch.recomputationCheckpoint`` while a measurement runs.
@@ -264,6 +266,38 @@ def _decreasing_intervals(n: int) -> list[tuple[int, int]]:
     return out
 
 
+def _chains(m: Measurement, rec: list[bool], interval: list[int]) -> list[int]:
+    """Per operation: its recompute chain, the recomputed operations of one interval that make
+    each other's inputs (connected through the tensors one makes and another reads). PopART
+    reruns a recomputed operation when the first backward operation that needs it runs, with the
+    recomputed operations it depends on and no others (``FindRequiredRecomputes``, its
+    ``requiredRecomputes`` added before each backward task, graphcore/popart
+    ``willow/src/popx/irlowering.cpp``): two chains that share no tensor — a block's activations
+    and a weight computed from parameters only, as ``weight_norm``'s hook computes
+    ``g · v / ‖v‖`` — are recomputed, and live, each while its own backward runs. Without the
+    operations' inputs (``op_sources`` empty) an interval is one chain."""
+    n = len(m.ops)
+    if len(m.op_sources) != n:
+        return list(interval)
+    parent = list(range(n))
+
+    def find(j: int) -> int:
+        while parent[j] != j:
+            parent[j] = parent[parent[j]]
+            j = parent[j]
+        return j
+
+    for j, sources in enumerate(m.op_sources):
+        if not rec[j]:
+            continue
+        for i in sources:
+            if 0 <= i < n and rec[i] and interval[i] == interval[j]:
+                a, b = find(i), find(j)
+                if a != b:
+                    parent[max(a, b)] = min(a, b)
+    return [find(j) for j in range(n)]
+
+
 def _intervals(m: Measurement, kind: RecomputationType, explicit: bool) -> tuple[list[bool], list[int]]:
     """Per operation: recomputed, and an interval id (operations of one id are recomputed
     together)."""
@@ -325,6 +359,7 @@ def plan(m: Measurement, setup: EngineSetup) -> RecomputePlan:
     if not m.saved_slots:  # per-segment totals only: the cycles are known, what is stashed is not
         return RecomputePlan(kind, f"{note} {sum(rec):,} of {n:,} forward operations recomputed in the "
                              "backward pass.", tuple(rec), plain, (0,) * n)
+    chain = _chains(m, rec, interval)
     checkpoint_keys = {k for c in m.checkpoints for k in c.keys}
     stash: list[StashItem] = []
     live_by_interval: dict[int, int] = {}
@@ -347,7 +382,7 @@ def plan(m: Measurement, setup: EngineSetup) -> RecomputePlan:
             stash.append(StashItem(seg, index, nbytes))
             counted.add((seg, key))
         else:
-            live_by_interval[interval[producer]] = live_by_interval.get(interval[producer], 0) + nbytes
+            live_by_interval[chain[producer]] = live_by_interval.get(chain[producer], 0) + nbytes
             made[producer] += nbytes
     for c in m.checkpoints:  # checkpoint outputs no backward op saved: still needed to recompute
         if c.segment not in recomputing:
@@ -364,7 +399,7 @@ def plan(m: Measurement, setup: EngineSetup) -> RecomputePlan:
         nbytes = crossing[seg - 1]
         if nbytes:
             stash.append(StashItem(seg, first, nbytes))
-    live = tuple(live_by_interval.get(interval[j], 0) if rec[j] else 0 for j in range(n))
+    live = tuple(live_by_interval.get(chain[j], 0) if rec[j] else 0 for j in range(n))
     count = sum(rec)
     note = f"{note} {count:,} of {n:,} forward operations recomputed in the backward pass."
     if kind is RecomputationType.Pipeline:
@@ -389,4 +424,16 @@ def _key(t: torch.Tensor) -> int | None:
 
 
 def _nbytes(t: torch.Tensor) -> int:
-    return t.numel() * t.element_size()
+    """Bytes the tensor's distinct elements take: a broadcast view (stride 0 along a dimension, as
+    ``expand`` makes; ``F.normalize`` divides by its norm so) holds only its source's elements. So
+    does PopART's: ``ExpandOpx::grow`` copies the input and returns a Poplar ``broadcast`` view of
+    the copy (graphcore/popart ``willow/src/popx/op/expandx.cpp``), no tensor of the full shape."""
+    try:
+        sizes, strides = t.shape, t.stride()
+    except (RuntimeError, NotImplementedError):  # a layout without strides (sparse): every element
+        return t.numel() * t.element_size()
+    n = 1
+    for size, stride in zip(sizes, strides, strict=True):
+        if stride != 0 or size == 0:
+            n *= int(size)
+    return n * t.element_size()
