@@ -291,7 +291,7 @@ ex(torch.randn(24, 64))
 def test_capture_and_analyse_count_the_same_stages(tmp_path):
     import popviz
 
-    from conftest import run_cli
+    from conftest import assert_one_line_error, run_cli
 
     script = tmp_path / "student_teacher.py"
     script.write_text(STUDENT_TEACHER_SCRIPT, encoding="utf-8")
@@ -302,3 +302,8 @@ def test_capture_and_analyse_count_the_same_stages(tmp_path):
     (report,) = popviz.load(tmp_path / "cap")
     assert [(s.index, s.ipu) for s in report.config.stages] == [(0, 0), (1, 1)]
     assert report.config.num_stages == 2
+    # popviz plan proposes one contiguous run of layers per IPU: a forward that goes back to IPU 0
+    # (the teacher after the student) has no such split, so plan says why instead of proposing one
+    plan = run_cli("plan", str(tmp_path / "cap"), cwd=tmp_path)
+    assert_one_line_error(plan, "training: its layers go back to IPU 0 at t0 after IPU 1",
+                          "does not plan this model")
