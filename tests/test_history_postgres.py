@@ -87,7 +87,7 @@ def test_add_show_and_compare_against_a_postgresql_history(db, bundles):
     assert sql(db, "SELECT count(*) FROM popviz.metrics WHERE run_id = 5") == [(0,)]
     show = run_cli("history", "show", "--db", db, "pipeline.*")
     assert show.returncode == 0, show.stderr
-    assert show.stdout.splitlines()[0] == (
+    assert unwrapped(show.stdout).splitlines()[0] == (  # the headline, broken between words at 100 columns
         "popviz history: 4 run(s), #1 (c1) to #4 (c4); step regression at #4 (c4) in 3 metric(s): "
         "training pipeline.cycles_per_micro_batch, training pipeline.stage1.cycles_per_micro_batch and 1 more")
     assert "training pipeline.cycles_per_micro_batch at #4 (c4): 3,031 → 4,244 (+40.00%) regressed" in show.stdout

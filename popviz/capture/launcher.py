@@ -536,8 +536,9 @@ def run_capture(command: Sequence[str], *, output: str | None = None, new_run: b
                     "capture again" for w in run["write_errors"]]
         if record_error:
             problems.insert(0, f"{record_error} (the run record could not say how the run ended)")
-        if problems:  # one line: the first thing that could not be written
-            say(f"popviz: error: {problems[0]}")
+        if problems:  # one message: the first thing that could not be written
+            for part in wrap_line(f"popviz: error: {problems[0]}"):
+                say(part)
     if record_error and exit_code == 0:
         return 2
     return exit_code

@@ -7,7 +7,6 @@ what is shown; the default shows warnings and the emulator's one-line notes abou
 from __future__ import annotations
 
 import os
-import sys
 
 LEVELS = {"TRACE_ALL": 0, "TRACE": 0, "DEBUG": 1, "INFO": 2, "WARN": 3, "ERR": 4, "OFF": 5}
 _state = {"level": LEVELS.get(os.environ.get("POPTORCH_LOG_LEVEL", "WARN").upper(), 3)}
@@ -25,9 +24,9 @@ def set_level(level: str | int) -> None:
 
 def _emit(level: int, message: str) -> None:
     if level >= _state["level"]:
-        from popviz.escape import status_line
+        from popviz.emulator.progress import line
 
-        print(status_line(f"popviz emulator: {message}"), file=sys.stderr, flush=True)
+        line(message)  # broken between words to the terminal's width (80 when unknown)
 
 
 def warn(message: str) -> None:
