@@ -170,3 +170,15 @@ def test_sigkill_before_a_bundle_s_metadata_leaves_an_engine_that_is_reported(tm
     out = run_cli("analyse", "run", cwd=tmp_path, timeout=HANG_GUARD_SECONDS)
     assert_one_line_error(out, "run/training holds execution.parquet, memory.parquet, runs.parquet but no "
                                "popviz-report.json (a bundle whose write was interrupted")
+
+
+def test_a_disk_too_full_to_keep_the_run_record_refuses_to_start(full):
+    from faults_util import fill
+
+    fill(full, leave_kib=60)  # the record fits, not the 256 KiB set aside to say how the run ended
+    proc = capture(full, "open('ran', 'w').close()")
+    assert_one_line_error(proc, "run: cannot set 256 KiB aside for the run record to say how the run ended "
+                                f"({NO_SPACE}); free some space")
+    assert not (full / "ran").exists()  # the script never started
+    assert sorted(p.name for p in (full / "run").iterdir()) == ["popviz-run.json"]
+    assert record(full / "run")["status"] == "error"
