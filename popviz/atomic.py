@@ -232,6 +232,59 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     write_file(path, data, replace=True)
 
 
+class StagedFiles:
+    """Files written in place in an existing directory as one change: :meth:`stage` writes each
+    complete (synced) under a temporary name beside its target, and only when all are written
+    :meth:`commit` renames them into place in the order staged (the one that names the others
+    last). A failure while staging (a full disk) removes what was staged: every target is as it
+    was, byte for byte, and no part of the change is under a real name.
+    ``with StagedFiles() as files: files.stage(path, data); ...`` commits when the block ends
+    without an error."""
+
+    def __init__(self) -> None:
+        self._staged: list[tuple[str, Path]] = []
+
+    def stage(self, path: str | os.PathLike[str], data: bytes | Callable[[Any], None]) -> None:
+        """Write ``data`` for ``path`` under a temporary name (WriteError naming ``path``)."""
+        p = Path(path)
+        try:
+            fd, tmp = temp_file(p)
+        except OSError as exc:
+            raise write_error(p, exc) from None
+        self._staged.append((tmp, p))
+        try:
+            _fill(fd, data)
+        except OSError as exc:
+            raise write_error(p, exc) from None
+
+    def commit(self) -> None:
+        """Rename every staged file onto its target (an atomic replace each), in order."""
+        while self._staged:
+            tmp, p = self._staged[0]
+            try:
+                os.replace(tmp, p)
+            except OSError as exc:
+                raise write_error(p, exc) from None
+            self._staged.pop(0)
+
+    def discard(self) -> None:
+        """Remove what is staged and not committed."""
+        for tmp, _ in self._staged:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+        self._staged.clear()
+
+    def __enter__(self) -> StagedFiles:
+        return self
+
+    def __exit__(self, exc_type: Any, *_: Any) -> None:
+        try:
+            if exc_type is None:
+                self.commit()
+        finally:
+            self.discard()
+
+
 @contextlib.contextmanager
 def staged_dir(path: str | os.PathLike[str], *, replace: bool = False) -> Iterator[Path]:
     """Build a directory in a temporary directory beside ``path`` and put it in place only when the

@@ -16,6 +16,7 @@ from typing import Any
 
 from popviz.atomic import (  # noqa: F401 (re-exported: fileio is where writers look)
     RUN_ID_ENV,
+    StagedFiles,
     WriteError,
     atomic_write_bytes,
     exchange,

@@ -57,6 +57,18 @@ def wrap_line(line: str, width: int | None = None) -> list[str]:
                          subsequent_indent=indent + "    ", break_long_words=False, break_on_hyphens=False) or [line]
 
 
+def fitted(text: str, width: int | None = None) -> str:
+    """``text`` with each of its lines broken by :func:`wrap_line` (one message of any number of
+    lines, every line within the width)."""
+    return "\n".join(part for row in text.split("\n") for part in wrap_line(row, width))
+
+
+def say(text: str, file: Any = None) -> None:
+    """``text`` on stderr (or ``file``), each line fitted to the terminal's width (80 when not a
+    terminal) by :func:`wrap_line`."""
+    print(fitted(text), file=file if file is not None else sys.stderr, flush=True)
+
+
 def _shell_words(command: str) -> list[str]:
     """``command`` split at the spaces outside quotes (each word as written, quotes kept)."""
     words, cur, quote = [], "", None

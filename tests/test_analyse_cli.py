@@ -12,7 +12,7 @@ from popviz import testing
 from popviz.render.json import schema
 from popviz.sources.bundle import write_bundle
 
-from conftest import ROOT, SAMPLES, run_cli
+from conftest import ROOT, SAMPLES, run_cli, unwrapped
 
 VALIDATOR = jsonschema.Draft202012Validator
 
@@ -191,7 +191,7 @@ def test_analyze_alias_and_fail_on_names_the_findings():
     proc = run_cli("analyze", str(SAMPLES / "oom_compile"), "--fail-on", "warning", "--json")
     assert proc.returncode == 1
     json.loads(proc.stdout)  # stdout stays the report
-    assert proc.stderr == ("popviz: --fail-on warning: 2 findings at or above warning: "
+    assert unwrapped(proc.stderr) == ("popviz: --fail-on warning: 2 findings at or above warning: "
                            "training: MEM001 (error), training: MEM004 (warning)\n")
 
 

@@ -243,11 +243,11 @@ def test_cli_add_show_and_compare_against_history(bundles, tmp_path):
     assert proc.stderr == "popviz: added run #4 (c4) to perf.db: 1 engine(s), 19 metric(s)\n"
     show = run_cli("history", "show", "--db", str(db), "pipeline.*")
     assert show.returncode == 0, show.stderr
-    first = show.stdout.splitlines()[0]
+    first = unwrapped(show.stdout).splitlines()[0]  # the headline, broken between words at 100 columns
     assert first == ("popviz history: 4 run(s), #1 (c1) to #4 (c4); step regression at #4 (c4) in 3 metric(s): "
                      "training pipeline.cycles_per_micro_batch, training pipeline.stage1.cycles_per_micro_batch "
                      "and 1 more"), first
-    assert [line.rstrip() for line in show.stdout.splitlines()[1:3]] == ["training", "metric                                  runs     last  "
+    assert [line.rstrip() for line in unwrapped(show.stdout).splitlines()[1:3]] == ["training", "metric                                  runs     last  "
                                              "trend  steps"]
     # testing.pipeline_report: forward 1000 cycles -> 3031.25 per micro-batch (backward, exchange)
     assert "training pipeline.cycles_per_micro_batch at #4 (c4): 3,031 → 4,244 (+40.00%) regressed" in show.stdout
@@ -513,7 +513,7 @@ def test_add_names_the_metrics_of_a_baseline_it_leaves_out(tmp_path, bundles):
     baseline.write_text(json.dumps(doc))
     proc = run_cli("history", "add", "baseline.json", "--db", "h.db", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stderr.splitlines() == [
+    assert unwrapped(proc.stderr).splitlines() == [  # the second line broken between words at 100 columns
         "popviz: added run #1 to h.db: 1 engine(s), 19 metric(s)",
         "popviz: not added, unknown to this popviz (from a newer one, or misspelt): training pipeline.future_pct"]
     assert "pipeline.future_pct" not in history.read(tmp_path / "h.db").engines[(1, "training")].metrics
@@ -561,9 +561,8 @@ def test_show_says_which_engines_are_estimated(tmp_path):
     assert json.loads(run_cli("history", "show", "--db", str(measured), "--json").stdout)["estimated"] == []
 
 
-def test_show_fits_80_columns_but_its_headline(tmp_path):
-    # the configuration-change and step lines break between words under their indent; the headline
-    # stays one line (the verdict a CI log greps)
+def test_show_fits_80_columns_headline_too(tmp_path):
+    # the headline, the configuration-change and step lines break between words under their indent
     db = tmp_path / "h.db"
     for i, (cycles, d) in enumerate([(1000.0, 4), (1000.0, 4), (2000.0, 16), (2000.0, 16)]):
         history.add(db, [engine(cycles, used=1000.0 * (1 + i // 2), device_iterations=d,
@@ -572,8 +571,11 @@ def test_show_fits_80_columns_but_its_headline(tmp_path):
     proc = run_cli("history", "show", "--db", str(db), env={"COLUMNS": "80"})
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
-    assert lines[0].startswith("popviz history: 4 run(s)") and len(lines[0]) > 80
-    assert max(len(line) for line in lines[1:]) <= 80
+    assert max(len(line) for line in lines) <= 80
+    head = unwrapped(proc.stdout).splitlines()[0]
+    assert head.startswith("popviz history: 4 run(s), #1 (commit-00-abcdef) to #4 (commit-03-abcdef); step "
+                           "regression at #3 (commit-02-abcdef) in ") and len(head) > 80
+    assert lines[0] == head[:len(lines[0])] and lines[1].startswith("    ")  # its continuation
     changed = lines.index("configuration changed where metrics stepped (explains most steps):")
     assert lines[changed + 1].startswith("  training at #3 (commit-02-abcdef): ")
     assert lines[changed + 2].startswith("      ")  # its continuation, under its indent

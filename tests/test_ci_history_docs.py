@@ -18,7 +18,7 @@ import pytest
 
 from popviz.ci import history
 
-from conftest import ROOT
+from conftest import ROOT, unwrapped
 
 pytest.importorskip("torch")
 
@@ -207,7 +207,7 @@ def _postgres_workflow(tmp_path: Path, base: str, threading) -> None:
         assert (compared.stdout.startswith("the history has no runs yet: nothing to compare with")
                 or compared.stdout.startswith("popviz: OK: no regression")), compared.stdout
         assert re.fullmatch(rf"popviz: added run #\d \(c0ffee\d\) to {re.escape(url)}: 2 engine\(s\), 44 "
-                            r"metric\(s\)\n", added.stderr), added.stderr
+                            r"metric\(s\)\n", unwrapped(added.stderr)), added.stderr  # broken at 100 columns
         assert password not in "".join(p.stdout + p.stderr for p in procs)
         assert (work / "summary.md").read_text().startswith("### popviz history: ")
         page = (work / "popviz-history.html").read_text()

@@ -1,5 +1,6 @@
 """Fault injection on bundles, in process: a table of another write under the metadata, two
-writers of one new bundle, the engine limit at exactly 1,000 and 1,001, a directory of tables
+writers of one new bundle, a full disk under a write in place (an update, and a first write beside
+the capture hooks' record), the engine limit at exactly 1,000 and 1,001, a directory of tables
 without metadata among complete engines."""
 
 from __future__ import annotations
@@ -8,10 +9,11 @@ import shutil
 import threading
 
 import pytest
-from faults_util import leftovers, make_bundle
+from faults_util import fill, leftovers, make_bundle, snapshot, tmpfs
 
 import popviz
 from popviz.errors import CorruptReportError, PopvizError, ReportNotFoundError
+from popviz.fileio import WriteError
 from popviz.sources import bundle, discover
 from popviz.sources.discover import MAX_ENGINES, find_engines
 
@@ -35,6 +37,35 @@ def test_a_rewrite_in_place_keeps_other_files_and_reads_whole(tmp_path):
     report = bundle.read_bundle(d)
     assert report.execution is not None and (d / "popviz-model.json").read_text() == "{}"
     assert leftovers(tmp_path) == []
+
+
+@pytest.mark.parametrize("leave_kib", [0, 16, 24])  # none of it; room for one table; all but the last two files
+def test_a_write_in_place_on_a_full_disk_changes_nothing(tmp_path, leave_kib):
+    """An update of a bundle beside other files (the emulator's at exit, the hooks' record there)
+    that runs out of space leaves every file byte for byte as it was and the old bundle readable;
+    a first write there leaves only what was there before."""
+    from popviz import testing
+
+    bigger = testing.pipeline_report([5000, 1000, 3000, 2000], tiles_per_ipu=64)
+    with tmpfs(tmp_path / "fs") as mount:
+        d = mount / "training"
+        make_bundle(d)
+        (d / "popviz-model.json").write_text("{}")
+        first = mount / "inference"
+        first.mkdir()
+        (first / "popviz-model.json").write_text("{}")
+        before = snapshot(mount)
+        fill(mount, leave_kib)
+        filled = snapshot(mount)
+        for target in (d, first):
+            with pytest.raises(WriteError, match="No space left on device") as err:
+                bundle.write_bundle(bigger, target, overwrite=True)
+            assert f"{target.name}/" in err.value.message and ".tmp" not in err.value.message
+        assert snapshot(mount) == filled and leftovers(mount) == []
+        (mount / "filler").unlink()
+        assert snapshot(mount) == before
+        assert bundle.read_bundle(d).execution is not None  # the previous bundle, whole
+        assert sorted(p.name for p in first.iterdir()) == ["popviz-model.json"]
 
 
 def test_of_two_writers_of_a_new_bundle_exactly_one_wins(tmp_path):

@@ -15,7 +15,7 @@ import pytest
 from faults_util import HANG_GUARD_SECONDS, PY, tmpfs
 from test_capture_hooks import FAKE_ENV, NET
 
-from conftest import assert_one_line_error, run_cli
+from conftest import assert_one_line_error, run_cli, unwrapped
 
 NO_SPACE = "No space left on device"
 
@@ -57,8 +57,8 @@ def test_a_log_that_fills_the_disk_neither_hangs_nor_stops_the_script(full):
     proc = capture(full, SPAM)
     assert proc.returncode == 2, proc.stderr
     assert proc.stdout.count("\n") == 41 and proc.stdout.endswith("done\n")  # all of it shown
-    lines = proc.stderr.strip().splitlines()
-    assert f"popviz capture: run/capture.log cannot be written ({NO_SPACE}) after" in proc.stderr
+    lines = unwrapped(proc.stderr.strip()).splitlines()  # lines broken between words at 100 columns
+    assert f"popviz capture: run/capture.log cannot be written ({NO_SPACE}) after" in unwrapped(proc.stderr)
     assert "the script keeps running" in proc.stderr
     assert lines[-1].startswith(f"popviz: error: run/capture.log: cannot be written ({NO_SPACE}) after ")
     run = record(full / "run")
@@ -91,7 +91,7 @@ def test_hooks_that_cannot_save_their_record_are_not_a_never_called_engine(full)
     assert proc.returncode == 2, proc.stderr
     assert "NEVER CALLED" not in proc.stderr
     assert "record not finalised: counts stop at its last update" in " ".join(proc.stderr.split())
-    last = proc.stderr.strip().splitlines()[-1]  # the first thing that could not be saved
+    last = unwrapped(proc.stderr.strip()).splitlines()[-1]  # the first thing that could not be saved
     assert last.startswith("popviz: error: run/") and NO_SPACE in last, last
     run = record(full / "run")
     assert run["ended"] == "disk full" and run["exit_code"] == 0
@@ -155,12 +155,12 @@ def test_sigkill_before_a_bundle_s_metadata_leaves_an_engine_that_is_reported(tm
     code = ("import os, signal\n"
             "from popviz import testing\n"
             "from popviz.sources import bundle\n"
-            "real = bundle.atomic_write_bytes\n"
-            "def killed_at_metadata(path, data):\n"
-            "    if path.name == bundle.METADATA_FILE:\n"
+            "real = os.replace\n"
+            "def killed_at_metadata(src, dst):\n"  # the tables renamed into place, not yet the metadata
+            "    if os.path.basename(dst) == bundle.METADATA_FILE:\n"
             "        os.kill(os.getpid(), signal.SIGKILL)\n"
-            "    real(path, data)\n"
-            "bundle.atomic_write_bytes = killed_at_metadata\n"
+            "    real(src, dst)\n"
+            "os.replace = killed_at_metadata\n"
             "d = os.path.join(os.environ['POPVIZ_CAPTURE_DIR'], 'training')\n"
             "os.makedirs(d)\n"
             "open(os.path.join(d, 'notes.txt'), 'w').close()\n"  # not empty: written in place, tables first
@@ -170,3 +170,15 @@ def test_sigkill_before_a_bundle_s_metadata_leaves_an_engine_that_is_reported(tm
     out = run_cli("analyse", "run", cwd=tmp_path, timeout=HANG_GUARD_SECONDS)
     assert_one_line_error(out, "run/training holds execution.parquet, memory.parquet, runs.parquet but no "
                                "popviz-report.json (a bundle whose write was interrupted")
+
+
+def test_a_disk_too_full_to_keep_the_run_record_refuses_to_start(full):
+    from faults_util import fill
+
+    fill(full, leave_kib=60)  # the record fits, not the 256 KiB set aside to say how the run ended
+    proc = capture(full, "open('ran', 'w').close()")
+    assert_one_line_error(proc, "run: cannot set 256 KiB aside for the run record to say how the run ended "
+                                f"({NO_SPACE}); free some space")
+    assert not (full / "ran").exists()  # the script never started
+    assert sorted(p.name for p in (full / "run").iterdir()) == ["popviz-run.json"]
+    assert record(full / "run")["status"] == "error"

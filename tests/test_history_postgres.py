@@ -80,14 +80,14 @@ def test_add_show_and_compare_against_a_postgresql_history(db, bundles):
         history.add(db, base, label=label)
     proc = run_cli("history", "add", str(bundles["slow"]), "--db", db, "--label", "c4")
     assert proc.returncode == 0, proc.stderr
-    assert proc.stderr == f"popviz: added run #4 (c4) to {db}: 1 engine(s), 19 metric(s)\n"
+    assert unwrapped(proc.stderr) == f"popviz: added run #4 (c4) to {db}: 1 engine(s), 19 metric(s)\n"
     again = run_cli("history", "add", str(bundles["slow"]), "--db", db, "--label", "c4")
-    assert "popviz: note: run #4 (c4) has the same label 'c4'" in again.stderr
+    assert "popviz: note: run #4 (c4) has the same label 'c4'" in unwrapped(again.stderr)
     sql(db, "DELETE FROM popviz.runs WHERE id = 5")  # the foreign keys take its engines and metrics along
     assert sql(db, "SELECT count(*) FROM popviz.metrics WHERE run_id = 5") == [(0,)]
     show = run_cli("history", "show", "--db", db, "pipeline.*")
     assert show.returncode == 0, show.stderr
-    assert show.stdout.splitlines()[0] == (
+    assert unwrapped(show.stdout).splitlines()[0] == (  # the headline, broken between words at 100 columns
         "popviz history: 4 run(s), #1 (c1) to #4 (c4); step regression at #4 (c4) in 3 metric(s): "
         "training pipeline.cycles_per_micro_batch, training pipeline.stage1.cycles_per_micro_batch and 1 more")
     assert "training pipeline.cycles_per_micro_batch at #4 (c4): 3,031 → 4,244 (+40.00%) regressed" in show.stdout

@@ -13,7 +13,7 @@ import popviz
 from popviz.errors import UsageError
 from popviz.plan_file import FORMAT, PlanFile, parse_split, plan_from_dict, read_plan, write_plan
 
-from conftest import assert_one_line_error, run_cli
+from conftest import assert_one_line_error, run_cli, unwrapped
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -152,7 +152,8 @@ def test_split_that_does_not_fit_the_model(monkeypatch, capsys, value, message):
         compiled(Tiny())
     assert info.value.code == 2
     err = capsys.readouterr().err
-    assert err == f"popviz: error: {message}\n"
+    assert unwrapped(err) == f"popviz: error: {message}\n"  # one message, broken between words at the width
+    assert max(len(line) for line in err.splitlines()) <= 80
 
 
 def test_plan_naming_an_unknown_layer(monkeypatch, capsys, tmp_path):
@@ -164,7 +165,7 @@ def test_plan_naming_an_unknown_layer(monkeypatch, capsys, tmp_path):
         compiled(Tiny())
     assert info.value.code == 2
     assert ("layer 'encoder.layer.0' is not a layer of this model (its layers at depth 2: body.0, body.1, "
-            "body.2 ...)") in capsys.readouterr().err
+            "body.2 ...)") in unwrapped(capsys.readouterr().err)
 
 
 def test_split_script_blocks_with_explicit_stages_are_ignored(monkeypatch):
@@ -214,7 +215,7 @@ def test_a_split_that_does_not_fit_the_model_under_capture(tmp_path):
     assert proc.returncode == 2
     message = ("--split layers_per_ipu=1,4,4,3: covers 12 layers; the model has 4 at module depth 2 "
                "('model.layer1', 'model.layer2', 'model.layer3', 'model.layer4'); the counts must add up to 4")
-    assert f"popviz: error: {message}\n" in proc.stderr
+    assert f"popviz: error: {message}\n" in unwrapped(proc.stderr)  # broken between words at 100 columns
     out = " ".join((proc.stdout + proc.stderr).split())  # the summary's lines wrap at the terminal's width
     assert ("training, PipelinedExecution, stages of --split layers_per_ipu=1,4,4,3 (no report)" in out
             and f"compile failed: LayerSetupError: {message}" in out), out

@@ -37,6 +37,9 @@ COMMANDS = [
     (("plan", "mnist_pipeline", "--max-ipus", "4"), 0),
     (("compare", "bert_even_split", "bert_planned"), 0),
     (("compare", "bert_planned", "bert_even_split"), 1),  # the FAIL headline (was one 443-column line)
+    (("compare", "mnist_pipeline", "cnn_replicated"), 1),  # configuration changes of another model
+    (("analyse", "mnist_pipeline", "--fail-on", "info"), 1),  # the findings --fail-on names
+    (("analyse", "mnist_pipeline", "--ignore", "HIO001", "--fail-on", "warning"), 1),
     (("check", "mnist_pipeline", "--budget", "pipeline.imbalance_ratio=1.0"), 2),
     (("analyse", "no/such/report"), 2),
     (("compare", "no/such/base", "bert_planned"), 2),
@@ -55,8 +58,21 @@ def test_writing_commands_fit_80_columns(tmp_path: Path):
     env = {"COLUMNS": str(WIDTH)}
     mnist = str(SAMPLES / "mnist_pipeline")
     check(run_cli("baseline", "save", mnist, "-o", "b.json", cwd=tmp_path, env=env))
-    check(run_cli("history", "add", mnist, "--db", "h.db", cwd=tmp_path, env=env))
-    check(run_cli("history", "show", "--db", "h.db", cwd=tmp_path, env=env))
+    check(run_cli("history", "add", mnist, "--db", "h.db", "--label", "c1", cwd=tmp_path, env=env))
+    out = check(run_cli("history", "add", mnist, "--db", "h.db", "--label", "c1", cwd=tmp_path, env=env))
+    assert "popviz: note: run #1 (c1) has the same label 'c1'; both are kept" in unwrapped(out)
+    check(run_cli("history", "add", str(SAMPLES / "bert_pipeline"), "--db", "h.db", "--label", "c3", cwd=tmp_path,
+                  env=env))
+    deep = tmp_path / "a-directory-with-a-rather-long-name" / "and-another-one-below-it"
+    deep.mkdir(parents=True)
+    out = check(run_cli("history", "add", mnist, "--db", str(deep / "h.db"), cwd=tmp_path, env=env))
+    assert unwrapped(out).strip() == ("popviz: added run #1 to a-directory-with-a-rather-long-name/"
+                                      "and-another-one-below-it/h.db: 2 engine(s), 44 metric(s)")
+    for fmt in ((), ("--all",), ("--html", "h.html")):
+        out = check(run_cli("history", "show", "--db", "h.db", *fmt, cwd=tmp_path, env=env))
+        head = unwrapped(out).splitlines()[0]  # the headline: broken between words, not one 194-column line
+        assert head.startswith("popviz history: 3 run(s), #1 (c1) to #3 (c3); step regression at #3 (c3) in ")
+        assert len(head) > WIDTH and out.splitlines()[1].startswith("    ")
     check(run_cli("export", mnist, "-o", "bundles", cwd=tmp_path, env=env))
     out = check(run_cli("plot", mnist, "-o", "figs", cwd=tmp_path, env=env, timeout=600))
     assert "training-timeline.png" in out
@@ -85,6 +101,24 @@ def test_an_emulated_capture_and_emulate_fit_80_columns(tmp_path: Path):
     proc = run_cli("emulate", "--calls", "1", "--", *script, cwd=tmp_path, env=env, timeout=900)
     out = check(proc)
     assert out.startswith("popviz emulate: running ")
+    # a warning printed from inside the emulated script (the emulator's log), and its errors
+    (tmp_path / "co.py").write_text(CUSTOM_OP_SCRIPT)
+    out = check(run_cli("emulate", "--", sys.executable, "co.py", cwd=tmp_path, env=env, timeout=900))
+    assert ("popviz emulator: warning: custom op my.custom.domain::NoCpuOp (version 1) has no CPU implementation: "
+            "its outputs are zeros shaped like example_outputs") in unwrapped(out)
+    out = check(run_cli("emulate", "--split", "layers_per_ipu=9,9,9,9", "--", *script, cwd=tmp_path, env=env,
+                        timeout=900), code=2)
+    assert "popviz: error: " in out
+
+
+CUSTOM_OP_SCRIPT = """
+import torch, poptorch
+class Net(torch.nn.Module):
+    def forward(self, x):
+        return poptorch.custom_op([x], "NoCpuOp", "my.custom.domain", 1, example_outputs=[x])[0]
+model = poptorch.inferenceModel(Net())
+print(model(torch.randn(2, 3)).shape)
+"""
 
 
 def test_the_continuation_helpers():
@@ -99,6 +133,18 @@ def test_the_continuation_helpers():
                      60, "  ") == ["  IPUConfig(layers_per_ipu=[3, 5], ipus_per_replica=2,",
                                    "      matmul_proportion=[0.05, 0.15])"]
     assert wrap_command("short", 80) == ["short"]
+
+
+def test_the_emulators_warnings_fit(monkeypatch, capsys):
+    """A warning from inside the emulated script (its log, as PopTorch's logger would print it)."""
+    from popviz.emulator import log
+
+    monkeypatch.setenv("COLUMNS", "80")
+    log.warn("custom op my.custom.domain::NoCpuOp (version 1) has no CPU implementation: its outputs are "
+             "zeros shaped like example_outputs")
+    assert capsys.readouterr().err.splitlines() == [
+        "popviz emulator: warning: custom op my.custom.domain::NoCpuOp (version 1) has no",
+        "    CPU implementation: its outputs are zeros shaped like example_outputs"]
 
 
 def test_the_emulators_lines_fit_and_its_heartbeat_stays_one_line(monkeypatch, capsys):

@@ -45,7 +45,9 @@ class CaptureRun:
 
 
 def _warn(message: str) -> None:
-    print(f"popviz: {message}", file=sys.stderr, flush=True)
+    from popviz.ui import say
+
+    say(f"popviz: {message}")
 
 
 @contextlib.contextmanager

@@ -85,8 +85,9 @@ _LATENCY_GETTERS = (("getHostIpuLatency", "host_ipu_latency_seconds"),
 def _warn(message: str) -> None:
     with contextlib.suppress(Exception):
         from popviz.escape import status_line
+        from popviz.ui import fitted
 
-        print(status_line(f"popviz capture: {message}"), file=sys.stderr, flush=True)
+        print(fitted(status_line(f"popviz capture: {message}")), file=sys.stderr, flush=True)
 
 
 def _now() -> str:

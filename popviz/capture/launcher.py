@@ -63,6 +63,7 @@ from popviz.capture.rundir import (
     make_reserve,
     plan_dir,
     unsaved_engine_files,
+    unupdated_reports,
     write_run_manifest,
 )
 from popviz.childproc import SignalForwarder, exit_status, find_command
@@ -135,8 +136,9 @@ class Tee:
                         sink.flush()
                 except (OSError, ValueError):
                     sink = None  # our stdout went away (e.g. `| head`): keep logging
-            if stderr and b"popviz" in chunk and any(c in chunk for c in DISK_FULL_WORDS):
-                self.child_disk_full = True  # popviz's hooks or emulator in the child could not write
+            if stderr and b"popviz" in chunk and any(c in b" ".join(chunk.split()) for c in DISK_FULL_WORDS):
+                self.child_disk_full = True  # popviz's hooks or emulator in the child could not write (its
+                # message broken between words at the terminal's width)
             pending += chunk
             end = max(pending.rfind(b"\n"), pending.rfind(b"\r")) + 1
             if len(pending) > 65536:
@@ -427,6 +429,8 @@ def run_capture(command: Sequence[str], *, output: str | None = None, new_run: b
     forwarder = SignalForwarder()
     tee: Tee | None = None
     reserve: Path | None = None
+    status_r: int | None = None
+    unwritten: list[dict[str, str | None]] = []
     record_error: str | None = None
     exit_code = 3
     try:
@@ -464,10 +468,16 @@ def run_capture(command: Sequence[str], *, output: str | None = None, new_run: b
                 "the script keeps running and its output is still shown here, no longer saved")
 
         tee.on_failure = log_stopped
+        from popviz.emulator.log import STATUS_FD_ENV, read_status
+
+        status_r, status_w = os.pipe()  # the emulator says here which report it could not update
+        os.set_blocking(status_r, False)
+        os.set_blocking(status_w, False)  # a full pipe drops a message, never blocks the script
+        child_env[STATUS_FD_ENV] = str(status_w)
         forwarder.before_spawn()
         try:
-            proc = subprocess.Popen(command, env=child_env, stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE, preexec_fn=forwarder.child_setup)
+            proc = subprocess.Popen(command, env=child_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    preexec_fn=forwarder.child_setup, pass_fds=(status_w,))
         except OSError as exc:
             forwarder.restore()
             why = exc.strerror or str(exc)
@@ -475,6 +485,8 @@ def run_capture(command: Sequence[str], *, output: str | None = None, new_run: b
                 why += ": the interpreter on its #! line was not found"
             run.update(status="launch_failed", error=why)
             raise RunError(f"{command[0]}: cannot be started ({why}); check the command after --") from None
+        finally:
+            os.close(status_w)
         forwarder.after_spawn(proc)
         say(f"popviz capture: reports go to {shown(root)}/ (log: {shown(root / LOG_FILE)})")
         for note in run["notes"]:
@@ -486,6 +498,7 @@ def run_capture(command: Sequence[str], *, output: str | None = None, new_run: b
         tee.start(proc.stdout, out)
         tee.start(proc.stderr, err, stderr=True)
         returncode = proc.wait()
+        unwritten = read_status(status_r)
         tee.join(TEE_JOIN_SECONDS)
         if tee.status is not None:
             with contextlib.suppress(OSError, ValueError):
@@ -499,6 +512,8 @@ def run_capture(command: Sequence[str], *, output: str | None = None, new_run: b
         raise
     finally:
         forwarder.restore()
+        if status_r is not None:
+            os.close(status_r)
         run["signals_received"] = forwarder.received
         run["signals_forwarded"] = forwarder.forwarded
         if forwarder.escalated:
@@ -517,6 +532,7 @@ def run_capture(command: Sequence[str], *, output: str | None = None, new_run: b
             if tee.failure and not any(w["path"] == LOG_FILE for w in run["write_errors"]):
                 run["write_errors"].append({"path": LOG_FILE, "error": tee.failure, "bytes_written": tee.logged})
         run["write_errors"] += unsaved_engine_files(run, tee is not None and tee.child_disk_full)
+        run["write_errors"] += unupdated_reports(unwritten, root, run["write_errors"])
         if run["write_errors"] and run["popviz_exit_code"] == 0:
             run["popviz_exit_code"] = exit_code = 2  # the script ran, its capture is incomplete
         run["ended"] = how_ended(run)
@@ -536,8 +552,9 @@ def run_capture(command: Sequence[str], *, output: str | None = None, new_run: b
                     "capture again" for w in run["write_errors"]]
         if record_error:
             problems.insert(0, f"{record_error} (the run record could not say how the run ended)")
-        if problems:  # one line: the first thing that could not be written
-            say(f"popviz: error: {problems[0]}")
+        if problems:  # one message: the first thing that could not be written
+            for part in wrap_line(f"popviz: error: {problems[0]}"):
+                say(part)
     if record_error and exit_code == 0:
         return 2
     return exit_code

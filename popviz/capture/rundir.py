@@ -185,9 +185,12 @@ RESERVE_BYTES = 256 * 1024
 run record can always say how the run ended (the record of a large run is a few tens of KiB)."""
 
 
-def make_reserve(root: Path) -> Path | None:
-    """Set ``RESERVE_BYTES`` aside in ``root`` (None when even that does not fit: the run starts
-    anyway, and its end may then go unrecorded on a full disk)."""
+def make_reserve(root: Path) -> Path:
+    """Set ``RESERVE_BYTES`` aside in ``root``; a one-line :class:`~popviz.errors.WriteError`
+    when even that does not fit (a run started then could not say how it ended: the disk is
+    full before the capture writes anything that matters)."""
+    from popviz.atomic import write_error
+
     path = root / RESERVE_FILE
     try:
         with open(path, "wb") as fh:
@@ -195,10 +198,11 @@ def make_reserve(root: Path) -> Path | None:
             fh.flush()
             os.fsync(fh.fileno())
         return path
-    except OSError:
+    except OSError as exc:
         with contextlib.suppress(OSError):
             path.unlink()
-        return None
+        raise write_error(root, exc, f"cannot set {RESERVE_BYTES // 1024} KiB aside for the run record to say "
+                          "how the run ended") from None
 
 
 def finish_record(path: Path, doc: Mapping[str, Any], reserve: Path | None) -> str | None:
@@ -241,9 +245,32 @@ def unsaved_engine_files(run: Mapping[str, Any], child_disk_full: bool) -> list[
             out.append({"path": f"{e['path']}/popviz-model.json", "bytes_written": None,
                         "error": (f"not finalised ({os.strerror(errno.ENOSPC)})" if full else
                                   "not finalised by the script's exit handlers (see the log)")})
-        elif run.get("emulated") and m.get("calls") and "popviz-report.json" not in e.get("files", []) and full:
+        elif run.get("emulated") and "popviz-report.json" not in e.get("files", []) and full:  # at compile too
             out.append({"path": f"{e['path']}/popviz-report.json", "bytes_written": None,
                         "error": f"the estimated report was not written ({os.strerror(errno.ENOSPC)})"})
+    return out
+
+
+def unupdated_reports(told: list[dict[str, str | None]], root: Path,
+                      already: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Estimated reports the emulator in the child said it could not update (after its compile's
+    write: at the engine's destroy or the script's exit), as ``write_errors``; the cause is the
+    system's words when the message has them (``No space left on device``)."""
+    out: list[dict[str, Any]] = []
+    seen = {w.get("path") for w in already}
+    words = (os.strerror(errno.ENOSPC), os.strerror(errno.EDQUOT), os.strerror(errno.EIO),
+             os.strerror(errno.EROFS))
+    for t in told:
+        where = t.get("path")
+        rel = os.path.relpath(where, root.resolve()) if where else None
+        path = f"{rel}/popviz-report.json" if rel and not rel.startswith("..") else "popviz-report.json"
+        if path in seen:
+            continue
+        seen.add(path)
+        message = str(t.get("message") or "")
+        cause = next((w for w in words if w in message), message)
+        out.append({"path": path, "bytes_written": None,
+                    "error": f"the estimated report was not updated ({cause}): the one written at compile is kept"})
     return out
 
 

@@ -325,17 +325,26 @@ def _read_engines(con: Db, first: int) -> dict[tuple[int, str], EngineMetrics]:
             (first,)):
         e = _engine(con, *row)
         engines[(int(row[0]), str(row[1]))] = e
-    raw: dict[tuple[int, str], dict[str, object]] = {}
+    def checked(key: tuple[int, str], table: dict[str, object]) -> None:
+        # the same checks as a baseline's: unknown well-formed names left out and named, values finite
+        e = engines[key]
+        e.metrics = v.metrics(table, con.fail, f"engine {key[1]!r} of run #{key[0]}")
+        e.unknown_metrics = tuple(m for m in table if m not in e.metrics)
+
+    # one engine's rows at a time (they come in order): the raw rows of a whole history are never
+    # held beside the checked ones
+    key: tuple[int, str] | None = None
+    table: dict[str, object] = {}
     for run_id, engine, metric, value in con.execute(
             "SELECT run_id, engine, metric, value FROM metrics WHERE run_id >= ? ORDER BY run_id, engine, metric",
             (first,)):
-        if (run_id, engine) in engines:
-            raw.setdefault((run_id, engine), {})[metric] = value
-    for (run_id, engine), table in raw.items():
-        # the same checks as a baseline's: unknown well-formed names left out and named, values finite
-        e = engines[(run_id, engine)]
-        e.metrics = v.metrics(table, con.fail, f"engine {engine!r} of run #{run_id}")
-        e.unknown_metrics = tuple(m for m in table if m not in e.metrics)
+        if (run_id, engine) != key:
+            if key is not None and key in engines:
+                checked(key, table)
+            key, table = (run_id, engine), {}
+        table[metric] = value
+    if key is not None and key in engines:
+        checked(key, table)
     return engines
 
 

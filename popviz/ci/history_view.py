@@ -99,8 +99,9 @@ def console(trends: list[Trend], runs: list[Run], *, all_rows: bool = False, unk
     import sys
 
     con = Console(highlight=False, soft_wrap=False, file=esc.CommandSafeFile(sys.stdout))
-    con.print(escape(headline(trends, runs)), soft_wrap=True,  # one line: the verdict a CI log greps
-              style="bold red" if any("regressed" in t.verdicts for t in trends) else "bold")
+    style = "bold red" if any("regressed" in t.verdicts for t in trends) else "bold"
+    for part in wrap_line(headline(trends, runs), con.width):  # the verdict, broken between words
+        con.print(escape(part), soft_wrap=True, style=style)
     for part in wrap_line(estimated_line(estimated or []), con.width) if estimated else ():
         con.print(escape(part), soft_wrap=True, style="yellow")
     shown_ = trends if all_rows else [t for t in trends if t.steps or len(set(t.values)) > 1]

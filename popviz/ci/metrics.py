@@ -10,6 +10,7 @@ Names are stable; docs/ci.md lists them. ``{i}`` is a stage index, ``{k}`` an IP
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -63,18 +64,26 @@ DEFINITIONS: tuple[MetricDef, ...] = (
     MetricDef("time.call_wall_seconds", "seconds", HIGHER_IS_WORSE, False,
               "median wall time of an executor call (captured runs)"),
 )
+_BY_NAME = {d.name: d for d in DEFINITIONS}
 
 
 def definition(name: str) -> MetricDef:
     """The definition of a concrete metric name (``pipeline.stage2.cycles_per_micro_batch`` ->
     the ``stage{i}`` pattern)."""
+    found = _definition(name)
+    if found is None:
+        raise KeyError(name)
+    return found
+
+
+@functools.lru_cache(maxsize=4096)
+def _definition(name: str) -> MetricDef | None:
+    """:func:`definition` by name, remembered: a history's every value is checked against it
+    (10⁵ runs × 40 metrics), with a few hundred names among them."""
     import re
 
     generic = re.sub(r"\.stage\d+\.", ".stage{i}.", re.sub(r"\.ipu\d+\.", ".ipu{k}.", name))
-    for d in DEFINITIONS:
-        if d.name == generic:
-            return d
-    raise KeyError(name)
+    return _BY_NAME.get(generic)
 
 
 def _pct(frac: Any) -> float | None:

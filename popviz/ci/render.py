@@ -110,33 +110,32 @@ def console(c: Comparison, *, all_rows: bool = False, file: IO[str] | None = Non
     if c.config_changes:
         con.print("configuration changed (explains most metric changes):")
         for ch in c.config_changes:
-            head = f"  {escape(ch['engine'])} {escape(ch['field'])}"
+            head = f"  {ch['engine']} {ch['field']}"
             if isinstance(ch["base"], dict) and isinstance(ch["new"], dict):  # layers moved: name -> IPU
-                con.print(head + ":")
+                say(head + ":")
                 moved = list(ch["base"])
                 for k in moved[:LIST_LINES]:
-                    con.print(f"    {escape(k)}: IPU{escape(ch['base'][k])} → IPU{escape(ch['new'].get(k))}",
-                              soft_wrap=True)
+                    say(f"    {k}: IPU{ch['base'][k]} → IPU{ch['new'].get(k)}")
                 if len(moved) > LIST_LINES:
                     con.print(f"    and {len(moved) - LIST_LINES} more (--json lists them)")
             elif isinstance(ch["base"], list) and isinstance(ch["new"], list):
-                con.print(head + ":")  # a list (the stages): the entries that differ, one per line
+                say(head + ":")  # a list (the stages): the entries that differ, one per line
                 pairs = _list_changes(ch)
                 for line in pairs[:LIST_LINES]:
-                    con.print(f"    {escape(line)}", soft_wrap=True)
+                    say(f"    {line}")
                 if len(pairs) > LIST_LINES:
                     con.print(f"    and {len(pairs) - LIST_LINES} more (--json lists them)")
             else:
-                con.print(f"{head}: {escape(str(ch['base']))} → {escape(str(ch['new']))}", soft_wrap=True)
+                say(f"{head}: {ch['base']} → {ch['new']}")
     if c.resplit:
-        con.print(RESPLIT_NOTE, soft_wrap=False)
+        say(RESPLIT_NOTE)
     for label, engines in (("only in base", c.quiet_only_base), ("only in new", c.only_new)):
         if engines:
-            con.print(f"{label}: {escape(', '.join(engines))}")
-    if c.unknown_metrics:  # one engine-metric pair per line: never broken inside a pair
-        con.print(f"{UNKNOWN_NOTE}:")
+            say(f"{label}: {', '.join(engines)}")
+    if c.unknown_metrics:  # one engine-metric pair per line, broken only between words
+        say(f"{UNKNOWN_NOTE}:")
         for u in c.unknown_metrics[:LIST_LINES]:
-            con.print(f"  {escape(u['engine'])} {escape(u['metric'])}", soft_wrap=True)
+            say(f"  {u['engine']} {u['metric']}")
         if len(c.unknown_metrics) > LIST_LINES:
             con.print(f"  and {len(c.unknown_metrics) - LIST_LINES} more (--json lists them)")
     rows = c.rows if all_rows else [r for r in c.rows if r.verdict != "="]

@@ -11,6 +11,7 @@ else raises the caller's error with one line naming the field.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Callable
@@ -35,8 +36,10 @@ SHARES = ("pipeline.ramp_efficiency_pct", "pipeline.utilisation_pct", "host_io.s
 Fail = Callable[[str], Exception]
 
 
+@functools.lru_cache(maxsize=4096)
 def metric_range(name: str) -> tuple[float, float]:
-    """The values ``name`` can take: (lowest, highest)."""
+    """The values ``name`` can take: (lowest, highest) (remembered by name: a history checks
+    every one of its values)."""
     unit = definition(name).unit
     if unit == "pct":
         return (0.0, 100.0) if name in SHARES else (0.0, MAX_VALUE)
@@ -48,9 +51,18 @@ def metric_range(name: str) -> tuple[float, float]:
 def known_metric(name: Any, fail: Fail, where: str) -> bool:
     """Whether ``name`` is a metric this popviz knows; False for a well-formed name it does not
     (a newer popviz's metric: not compared); ``fail`` for anything that is not a metric name."""
-    if not isinstance(name, str) or len(name) > 200 or not METRIC_NAME.fullmatch(name):
+    state = _name_state(name) if isinstance(name, str) else None
+    if state is None:
         raise fail(f"has an invalid metric name ({brief(name)}) in {where}: metric names are dotted "
                    "lower-case words, like pipeline.imbalance_ratio")
+    return state
+
+
+@functools.lru_cache(maxsize=4096)
+def _name_state(name: str) -> bool | None:
+    """None: not a metric name; False: well-formed, unknown to this popviz; True: known."""
+    if len(name) > 200 or not METRIC_NAME.fullmatch(name):
+        return None
     try:
         definition(name)
     except KeyError:

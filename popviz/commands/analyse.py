@@ -43,8 +43,9 @@ def early_line(args: argparse.Namespace) -> str | None:
 def run(args: argparse.Namespace) -> int:
     from popviz.analysis import analyse
     from popviz.analysis.findings import severity_rank
+    from popviz.escape import term
     from popviz.sources.discover import load
-    from popviz.ui import status
+    from popviz.ui import say, status
 
     only = [a.strip() for a in args.only.split(",") if a.strip()] if args.only else None
     if args.html:
@@ -77,18 +78,16 @@ def run(args: argparse.Namespace) -> int:
 
         with status(f"writing {args.html}"):
             write_output(args.html, render_html(result), args.force)
-        print(f"popviz: wrote {args.html}", file=sys.stderr)
+        say(term(f"popviz: wrote {args.html}"))
     accepted = [f"{e.report.label} {f.code}" for e in result.engines for f in e.findings if f.code in ignore]
     if accepted:
-        print(f"popviz: ignored (accepted by --ignore / [tool.popviz] ignore): {', '.join(accepted)}",
-              file=sys.stderr)
+        say(term(f"popviz: ignored (accepted by --ignore / [tool.popviz] ignore): {', '.join(accepted)}"))
     if args.fail_on:
         triggered = [(e.report.label, f) for e in result.engines for f in e.findings
                      if f.code not in ignore and severity_rank(f.severity) >= severity_rank(args.fail_on)]
         if triggered:
             listed = ", ".join(f"{label}: {f.code} ({f.severity})" for label, f in triggered)
-            print(f"popviz: --fail-on {args.fail_on}: {len(triggered)} finding"
-                  f"{'s' if len(triggered) != 1 else ''} at or above {args.fail_on}: {listed}",
-                  file=sys.stderr)
+            say(term(f"popviz: --fail-on {args.fail_on}: {len(triggered)} finding"
+                     f"{'s' if len(triggered) != 1 else ''} at or above {args.fail_on}: {listed}"))
             return 1
     return 0

@@ -50,23 +50,39 @@ def run_child(cmd: list[str], env: dict[str, str]) -> int:
     (128 + N when signal N ended it)."""
     from popviz.childproc import SignalForwarder, exit_status
     from popviz.emulator.launch import check_command
+    from popviz.emulator.log import STATUS_FD_ENV, read_status
     from popviz.errors import UsageError
 
     exe = check_command(cmd, env)
     _starting(cmd)
+    status_r, status_w = os.pipe()  # the emulator says here which report it could not write
+    os.set_blocking(status_r, False)
+    os.set_blocking(status_w, False)  # a full pipe drops a message, never blocks the script
     forwarder = SignalForwarder()
     forwarder.before_spawn()
     try:
-        child = subprocess.Popen([exe, *cmd[1:]], env=env, preexec_fn=forwarder.child_setup)
-    except OSError as exc:
-        forwarder.restore()
-        raise UsageError(f"{cmd[0]}: cannot be run ({exc.strerror})") from None
-    forwarder.after_spawn(child)
-    try:
-        code = child.wait()
+        try:
+            child = subprocess.Popen([exe, *cmd[1:]], env={**env, STATUS_FD_ENV: str(status_w)},
+                                     preexec_fn=forwarder.child_setup, pass_fds=(status_w,))
+        except OSError as exc:
+            forwarder.restore()
+            raise UsageError(f"{cmd[0]}: cannot be run ({exc.strerror})") from None
+        finally:
+            os.close(status_w)
+        forwarder.after_spawn(child)
+        try:
+            code = child.wait()
+        finally:
+            forwarder.restore()
+        failed = read_status(status_r)
     finally:
-        forwarder.restore()
-    return exit_status(code)[1]
+        os.close(status_r)
+    exit_code = exit_status(code)[1]
+    if failed and exit_code == 0:  # the script ran; a report it was to leave is not (all) there
+        from popviz.atomic import WriteError
+
+        raise WriteError(failed[0]["message"])
+    return exit_code
 
 
 def _starting(cmd: list[str]) -> None:

@@ -70,7 +70,7 @@ def _add(args: argparse.Namespace) -> int:
     from popviz.ci import history
     from popviz.ci.baseline import load_side
     from popviz.escape import term
-    from popviz.ui import status
+    from popviz.ui import say, status
 
     earlier = _precheck(args.db, args.label)
     with status(f"reading {args.report}"):
@@ -78,16 +78,14 @@ def _add(args: argparse.Namespace) -> int:
     run = history.add(args.db, engines, label=args.label, source=str(args.report))
     where = history.display(args.db)
     if earlier:  # a CI job run again adds the same commit twice: its medians then count it twice
-        print(term(f"popviz: note: run {earlier[-1]} has the same label {args.label!r}; both are kept (a re-run "
-                   "job?), and --against-history's median counts both"), file=sys.stderr)
+        say(term(f"popviz: note: run {earlier[-1]} has the same label {args.label!r}; both are kept (a re-run "
+                 "job?), and --against-history's median counts both"))
     count = sum(len(e.metrics) for e in engines)
 
-    print(term(f"popviz: added run {run.title} to {where}: {len(engines)} engine(s), {count} metric(s)"),
-          file=sys.stderr)
+    say(term(f"popviz: added run {run.title} to {where}: {len(engines)} engine(s), {count} metric(s)"))
     unknown = [f"{e.label} {m}" for e in engines for m in e.unknown_metrics]
     if unknown:  # a newer popviz's metrics in a baseline file: left out, as compare leaves them out
-        print(term(f"popviz: not added, unknown to this popviz (from a newer one, or misspelt): {', '.join(unknown)}"),
-              file=sys.stderr)
+        say(term(f"popviz: not added, unknown to this popviz (from a newer one, or misspelt): {', '.join(unknown)}"))
     return 0
 
 
@@ -127,7 +125,10 @@ def _show(args: argparse.Namespace) -> int:
 
         write_page(args.html, h, found, force=args.force, unknown=unknown, estimated=estimated, env=env,
                    db=history.display(args.db))
-        print(f"popviz: wrote {args.html}", file=sys.stderr)
+        from popviz.escape import term
+        from popviz.ui import say
+
+        say(term(f"popviz: wrote {args.html}"))
     if args.json:
         sys.stdout.write(history_view.as_json(found, h.runs, history.display(args.db), unknown, estimated, env) + "\n")
     elif args.markdown:

@@ -64,10 +64,11 @@ class EngineReport:
             report_writer.write(self.build(), self.directory)
             self.written = True
         except Exception as exc:
-            if first:
+            if first:  # stops the script: no update at exit repeats the same failure as a warning
+                _owners.pop(self.directory, None)
                 raise report_writer.ReportWriteError(
                     f"could not write the estimated report to {shown(self.directory)}: {exc}") from None
-            log.warn(f"could not write the estimated report to {shown(self.directory)}: {exc}")
+            log.write_failed(f"could not write the estimated report to {shown(self.directory)}: {exc}", self.directory)
 
 
 _owners: dict[Path, EngineReport] = {}

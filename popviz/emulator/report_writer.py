@@ -33,7 +33,10 @@ class ReportWriteError(SystemExit):
     report is lost must not end as if it had one)."""
 
     def __init__(self, message: str) -> None:
-        print(f"popviz: error: {' '.join(message.split())}", file=sys.stderr, flush=True)
+        from popviz.escape import status_line
+        from popviz.ui import fitted
+
+        print(fitted(status_line(f"popviz: error: {' '.join(message.split())}")), file=sys.stderr, flush=True)
         super().__init__(2)
         self.message = message
 

@@ -19,7 +19,10 @@ class LayerSetupError(SystemExit):
     """A bad ``--layer-depth`` or ``--split`` for this model: one line on stderr, exit code 2."""
 
     def __init__(self, message: str) -> None:
-        print(f"popviz: error: {' '.join(message.split())}", file=sys.stderr, flush=True)
+        from popviz.escape import status_line
+        from popviz.ui import fitted
+
+        print(fitted(status_line(f"popviz: error: {' '.join(message.split())}")), file=sys.stderr, flush=True)
         super().__init__(2)
         self.message = message
 

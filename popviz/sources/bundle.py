@@ -17,7 +17,7 @@ from typing import Any
 
 from popviz._version import __version__
 from popviz.errors import CorruptReportError, PopvizError, shown
-from popviz.fileio import RUN_ID_ENV, atomic_write_bytes, new_id, read_versioned_json
+from popviz.fileio import RUN_ID_ENV, StagedFiles, new_id, read_versioned_json
 from popviz.model import (
     ExecutionTable,
     HostIO,
@@ -63,7 +63,7 @@ def is_bundle(directory: str | Path) -> bool:
     return (Path(directory) / METADATA_FILE).is_file()
 
 
-def _write_parquet(frame, path: Path, bundle_id: str) -> None:
+def _parquet_bytes(frame, bundle_id: str) -> bytes:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -73,7 +73,7 @@ def _write_parquet(frame, path: Path, bundle_id: str) -> None:
     table = table.replace_schema_metadata({**(table.schema.metadata or {}), BUNDLE_ID_KEY: bundle_id.encode()})
     sink = pa.BufferOutputStream()
     pq.write_table(table, sink, compression="zstd", row_group_size=ROW_GROUP_ROWS)
-    atomic_write_bytes(path, sink.getvalue().to_pybytes())
+    return sink.getvalue().to_pybytes()
 
 
 def _empty_dir(path: Path) -> bool:
@@ -127,10 +127,12 @@ def write_bundle(report: Report, directory: str | Path, *, overwrite: bool = Fal
 
 
 def write_files(report: Report, directory: Path, *, run_id: str | None = None) -> None:
-    """Write the bundle's files into the existing ``directory``: the tables, each atomically and
-    tagged with a new ``bundle_id``, then the metadata naming them (a reader never sees metadata
-    pointing at tables not yet written), then stale tables of an earlier write removed.
-    WriteError (one line: the path and the cause) when a file cannot be written."""
+    """Write the bundle's files into the existing ``directory``: the tables, tagged with a new
+    ``bundle_id``, and the metadata naming them, each written whole under a temporary name before
+    any is renamed into place, the metadata last (a reader never sees metadata pointing at tables
+    not yet written; a write that fails, a full disk, leaves the directory as it was); then stale
+    tables of an earlier write removed. WriteError (one line: the path and the cause) when a file
+    cannot be written."""
     bundle_id = new_id()
     meta: dict[str, Any] = {
         "format": FORMAT_NAME,
@@ -149,38 +151,40 @@ def write_files(report: Report, directory: Path, *, run_id: str | None = None) -
         "layers": report.layers.to_dict() if report.layers is not None else None,
     }
     written = set()
-    if report.memory is not None:
-        _write_parquet(report.memory.frame, directory / MEMORY_FILE, bundle_id)
-        meta["memory"] = {"level": report.memory.level, "file": MEMORY_FILE,
-                          "rows": len(report.memory.frame)}
-        written.add(MEMORY_FILE)
-    if report.execution is not None and report.execution.on_disk:  # copied row group by row group
-        from popviz.sources.parquet_rows import write_rows
+    with StagedFiles() as files:  # all written before any is renamed into place: a failure changes nothing
+        if report.memory is not None:
+            files.stage(directory / MEMORY_FILE, _parquet_bytes(report.memory.frame, bundle_id))
+            meta["memory"] = {"level": report.memory.level, "file": MEMORY_FILE,
+                              "rows": len(report.memory.frame)}
+            written.add(MEMORY_FILE)
+        if report.execution is not None and report.execution.on_disk:  # copied row group by row group
+            from popviz.sources.parquet_rows import rows_filler
 
-        write_rows(report.execution.rows, directory / STEPS_FILE, {BUNDLE_ID_KEY: bundle_id.encode()})
-        _write_parquet(report.execution.runs, directory / RUNS_FILE, bundle_id)
-        meta["execution"] = {"steps_file": STEPS_FILE, "runs_file": RUNS_FILE,
-                             "rows": report.execution.num_rows}
-        written |= {STEPS_FILE, RUNS_FILE}
-    elif report.execution is not None:
-        _write_parquet(report.execution.steps, directory / STEPS_FILE, bundle_id)
-        _write_parquet(report.execution.runs, directory / RUNS_FILE, bundle_id)
-        meta["execution"] = {"steps_file": STEPS_FILE, "runs_file": RUNS_FILE,
-                             "rows": len(report.execution.steps)}
-        written |= {STEPS_FILE, RUNS_FILE}
-    for key, file_name in OPTIONAL_TABLES:
-        table = getattr(report, key)
-        if table is not None:
-            _write_parquet(table.frame, directory / file_name, bundle_id)
-            meta[key] = {"file": file_name, "rows": len(table.frame)}
-            written.add(file_name)
-    if report.liveness is not None:
-        from popviz.sources.bundle_liveness import liveness_frame, liveness_meta
+            files.stage(directory / STEPS_FILE, rows_filler(report.execution.rows, {BUNDLE_ID_KEY: bundle_id.encode()}))
+            files.stage(directory / RUNS_FILE, _parquet_bytes(report.execution.runs, bundle_id))
+            meta["execution"] = {"steps_file": STEPS_FILE, "runs_file": RUNS_FILE,
+                                 "rows": report.execution.num_rows}
+            written |= {STEPS_FILE, RUNS_FILE}
+        elif report.execution is not None:
+            files.stage(directory / STEPS_FILE, _parquet_bytes(report.execution.steps, bundle_id))
+            files.stage(directory / RUNS_FILE, _parquet_bytes(report.execution.runs, bundle_id))
+            meta["execution"] = {"steps_file": STEPS_FILE, "runs_file": RUNS_FILE,
+                                 "rows": len(report.execution.steps)}
+            written |= {STEPS_FILE, RUNS_FILE}
+        for key, file_name in OPTIONAL_TABLES:
+            table = getattr(report, key)
+            if table is not None:
+                files.stage(directory / file_name, _parquet_bytes(table.frame, bundle_id))
+                meta[key] = {"file": file_name, "rows": len(table.frame)}
+                written.add(file_name)
+        if report.liveness is not None:
+            from popviz.sources.bundle_liveness import liveness_frame, liveness_meta
 
-        _write_parquet(liveness_frame(report.liveness), directory / LIVENESS_FILE, bundle_id)
-        meta["liveness"] = liveness_meta(report.liveness, LIVENESS_FILE)
-        written.add(LIVENESS_FILE)
-    atomic_write_bytes(directory / METADATA_FILE, (json.dumps(meta, indent=1, allow_nan=False) + "\n").encode())
+            files.stage(directory / LIVENESS_FILE, _parquet_bytes(liveness_frame(report.liveness), bundle_id))
+            meta["liveness"] = liveness_meta(report.liveness, LIVENESS_FILE)
+            written.add(LIVENESS_FILE)
+        # the metadata names the tables: renamed into place last (a reader never sees it before them)
+        files.stage(directory / METADATA_FILE, (json.dumps(meta, indent=1, allow_nan=False) + "\n").encode())
     for stale in set(TABLE_FILES) - written:  # tables of a previous version of this bundle
         with contextlib.suppress(OSError):
             (directory / stale).unlink(missing_ok=True)

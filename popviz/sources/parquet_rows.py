@@ -323,13 +323,11 @@ class Spill:
             os.unlink(self.path)
 
 
-def write_rows(rows: RowSource, path: Any, metadata: dict[bytes, bytes]) -> None:
-    """Write a table held out of core to ``path`` (atomically) batch by batch, never whole;
+def rows_filler(rows: RowSource, metadata: dict[bytes, bytes]) -> Any:
+    """A writer of a table held out of core (``fill(fh)``), batch by batch, never whole;
     ``metadata`` replaces its schema's (the bundle's write identity)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
-
-    from popviz.atomic import write_file
 
     if not isinstance(rows, ParquetRows):
         raise TypeError("write_rows copies a ParquetRows store")
@@ -342,4 +340,11 @@ def write_rows(rows: RowSource, path: Any, metadata: dict[bytes, bytes]) -> None
             for batch in rows._file.iter_batches(batch_size=BLOCK_ROWS, columns=rows.columns):
                 writer.write_table(pa.Table.from_batches([batch]).cast(schema))
 
-    write_file(path, fill, replace=True)
+    return fill
+
+
+def write_rows(rows: RowSource, path: Any, metadata: dict[bytes, bytes]) -> None:
+    """Write a table held out of core to ``path`` (atomically) batch by batch, never whole."""
+    from popviz.atomic import write_file
+
+    write_file(path, rows_filler(rows, metadata), replace=True)
