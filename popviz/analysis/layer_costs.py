@@ -131,3 +131,19 @@ def units_text(roles: Sequence[str]) -> str:
     split places (embeddings, heads...), as ``popviz plan``, PIPE001 and MEM005 all say it."""
     n = sum(r == "layer" for r in roles)
     return f"{n} layer{'s' if n != 1 else ''}" + (f" ({len(roles)} parts with the others)" if len(roles) != n else "")
+
+
+def revisited_ipu(layers: Sequence[Any]) -> tuple[str, int, int] | None:
+    """``(layer, its IPU, the IPU before it)`` of the first layer placed back on an earlier IPU
+    than the layer before it, among the layers the planner moves (tied projections and heads
+    returning to the first IPU are folded into their partners by then), or None. A forward
+    that revisits its IPUs this way (DINO's teacher after its student, MAE's decoder after its
+    encoder) has no split into one contiguous run of layers per IPU."""
+    previous = None
+    for x in layers:
+        if x.ipu is None:
+            continue
+        if previous is not None and x.ipu < previous:
+            return x.name, x.ipu, previous
+        previous = x.ipu
+    return None

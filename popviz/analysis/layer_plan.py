@@ -250,22 +250,6 @@ def current_counts(layers: Sequence[Layer]) -> list[int] | None:
     return counts
 
 
-def revisited_ipu(layers: Sequence[Layer]) -> tuple[str, int, int] | None:
-    """``(layer, its IPU, the IPU before it)`` of the first layer placed back on an earlier IPU
-    than the layer before it, among the layers the planner moves (tied projections and heads
-    returning to the first IPU are folded into their partners by then), or None. A forward
-    that revisits its IPUs this way (DINO's teacher after its student, MAE's decoder after its
-    encoder) has no split into one contiguous run of layers per IPU."""
-    previous = None
-    for x in layers:
-        if x.ipu is None:
-            continue
-        if previous is not None and x.ipu < previous:
-            return x.name, x.ipu, previous
-        previous = x.ipu
-    return None
-
-
 def measured_bytes(report: Report) -> list[int] | None:
     if report.memory is None:
         return None
@@ -423,7 +407,7 @@ def make_plan(report: Report, *, ipus: int | None = None, max_ipus: int | None =
         notes.append(f"{'gradient accumulation' if settings.training else 'device iterations'} not "
                      "recorded: throughput compares the slowest stages only (no ramp)")
     kept = planned_layers(table, costs)
-    revisit = revisited_ipu(kept)
+    revisit = layer_costs.revisited_ipu(kept)
     if revisit is not None:
         name, back, before = revisit
         raise UsageError(f"{report.label}: its layers go back to IPU {back} at {name} after IPU {before} (a "
