@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import re
 import sys
 from collections.abc import Iterator
 from typing import Any
@@ -61,6 +62,51 @@ def fitted(text: str, width: int | None = None) -> str:
     """``text`` with each of its lines broken by :func:`wrap_line` (one message of any number of
     lines, every line within the width)."""
     return "\n".join(part for row in text.split("\n") for part in wrap_line(row, width))
+
+
+_MD_LIST = re.compile(r"^(\s*(?:[-*+]|\d{1,9}[.)])\s+)")
+# a word that would start a block (a list, heading, quote, table, rule or setext underline) if a
+# break put it at the start of a line
+_MD_OPENS_BLOCK = re.compile(r"^(?:[-*+]$|[>|#]|\d{1,9}[.)]$|=+$|-+$)")
+
+
+def markdown_fitted(text: str, width: int | None = None) -> str:
+    """Markdown ``text`` with its long paragraph and list lines soft-wrapped at ``width`` (the
+    terminal's, 80 when not a terminal): a soft line break renders as the space it replaces
+    (CommonMark), so the rendered page is unchanged. List items continue under their content;
+    table rows, headings, HTML and fenced code are kept whole (a table row cannot be broken), and
+    no break puts a word that would open a block (``-``, ``#``, ``|``, ``1.`` ...) at a line's start."""
+    import shutil
+
+    width = max(40, width or shutil.get_terminal_size((80, 24)).columns)
+    out: list[str] = []
+    fenced = False
+    for line in text.split("\n"):
+        stripped = line.lstrip(" ")
+        if stripped.startswith(("```", "~~~")):
+            fenced = not fenced
+        if (fenced or len(line) <= width or stripped.startswith(("|", "#", "<", "```", "~~~"))
+                or (len(line) - len(stripped) >= 4 and not _MD_LIST.match(line))):
+            out.append(line)
+            continue
+        m = _MD_LIST.match(line)
+        head = m.group(1) if m else line[:len(line) - len(stripped)]
+        words: list[str] = []
+        for word in line[len(head):].split(" "):
+            if words and words[-1] and word and _MD_OPENS_BLOCK.match(word):
+                words[-1] += " " + word  # kept with the word before it, off a line's start
+            else:
+                words.append(word)
+        indent = " " * len(head)
+        cur = head + words[0]
+        for word in words[1:]:
+            if len(cur) + 1 + len(word) > width and word and cur.strip() and not cur.endswith(" "):
+                out.append(cur)
+                cur = indent + word
+            else:
+                cur += " " + word
+        out.append(cur)
+    return "\n".join(out)
 
 
 def say(text: str, file: Any = None) -> None:

@@ -255,7 +255,7 @@ def test_metrics_from_a_newer_popviz_are_named_not_silently_skipped(tmp_path):
         "pipeline.future_metric_pct" in " ".join(proc.stdout.split())
     out = json.loads(run_cli("compare", str(target), str(base), "--json").stdout)
     assert out["unknown_metrics"] == [{"engine": "training", "metric": "pipeline.future_metric_pct"}]
-    md = run_cli("compare", str(target), str(base), "--markdown").stdout
+    md = " ".join(run_cli("compare", str(target), str(base), "--markdown").stdout.split())  # soft-wrapped
     assert "Not compared, unknown to this popviz (from a newer one, or misspelt): training " \
         "pipeline.future_metric_pct" in md
     # an unknown metric's value is still checked: a finite number
@@ -452,7 +452,7 @@ def test_analyse_marks_ignored_findings_where_it_shows_them():
     assert "INFO HIO002 Training returns every micro-batch's outputs (OutputMode.All) (ignored: accepted by the " \
            "team)" in text_out
     assert "(up to +79% throughput; ignored: accepted by the team)" in text_out
-    md = run_cli(*args, "--markdown").stdout
+    md = " ".join(run_cli(*args, "--markdown").stdout.split())  # soft-wrapped at 80 columns
     assert "`HIO001` IPU0 waits for the host: 25.4% of its cycles in stream copies *(ignored: accepted by the team)*" in md
     assert "ignored: accepted" not in run_cli("analyse", str(SAMPLES / "mnist_pipeline")).stdout
 
@@ -526,7 +526,7 @@ def test_check_says_when_the_run_is_estimated(tmp_path):
 def test_markdown_shows_a_quoted_command_as_code_not_as_escaped_backticks():
     from conftest import SAMPLES
 
-    md = run_cli("analyse", str(SAMPLES / "oom_model"), "--markdown").stdout
+    md = " ".join(run_cli("analyse", str(SAMPLES / "oom_model"), "--markdown").stdout.split())  # soft-wrapped
     assert "\\`" not in md
     assert "(needed to run; `popviz plan` finds a split within 90% of each IPU's memory" in md
 

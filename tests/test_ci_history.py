@@ -550,7 +550,7 @@ def test_show_says_which_engines_are_estimated(tmp_path):
     console = run_cli("history", "show", "--db", str(db), env={"COLUMNS": "200"})
     assert console.returncode == 0, console.stderr
     assert console.stdout.splitlines()[1] == line
-    assert f"*{line}*" in run_cli("history", "show", "--db", str(db), "--markdown").stdout
+    assert f"*{line}*" in " ".join(run_cli("history", "show", "--db", str(db), "--markdown").stdout.split())
     doc = json.loads(run_cli("history", "show", "--db", str(db), "--json").stdout)
     assert doc["estimated"] == [{"engine": "inference", "runs_estimated": 1, "runs": 2},
                                 {"engine": "training", "runs_estimated": 2, "runs": 2}]

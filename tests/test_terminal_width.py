@@ -159,3 +159,44 @@ def test_the_emulators_lines_fit_and_its_heartbeat_stays_one_line(monkeypatch, c
     assert err == ["popviz emulator: 'training': call 1 of 1 estimated, not run; stopping the script",
                    "    (--calls 1); reports are written as it exits",
                    "popviz emulator: compiling 'a-rather-long-engine-name': tracing and… (12 s)"]
+
+
+MARKDOWN_COMMANDS = [
+    *[("analyse", d.name, "--markdown") for d in sorted(SAMPLES.iterdir()) if (d / "popviz-report.json").exists()
+      or any(d.glob("*/popviz-report.json"))],
+    ("compare", "bert_even_split", "bert_planned", "--markdown"),
+    ("plan", "bert_even_split", "--markdown"),
+]
+
+
+@pytest.mark.parametrize("args", MARKDOWN_COMMANDS, ids=lambda a: "-".join(a))
+def test_markdown_soft_wraps_and_renders_the_same(args):
+    # Markdown on stdout at 80 columns: paragraphs and list items soft-wrapped (a soft line break
+    # renders as a space), commands and code broken as on the console; table rows cannot be broken
+    import re
+
+    from markdown_it import MarkdownIt  # rich's dependency
+
+    from popviz.ui import markdown_fitted
+
+    narrow = run_cli(*args, cwd=SAMPLES, env={"COLUMNS": "80"})
+    wide = run_cli(*args, cwd=SAMPLES, env={"COLUMNS": "1000"})
+    assert narrow.returncode == wide.returncode and narrow.returncode in (0, 1), narrow.stderr
+    prose = "\n".join(line for line in narrow.stdout.splitlines() if not line.startswith("|"))
+    assert lines_over(prose) == []
+    md = MarkdownIt("commonmark").enable("table")
+    def norm(text: str) -> str:
+        return re.sub(r"\s+", " ", md.render(text))
+    if args[0] != "plan":  # plan's code blocks are broken into continuation lines, not soft-wrapped
+        assert norm(narrow.stdout) == norm(wide.stdout)
+    assert norm(markdown_fitted(wide.stdout, 80)) == norm(wide.stdout)
+
+
+def test_markdown_breaks_never_open_a_block():
+    from popviz.ui import markdown_fitted
+
+    text = "- " + "word " * 14 + "- not a list, # not a heading, 2. not a list either " + "x " * 30
+    out = markdown_fitted(text, 60).splitlines()
+    assert all(len(line) <= 60 for line in out)
+    assert [line for line in out[1:] if not line.startswith("  ") or line.lstrip()[:2] in ("- ", "# ", "2.")] == []
+    assert " ".join(line.strip() for line in out) == text.strip()

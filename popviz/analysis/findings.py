@@ -14,7 +14,7 @@ SEVERITIES = ("info", "warning", "error")
 """In increasing order of gravity."""
 
 
-CODES = frozenset({"PIPE001", "PIPE002", "PIPE003", "PIPE004", "PIPE005", "MEM001", "MEM002", "MEM003", "MEM004", "MEM005",
+CODES = frozenset({"PIPE001", "PIPE002", "PIPE003", "PIPE004", "PIPE005", "PIPE006", "MEM001", "MEM002", "MEM003", "MEM004", "MEM005",
                    "MEM006", "HIO001", "HIO002", "HIO003", "HIO004", "INST001", "INST002", "INST003", "INST004", "INST005",
                    "RUN001", "RUN002"})
 """Every finding code an analysis reports (docs/findings.md): all that ``--ignore`` and

@@ -53,7 +53,9 @@ def emit(c: Comparison, args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(render.as_json(c) + "\n")
     elif args.markdown:
-        sys.stdout.write(render.markdown(c, all_rows=args.all))
+        from popviz.ui import markdown_fitted
+
+        sys.stdout.write(markdown_fitted(render.markdown(c, all_rows=args.all)))
     else:
         render.console(c, all_rows=args.all)
     if (args.json or args.markdown) and c.failed:  # stdout may go to a file: the job's log says why

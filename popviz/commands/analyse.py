@@ -66,8 +66,9 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(render(result) + "\n")
     elif args.markdown:
         from popviz.render.markdown import render as render_md
+        from popviz.ui import markdown_fitted
 
-        sys.stdout.write(render_md(result))
+        sys.stdout.write(markdown_fitted(render_md(result)))
     else:
         from popviz.render.console import render as render_console
 

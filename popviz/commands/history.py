@@ -132,8 +132,10 @@ def _show(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(history_view.as_json(found, h.runs, history.display(args.db), unknown, estimated, env) + "\n")
     elif args.markdown:
-        sys.stdout.write(history_view.markdown(found, h.runs, all_rows=args.all, unknown=unknown,
-                                               estimated=estimated, env=env))
+        from popviz.ui import markdown_fitted
+
+        sys.stdout.write(markdown_fitted(history_view.markdown(found, h.runs, all_rows=args.all, unknown=unknown,
+                                                               estimated=estimated, env=env)))
     else:
         history_view.console(found, h.runs, all_rows=args.all, unknown=unknown, estimated=estimated, env=env)
     return 0

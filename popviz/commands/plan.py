@@ -213,7 +213,12 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(render.to_json(plan, rerun, written, rerun_from=source) + "\n")
     elif args.markdown:
-        sys.stdout.write(render.markdown(plan, rerun, written, rerun_from=source))
+        import shutil
+
+        from popviz.ui import markdown_fitted
+
+        width = min(shutil.get_terminal_size().columns, 120)  # as the console view
+        sys.stdout.write(markdown_fitted(render.markdown(plan, rerun, written, rerun_from=source, width=width), width))
     else:
         import shutil
 

@@ -313,12 +313,19 @@ def _code_lines(part: str) -> list[str]:
 
 
 def markdown(plan: LayerPlan, rerun: str | None = None, plan_path: str | None = None, *,
-             rerun_from: str | None = None) -> str:
+             rerun_from: str | None = None, width: int | None = None) -> str:
+    """The plan as Markdown; with ``width``, its code and commands broken to fit as on the console
+    (still Python, still one command)."""
     out = [f"## popviz plan: {escape.md(plan.engine)}", ""]
     for kind, lines in _sections(plan, rerun, plan_path, rerun_from):
         if kind == "text":  # a hard line break keeps the lines apart
             out += [f"{_md_line(line)}  " if line and not line.startswith(("- ", "  ")) else _md_line(line)
                     for line in lines]
+        elif kind in ("code", "shell") and width:
+            from popviz.ui import wrap_code, wrap_command
+
+            wrap = wrap_code if kind == "code" else wrap_command
+            out += escape.md_fenced([part for line in lines for part in wrap(line, width)])
         else:
             out += escape.md_fenced(lines)
     return "\n".join(out) + "\n"
