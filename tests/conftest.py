@@ -13,21 +13,51 @@ FAKE_PVA = Path(__file__).resolve().parent / "fake_pva"
 
 
 HANG_GUARD_SECONDS = 900
-"""How long a test lets a popviz command run before calling it hung (not a speed limit)."""
+"""How long a test lets a popviz command run before calling it hung (not a speed limit); scaled
+by :func:`hang_guard`."""
+
+TIMEOUT_SCALE_ENV = "POPVIZ_TEST_TIMEOUT_SCALE"
+"""Multiplies every hang guard (subprocess timeouts, waits, pytest-timeout's per-test limit)."""
+
+
+def timeout_scale() -> float:
+    """How much longer than their nominal seconds the hang guards wait: POPVIZ_TEST_TIMEOUT_SCALE
+    when set, else the 1-minute load per core when it is over 1 (at load 10 on 2 cores every
+    command runs about 5 times slower than on an idle machine, and so may its guard)."""
+    explicit = os.environ.get(TIMEOUT_SCALE_ENV)
+    if explicit:
+        return max(float(explicit), 0.01)
+    try:
+        per_core = os.getloadavg()[0] / (os.cpu_count() or 1)
+    except OSError:
+        per_core = 1.0
+    return max(1.0, per_core)
+
+
+def hang_guard(seconds: float) -> float:
+    """A wall-clock limit for a hang, never for speed: ``seconds`` (generous on an idle machine)
+    times :func:`timeout_scale`, read when the guard is set."""
+    return seconds * timeout_scale()
+
+
+def hang_guard_message(what: str, seconds: float) -> str:
+    """The failure text of a guard that ran out: it says it is a hang guard and how to widen it."""
+    return (f"hang guard: {what} still running after {seconds:.0f} s (a limit for hangs, not for speed: "
+            f"is it stuck? On a loaded machine set {TIMEOUT_SCALE_ENV} to wait longer)")
 
 
 def run_cli(*args: str, cwd: str | Path | None = None, env: dict[str, str] | None = None,
             timeout: float = HANG_GUARD_SECONDS) -> subprocess.CompletedProcess[str]:
     """Run the real CLI (``python -m popviz``) in a subprocess. ``timeout`` guards against a
-    hang only (generous: a loaded 2-core machine runs a command many times slower than an idle
-    one); reaching it fails the test saying so."""
+    hang only (generous, and scaled by :func:`hang_guard`: a loaded 2-core machine runs a command
+    many times slower than an idle one); reaching it fails the test saying so."""
     full_env = {**os.environ, "COLUMNS": "100", **(env or {})}
+    timeout = hang_guard(timeout)
     try:
         return subprocess.run([sys.executable, "-m", "popviz", *args], cwd=cwd, env=full_env,
                               capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
-        pytest.fail(f"hang guard: popviz {' '.join(map(str, args))} still running after {timeout:.0f} s "
-                    "(a limit for hangs, not for speed: is it stuck?)", pytrace=False)
+        pytest.fail(hang_guard_message(f"popviz {' '.join(map(str, args))}", timeout), pytrace=False)
 
 
 def unwrapped(text: str) -> str:
@@ -70,3 +100,42 @@ def mnist_capture(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess[s
 def fake_pva_env() -> dict[str, str]:
     """Environment in which ``import pva`` finds the test double in tests/fake_pva."""
     return {"PYTHONPATH": os.pathsep.join([str(FAKE_PVA), os.environ.get("PYTHONPATH", "")])}
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_configure(config) -> None:
+    """pytest-timeout's per-test limit (pyproject's ``timeout``) is a hang guard too: scaled like
+    the others (its own pytest_configure has read it by now)."""
+    if getattr(config, "_env_timeout", None):
+        config._env_timeout = hang_guard(config._env_timeout)
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """A test's own ``@pytest.mark.timeout(N)`` is scaled by :func:`hang_guard` as well."""
+    scale = timeout_scale()
+    if scale == 1.0:
+        return
+    for item in items:
+        marker = item.get_closest_marker("timeout")
+        if marker is not None and marker.args and isinstance(marker.args[0], int | float):
+            item.add_marker(pytest.mark.timeout(marker.args[0] * scale, *marker.args[1:], **marker.kwargs),
+                            append=False)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A test stopped by a wall-clock limit (pytest-timeout, or a subprocess ``timeout=``) says
+    that the limit is a hang guard, not a speed requirement, and how to widen it."""
+    outcome = yield
+    report = outcome.get_result()
+    if not report.failed or call.excinfo is None:
+        return
+    if call.excinfo.errisinstance(subprocess.TimeoutExpired):
+        what, seconds = "a command the test ran", call.excinfo.value.timeout
+    elif "from pytest-timeout" in str(call.excinfo.value):
+        what, seconds = "the test", call.duration
+    else:
+        return
+    if hasattr(report.longrepr, "addsection"):
+        report.longrepr.addsection("hang guard", f"{hang_guard_message(what, seconds)}; the scale is now "
+                                                 f"{timeout_scale():.2f}")
