@@ -139,3 +139,59 @@ def pytest_runtest_makereport(item, call):
     if hasattr(report.longrepr, "addsection"):
         report.longrepr.addsection("hang guard", f"{hang_guard_message(what, seconds)}; the scale is now "
                                                  f"{timeout_scale():.2f}")
+
+
+RUN_APART = (
+    "tests/test_samples_captured.py::test_regenerating_a_sample_gives_the_same_analysis",
+    "tests/test_emulator_fake_samples.py::",
+    "tests/test_emulator_workers.py::test_a_64_worker_estimate_stays_bounded_and_leaves_no_process",
+    "tests/test_plan_recapture.py::",
+    "tests/test_fidelity.py::",
+)
+"""Long tests (minutes of emulated captures each) that share no module-scoped fixture: under
+pytest-xdist each is a work unit of its own, so the cases of one module run on both workers."""
+
+RUN_FIRST = (
+    "tests/test_new_user.py",
+    "tests/test_samples_captured.py::test_regenerating",
+    "tests/test_emulator_fake_samples.py",
+    "tests/test_ci_pytest_plugin.py",
+    "tests/test_history_pytest_plugin.py",
+    "tests/test_emulator_workers.py::test_a_64",
+    "tests/test_emulator_report_writer.py",
+    "tests/test_plan_recapture.py",
+    "tests/test_fidelity.py",
+    "tests/test_terminal_width.py",
+)
+"""The longest work units, handed out first (longest first): pytest-xdist's loadscope orders
+modules by their number of tests, which put these few-test, minutes-long modules last, and one
+worker then ran them alone while the other had finished (the run's tail)."""
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """loadscope (a module's tests on one worker, its module fixtures made once) with the
+    :data:`RUN_APART` tests split into units of their own and the :data:`RUN_FIRST` units first."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    if config.getoption("dist") != "loadscope":
+        return None
+
+    class LongFirst(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            if nodeid.startswith(RUN_APART):
+                return nodeid
+            return super()._split_scope(nodeid)
+
+        def _assign_work_unit(self, node) -> None:
+            if not getattr(self, "_ordered", False):  # the queue is complete at the first assignment
+                self._ordered = True
+
+                def rank(scope: str) -> int:
+                    return next((i for i, p in enumerate(RUN_FIRST) if scope.startswith(p)), len(RUN_FIRST))
+
+                units = sorted(self.workqueue.items(), key=lambda unit: rank(unit[0]))  # stable: the rest keep theirs
+                self.workqueue.clear()
+                self.workqueue.update(units)
+            super()._assign_work_unit(node)
+
+    return LongFirst(config, log)
