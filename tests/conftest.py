@@ -102,24 +102,14 @@ def fake_pva_env() -> dict[str, str]:
     return {"PYTHONPATH": os.pathsep.join([str(FAKE_PVA), os.environ.get("PYTHONPATH", "")])}
 
 
-@pytest.hookimpl(trylast=True)
-def pytest_configure(config) -> None:
-    """pytest-timeout's per-test limit (pyproject's ``timeout``) is a hang guard too: scaled like
-    the others (its own pytest_configure has read it by now)."""
-    if getattr(config, "_env_timeout", None):
-        config._env_timeout = hang_guard(config._env_timeout)
+@pytest.hookimpl(tryfirst=True)
+def pytest_timeout_set_timer(item, settings):
+    """pytest-timeout's per-test limit (pyproject's ``timeout``, a test's ``@pytest.mark.timeout``)
+    is a hang guard too: scaled by :func:`hang_guard` when each test starts (the load then, not
+    the session's start), then set by the plugin's own implementation."""
+    import pytest_timeout
 
-
-def pytest_collection_modifyitems(config, items) -> None:
-    """A test's own ``@pytest.mark.timeout(N)`` is scaled by :func:`hang_guard` as well."""
-    scale = timeout_scale()
-    if scale == 1.0:
-        return
-    for item in items:
-        marker = item.get_closest_marker("timeout")
-        if marker is not None and marker.args and isinstance(marker.args[0], int | float):
-            item.add_marker(pytest.mark.timeout(marker.args[0] * scale, *marker.args[1:], **marker.kwargs),
-                            append=False)
+    return pytest_timeout.pytest_timeout_set_timer(item, settings._replace(timeout=hang_guard(settings.timeout)))
 
 
 @pytest.hookimpl(hookwrapper=True)
