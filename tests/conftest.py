@@ -131,6 +131,13 @@ def pytest_runtest_makereport(item, call):
                                                  f"{timeout_scale():.2f}")
 
 
+def pytest_addoption(parser) -> None:
+    parser.addoption("--run-long", action="store_true", default=False,
+                     help="also run the benchmark-like lengths of the slow tests: the captured samples "
+                          "regenerated with every call run on the CPU (tens of CPU-minutes; CI runs the same "
+                          "checks with smaller cases)")
+
+
 RUN_APART = (
     "tests/test_samples_captured.py::test_regenerating_a_sample_gives_the_same_analysis",
     "tests/test_emulator_fake_samples.py::",
