@@ -150,19 +150,28 @@ pytest-xdist each is a work unit of its own, so the cases of one module run on b
 
 RUN_FIRST = (
     "tests/test_new_user.py",
-    "tests/test_samples_captured.py::test_regenerating",
-    "tests/test_emulator_fake_samples.py",
+    "tests/test_instances.py",
+    "tests/test_emulator_fake_samples.py::test_whole_runs",
     "tests/test_ci_pytest_plugin.py",
-    "tests/test_history_pytest_plugin.py",
-    "tests/test_emulator_workers.py::test_a_64",
     "tests/test_emulator_report_writer.py",
-    "tests/test_plan_recapture.py",
-    "tests/test_fidelity.py",
+    "tests/test_real_client_fixes.py",
+    "tests/test_capture_emulated.py",
+    "tests/test_emulator_reports.py",
+    "tests/test_emulator_fake_samples.py",
+    "tests/test_never_called.py",
+    "tests/test_ci_end_to_end.py",
     "tests/test_terminal_width.py",
+    "tests/test_ci_history_docs.py",
+    "tests/test_fidelity.py",
+    "tests/test_history_pytest_plugin.py",
+    "tests/test_plan_recapture.py",
+    "tests/test_samples_captured.py::test_regenerating",
+    "tests/test_emulator_workers.py::test_a_64",
 )
-"""The longest work units, handed out first (longest first): pytest-xdist's loadscope orders
-modules by their number of tests, which put these few-test, minutes-long modules last, and one
-worker then ran them alone while the other had finished (the run's tail)."""
+"""The longest work units, handed out first, longest first (by the --durations of a full run at
+load 6): pytest-xdist's loadscope orders modules by their number of tests, which put these
+few-test, minutes-long ones last, and one worker then ran them alone while the other had
+finished (the run's tail)."""
 
 
 def pytest_xdist_make_scheduler(config, log):
