@@ -102,7 +102,7 @@ def fake_pva_env() -> dict[str, str]:
     return {"PYTHONPATH": os.pathsep.join([str(FAKE_PVA), os.environ.get("PYTHONPATH", "")])}
 
 
-@pytest.hookimpl(tryfirst=True)
+@pytest.hookimpl(tryfirst=True, optionalhook=True)  # optional: pytest-timeout may be absent
 def pytest_timeout_set_timer(item, settings):
     """pytest-timeout's per-test limit (pyproject's ``timeout``, a test's ``@pytest.mark.timeout``)
     is a hang guard too: scaled by :func:`hang_guard` when each test starts (the load then, not
@@ -174,6 +174,7 @@ few-test, minutes-long ones last, and one worker then ran them alone while the o
 finished (the run's tail)."""
 
 
+@pytest.hookimpl(optionalhook=True)  # optional: `pytest -p no:xdist` runs without pytest-xdist
 def pytest_xdist_make_scheduler(config, log):
     """loadscope (a module's tests on one worker, its module fixtures made once) with the
     :data:`RUN_APART` tests split into units of their own and the :data:`RUN_FIRST` units first."""
