@@ -15,6 +15,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from conftest import hang_guard, hang_guard_message
+
 
 class Browser:
     def __init__(self, executable: str, profile: Path, flags: list[str], stderr: Any = subprocess.DEVNULL) -> None:
@@ -37,7 +39,7 @@ class Browser:
     def _read(self, deadline: float) -> dict[str, Any]:
         while b"\0" not in self._buffer:
             if time.monotonic() > deadline:
-                raise TimeoutError("no reply from chromium")
+                raise TimeoutError(hang_guard_message("a reply from chromium", deadline - self._asked))
             chunk = os.read(self._from_chrome, 1 << 16)
             if not chunk:
                 raise EOFError("chromium closed the pipe")
@@ -52,7 +54,8 @@ class Browser:
         if session:
             msg["sessionId"] = session
         os.write(self._to_chrome, json.dumps(msg).encode() + b"\0")
-        deadline = time.monotonic() + timeout
+        self._asked = time.monotonic()
+        deadline = self._asked + hang_guard(timeout)
         while True:
             reply = self._read(deadline)
             if reply.get("id") == self._next:
@@ -62,7 +65,8 @@ class Browser:
             self.events.append(reply)
 
     def wait_for(self, method: str, session: str, timeout: float = 60) -> None:
-        deadline = time.monotonic() + timeout
+        self._asked = time.monotonic()
+        deadline = self._asked + hang_guard(timeout)
         while not any(e.get("method") == method and e.get("sessionId") == session for e in self.events):
             self.events.append(self._read(deadline))
 
@@ -72,7 +76,7 @@ class Browser:
         except (OSError, EOFError, TimeoutError, RuntimeError):
             pass
         try:
-            self.proc.wait(timeout=20)
+            self.proc.wait(timeout=hang_guard(20))
         except subprocess.TimeoutExpired:
             self.proc.kill()
         for fd in (self._to_chrome, self._from_chrome):

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, assert_one_line_error, run_cli
+from conftest import ROOT, assert_one_line_error, hang_guard, run_cli
 
 PY = sys.executable
 
@@ -312,7 +312,7 @@ def test_ctrl_c_in_a_terminal_reaches_the_child_once(tmp_path):
         finally:
             os._exit(99)
     seen = b""
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + hang_guard(60)
     while b"ready" not in seen and time.monotonic() < deadline:
         seen += os.read(fd, 4096)
     os.write(fd, b"\x03")  # Ctrl-C

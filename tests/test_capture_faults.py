@@ -8,10 +8,9 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-from conftest import run_cli
+from conftest import hang_guard, run_cli
 
 PY = sys.executable
 
@@ -47,11 +46,11 @@ def signal_and_wait(proc, sig: int) -> None:
     try:
         wait_ready(proc)
         os.kill(proc.pid, sig)
-        proc.wait(timeout=60)
+        proc.wait(timeout=hang_guard(60))
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate(timeout=30)
+        proc.communicate(timeout=hang_guard(30))
 
 
 def test_killed_popviz_reads_as_interrupted_and_its_temp_dir_is_cleaned(tmp_path):
@@ -62,10 +61,10 @@ def test_killed_popviz_reads_as_interrupted_and_its_temp_dir_is_cleaned(tmp_path
         bootstrap = Path(run["environment"]["PYTHONPATH"].split(os.pathsep)[0])
         assert bootstrap.is_dir() and str(proc.pid) in bootstrap.name
         os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=30)
+        proc.wait(timeout=hang_guard(30))
     finally:
         os.killpg(proc.pid, signal.SIGKILL)  # the orphaned child, in popviz's session
-        proc.communicate(timeout=30)
+        proc.communicate(timeout=hang_guard(30))
     assert record(tmp_path)["status"] == "running"
     assert bootstrap.is_dir()
     out = run_cli("analyse", "--json", "out", cwd=tmp_path)
@@ -113,15 +112,15 @@ def test_100_mb_of_output_and_a_forking_child(tmp_path):
             "pid = os.fork()\n"
             "if pid == 0:\n    print('grandchild', flush=True); os._exit(0)\n"
             "os.waitpid(pid, 0); print('parent', flush=True)\n")
-    t0 = time.monotonic()
+    # a hang guard, not a speed limit (it was an asserted 240 s of wall-clock, which a loaded
+    # machine can miss): the log of 100 MB must drain, not block the script
     proc = subprocess.run([PY, "-m", "popviz", "capture", "-o", "out", "--", PY, "-c", code],
-                          cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=300)
+                          cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=hang_guard(240))
     assert proc.returncode == 0, proc.stderr
     log = (tmp_path / "out" / "capture.log").read_bytes()
     assert log.count(b"x") == 100_000_000
     assert b"grandchild\n" in log and b"parent\n" in log
     assert record(tmp_path)["status"] == "succeeded"
-    assert time.monotonic() - t0 < 240
 
 
 def test_sigterm_leaves_a_current_manifest(tmp_path):

@@ -25,7 +25,7 @@ from popviz.ci import history
 from popviz.ci.baseline import EngineMetrics, from_reports
 from popviz.sources.bundle import write_bundle
 
-from conftest import ROOT, assert_one_line_error, run_cli, unwrapped
+from conftest import ROOT, assert_one_line_error, hang_guard, run_cli, unwrapped
 
 psycopg = pytest.importorskip("psycopg") if os.environ.get("CI") != "true" else __import__("psycopg")
 
@@ -274,16 +274,16 @@ def test_a_server_that_goes_away_mid_append_records_no_part_of_the_run(tmp_path)
                                  str(ROOT / "sample_reports" / "mnist_pipeline"), "--db", db, "--label", "lost"],
                                 cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                 stdin=subprocess.DEVNULL)
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + hang_guard(120)
         while True:  # until the add waits on the lock, inside its transaction
             waiting = watcher.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = "
                                      "'popviz history' AND wait_event_type = 'Lock'").fetchone()[0]
             if waiting or proc.poll() is not None or time.monotonic() > deadline:
                 break
             time.sleep(0.1)
-        assert waiting == 1, proc.communicate(timeout=10)
+        assert waiting == 1, proc.communicate(timeout=hang_guard(10))
         server.stop("immediate")
-        out, err = proc.communicate(timeout=120)
+        out, err = proc.communicate(timeout=hang_guard(120))
         assert proc.returncode == 2, (out, err)
         lines = unwrapped(err.strip()).splitlines()
         assert len(lines) == 1 and "Traceback" not in err, err

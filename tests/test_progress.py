@@ -39,12 +39,15 @@ def test_plain_steps_and_heartbeats(fast_heartbeat, capsys):
     assert after and all(b.startswith("popviz emulator: the script runs between PopTorch calls (") for b in after)
 
 
-def test_a_quick_unannounced_step_prints_nothing(fast_heartbeat, capsys):
+def test_a_quick_unannounced_step_prints_nothing(monkeypatch, capsys):
+    # a 2 s heartbeat (the beat looks every 0.5 s): the step stays "quick" however loaded the
+    # machine (with 0.2 s, one slow switch between the two lines below would print a beat)
+    monkeypatch.setattr(progress, "HEARTBEAT_SECONDS", 2.0)
     rep = progress.Reporter("plain")
     try:
         with rep.activity("'training': running call 7 on the CPU", 4, announce=False) as act:
             act.advance(4)
-        time.sleep(0.1)
+        time.sleep(0.6)  # the beat has looked at least once since the step ended
     finally:
         rep.close()
     assert capsys.readouterr().err == ""

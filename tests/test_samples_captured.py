@@ -136,15 +136,39 @@ def test_bert_planned_is_the_split_popviz_plan_proposes_and_it_is_faster():
             "the same on both sides of the comparison") in plan.notes
 
 
+ONE_LONG_CALL = ("bert_even_split", "bert_planned")
+"""Samples of one call whose execution on the CPU takes CPU-minutes (64 micro-batches of BERT
+training): their analysis is the estimate's, the same with the call run or not (--steps 1: one
+call). Without ``--run-long`` they are regenerated with that call estimated and not run
+(POPVIZ_EMULATOR_CALLS=1, what ``capture --calls 1`` sets), and
+:func:`test_a_bert_samples_call_runs_on_the_cpu` runs such a call, 7 times smaller."""
+
+
 @pytest.mark.slow  # minutes: each sample's example runs whole under the emulator
 @pytest.mark.parametrize("sample", [s.name for s in REGEN.SAMPLES])
-def test_regenerating_a_sample_gives_the_same_analysis(sample, tmp_path):
+def test_regenerating_a_sample_gives_the_same_analysis(sample, tmp_path, request, monkeypatch):
     chosen = next(s for s in REGEN.SAMPLES if s.name == sample)
     reason = REGEN.available(chosen)
     if reason:
         pytest.skip(f"{sample}: {reason}")
+    if sample in ONE_LONG_CALL and not request.config.getoption("--run-long"):
+        monkeypatch.setenv("POPVIZ_EMULATOR_CALLS", "1")
     REGEN.regenerate([sample], tmp_path)
     assert _differences(_analysis(tmp_path / sample), _analysis(SAMPLES / sample)) == []
+
+
+@pytest.mark.slow  # the bert samples' call, 9 micro-batches of their 64, run on the CPU
+def test_a_bert_samples_call_runs_on_the_cpu(tmp_path):
+    chosen = next(s for s in REGEN.SAMPLES if s.name == "bert_even_split")
+    args = list(chosen.args)
+    args[args.index("--gradient-accumulation") + 1] = "9"  # the least PopTorch takes for 5 + 4 pipeline stages
+    proc = run_cli("capture", "-o", "out", "--emulate", "--", sys.executable, str(SAMPLES.parent / chosen.script),
+                   *args, cwd=tmp_path, env={"OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stderr
+    run = json.loads((tmp_path / "out" / "popviz-run.json").read_text(encoding="utf-8"))
+    [engine] = run["engines"]
+    assert (run["status"], engine["path"], engine["model"]["calls"]) == ("succeeded", "training", 1)
+    assert "POPVIZ_EMULATOR_CALLS" not in run["environment"]  # the call ran, not only its estimate
 
 
 def test_pipe001_never_advises_moving_layers_that_popviz_plan_cannot_move():
