@@ -91,7 +91,9 @@ def test_a_report_that_cannot_be_written_is_one_error_line_and_exit_2(tmp_path):
     env.pop(report_writer.PYTHON_ENV)
     proc = _run(tmp_path, env)
     assert proc.returncode == 2
-    errors = [line for line in proc.stderr.splitlines() if line.startswith("popviz: error:")]
+    from conftest import unwrapped
+
+    errors = [line for line in unwrapped(proc.stderr).splitlines() if line.startswith("popviz: error:")]
     assert len(errors) == 1 and "Traceback" not in proc.stderr, proc.stderr
     assert "could not write the estimated report to" in errors[0]
     assert "ImportError: pyarrow requires NumPy 2.0 or newer" in errors[0]
