@@ -100,22 +100,29 @@ def test_killed_by_signal_leaves_complete_record(tmp_path):
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_signal_sent_to_popviz_is_forwarded(tmp_path, sig):
+    # popviz's escalation (SIGTERM, then SIGKILL, each after the grace) is a guard against a child
+    # that ignores the signal; this child handles it, so a loaded machine that schedules it late
+    # must not turn the test into a race against the default 10 s: the grace and the child's sleep
+    # are hang guards. A signal that is never forwarded still fails (the sleep ends, exit 0).
+    guard = hang_guard(120)
     code = ("import signal, sys, time\n"
             "def got(n, f):\n"
             "    print('child got', signal.Signals(n).name, flush=True); sys.exit(7)\n"
             "signal.signal(signal.SIGINT, got); signal.signal(signal.SIGTERM, got)\n"
             "print('ready', flush=True)\n"
-            "time.sleep(60)\n")
+            f"time.sleep({guard:.0f})\n")
+    env = dict(os.environ, POPVIZ_SIGNAL_GRACE_SECONDS=f"{guard:.0f}")
     proc = subprocess.Popen([PY, "-m", "popviz", "capture", "-o", "out", "--", PY, "-c", code],
                             cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            stdin=subprocess.DEVNULL)
+                            stdin=subprocess.DEVNULL, env=env)
     assert proc.stdout.readline() == "ready\n"
     proc.send_signal(sig)
-    out, err = proc.communicate(timeout=300)
-    assert proc.returncode == 7, err
+    out, err = proc.communicate(timeout=3 * guard)
+    run = run_record(tmp_path / "out")
+    signals = {k: v for k, v in run.items() if k.startswith("signals")}
+    assert proc.returncode == 7, f"stdout {out!r}, run record {signals}, stderr:\n{err}"
     name = signal.Signals(sig).name
     assert out == f"child got {name}\n"
-    run = run_record(tmp_path / "out")
     assert run["signals_received"] == [name] and run["signals_forwarded"] == [name]
     assert (run["status"], run["exit_code"]) == ("failed", 7)
 
