@@ -133,7 +133,7 @@ def test_sigterm_leaves_a_current_manifest(tmp_path):
         "    model(torch.randn(4, 4), torch.randint(0, 3, (4,)))\n"
         "print('ready', flush=True)\n"
         "import time; time.sleep(120)\n")
-    proc = start_capture(tmp_path, code, env={**FAKE_ENV, "POPVIZ_SIGNAL_GRACE_SECONDS": "30"})
+    proc = start_capture(tmp_path, code, env={**FAKE_ENV, "POPVIZ_SIGNAL_GRACE_SECONDS": f"{hang_guard(30):.0f}"})
     signal_and_wait(proc, signal.SIGTERM)
     assert proc.returncode == 128 + signal.SIGTERM
     run = record(tmp_path)

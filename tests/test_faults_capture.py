@@ -15,7 +15,7 @@ import pytest
 from faults_util import HANG_GUARD_SECONDS, PY, tmpfs
 from test_capture_hooks import FAKE_ENV, NET
 
-from conftest import assert_one_line_error, run_cli, unwrapped
+from conftest import assert_one_line_error, hang_guard, run_cli, unwrapped
 
 NO_SPACE = "No space left on device"
 
@@ -140,7 +140,7 @@ def test_sigkill_of_the_whole_capture_is_not_a_never_called_engine(tmp_path):
 
 
 def test_sigint_while_an_engine_has_no_call_reads_as_interrupted(tmp_path):
-    proc = start(tmp_path, ZERO_CALLS, {**FAKE_ENV, "POPVIZ_SIGNAL_GRACE_SECONDS": "60"})
+    proc = start(tmp_path, ZERO_CALLS, {**FAKE_ENV, "POPVIZ_SIGNAL_GRACE_SECONDS": f"{hang_guard(60):.0f}"})
     os.kill(proc.pid, signal.SIGINT)  # to popviz alone: forwarded to the script
     proc.wait(timeout=HANG_GUARD_SECONDS)
     _, err = proc.communicate(timeout=HANG_GUARD_SECONDS)
