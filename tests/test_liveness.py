@@ -210,3 +210,41 @@ def test_a_damaged_liveness_table_is_a_one_line_error(tmp_path, fake_pva):
     doc["liveness"]["always_live_bytes"]["7"] = 1
     (meta / "popviz-report.json").write_text(json.dumps(doc))
     assert_one_line_error(run_cli("analyse", str(tmp_path / "outside")), "liveness", "IPU 7 is outside")
+
+
+def test_a_liveness_file_of_several_row_groups_and_plain_strings_reads_the_same(tmp_path, fake_pva):
+    """The bundle reader decodes a few columns at a time into its arrays: a file written by
+    another tool (the steps repeated to 208,000 in row groups of 50,000, one IPU's bytes a ramp,
+    the program as plain strings) gives its values, in step order."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    import popviz
+    from popviz.sources.bundle import write_bundle
+
+    r = popviz.load(_write(tmp_path / "run", fake_pva, fake_pva.liveness_overflow()))[0]
+    bundle = write_bundle(r, tmp_path / "copy" / "training")
+    path = bundle / "liveness.parquet"
+    table = pq.read_table(path)
+    metadata = table.schema.metadata
+    at = table.schema.get_field_index("program")
+    table = table.set_column(at, "program", pa.array([str(v) for v in table.column("program").to_pylist()]))
+    n = table.num_rows
+    big = pa.concat_tables([table] * 2000)
+    # every step its own bytes, so a chunk copied to the wrong place shows
+    ramp = np.arange(len(big), dtype="int64")
+    big = big.set_column(big.schema.get_field_index("ipu1_bytes"), "ipu1_bytes", pa.array(ramp))
+    pq.write_table(big.replace_schema_metadata(metadata), path, row_group_size=50_000)
+    assert pq.ParquetFile(path).metadata.num_row_groups == 5
+    doc = json.loads((bundle / "popviz-report.json").read_text())
+    doc["liveness"]["rows"] = len(big)
+    (bundle / "popviz-report.json").write_text(json.dumps(doc))
+    again = popviz.load(tmp_path / "copy")[0].liveness
+    assert again.ipu_bytes.flags.f_contiguous and again.ipu_bytes.shape == (208_000, len(r.liveness.ipus))
+    j = again.ipus.index(1)
+    assert np.array_equal(again.ipu_bytes[:, j], ramp)
+    others = [k for k in range(len(again.ipus)) if k != j]
+    assert np.array_equal(again.ipu_bytes[:, others], np.tile(r.liveness.ipu_bytes[:, others], (2000, 1)))
+    assert np.array_equal(again.total_bytes, np.tile(r.liveness.total_bytes, 2000))
+    assert list(again.programs[:n]) == list(r.liveness.programs) and list(again.programs[-n:]) == list(r.liveness.programs)

@@ -54,8 +54,12 @@ def read_liveness(frame, meta: dict[str, Any]) -> LivenessTable:
                          labels=labels_from(labels), notes=tuple(str(n) for n in notes))
 
 
+LIVENESS_READ_BYTES = 2**26
+"""About how many bytes of liveness columns are decoded at once."""
+
+
 def read_liveness_file(parquet_file: Any, meta: dict[str, Any]) -> LivenessTable | None:
-    """The table read batch by batch from an open ``pyarrow.parquet.ParquetFile`` straight into
+    """The table read a few columns at a time from an open ``pyarrow.parquet.ParquetFile`` into
     its NumPy arrays (10⁶ steps × 64 IPUs: the 512 MiB of the table, never a pandas frame of it
     as well); None when a column is not of the integer or string type this needs (the caller
     then reads the frame and :func:`read_liveness` names what is wrong)."""
@@ -83,26 +87,35 @@ def read_liveness_file(parquet_file: Any, meta: dict[str, Any]) -> LivenessTable
     per = np.empty((n, len(ipus)), dtype="int64", order="F") if ipus else None
     codes = np.empty(n, dtype="int64")
     index: dict[str, int] = {}
-    at = 0
-    for batch in parquet_file.iter_batches(batch_size=2**18, columns=["program", *numeric]):
-        k = batch.num_rows
-        for j, name in enumerate(numeric):
-            col = batch.column(name)
+    # A few columns per read (Arrow decodes them on its threads; ≈64 MiB held beside the
+    # arrays), each copied chunk by chunk into its slot: 10⁶ steps × 64 IPUs in ≈0.6× the CPU
+    # of reading batches of rows across every column (docs/performance.md).
+    group = max(1, min(16, LIVENESS_READ_BYTES // max(1, 8 * n)))
+    targets = [total] + ([per[:, j] for j in range(len(ipus))] if ipus else [])
+    for g in range(0, len(numeric), group):
+        names = numeric[g:g + group]
+        table = parquet_file.read(columns=names)
+        for name, target in zip(names, targets[g:g + group], strict=True):
+            col = table.column(name)
             if col.null_count:
                 raise ModelError(f"liveness column {name} has missing values")
-            values = col.to_numpy(zero_copy_only=False)
-            if j == 0:
-                total[at:at + k] = values
-            else:
-                per[at:at + k, j - 1] = values
-        prog = batch.column("program")
-        if prog.null_count:
-            raise ModelError("liveness column program has missing values")
-        if not pa.types.is_dictionary(prog.type):
-            prog = pc.dictionary_encode(prog)
-        lut = np.array([index.setdefault(str(v), len(index)) for v in prog.dictionary.to_pylist()], dtype="int64")
-        codes[at:at + k] = lut[prog.indices.to_numpy(zero_copy_only=False)] if len(lut) else 0
-        at += k
+            at = 0
+            for chunk in col.chunks:
+                target[at:at + len(chunk)] = chunk.to_numpy(zero_copy_only=False)
+                at += len(chunk)
+        del table
+    prog = parquet_file.read(columns=["program"]).column("program")
+    if prog.null_count:
+        raise ModelError("liveness column program has missing values")
+    at = 0
+    for chunk in prog.chunks:
+        if not pa.types.is_dictionary(chunk.type):
+            chunk = pc.dictionary_encode(chunk)
+        lut = np.array([index.setdefault(str(v), len(index)) for v in chunk.dictionary.to_pylist()],
+                       dtype="int64")
+        codes[at:at + len(chunk)] = lut[chunk.indices.to_numpy(zero_copy_only=False)] if len(lut) else 0
+        at += len(chunk)
+    del prog
     always = meta.get("always_live_bytes") or {}
     labels = meta.get("labels") or []
     notes = meta.get("notes") or []
