@@ -257,18 +257,31 @@ class _Reader:
             raise self.fail(f"does not match the bundle format ({first[:200]})",
                             path=self.directory / str(file_name)) from None
 
-    def table(self, file_name: Any, rows: Any, what: str, optional: tuple[str, ...] = ()):
-        """The table in ``file_name`` as a DataFrame. ``optional`` columns that hold no value at
-        all are left out (the model fills them with nulls far faster than pandas converts them)."""
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
+    def table_path(self, file_name: Any, what: str) -> Path:
+        """The path of a table file the metadata names: a safe name, present, a regular file
+        inside the bundle (else a one-line error naming it)."""
         if not is_safe_component(file_name):
             raise self.fail(f"names an invalid {what} file {file_name!r}")
         path = self.directory / file_name
         if not path.exists() and not path.is_symlink():
             raise self.fail(f"refers to {file_name}, which is missing", path=path)
         regular_file_inside(path, self.directory)
+        return path
+
+    def check_written(self, metadata: Any, path: Path) -> None:
+        """Refuse a table written by another write of the bundle than its metadata."""
+        written = (metadata or {}).get(BUNDLE_ID_KEY)
+        if self.bundle_id is not None and written is not None and written != self.bundle_id.encode():
+            raise self.fail("belongs to another write of this bundle than its metadata (a write that was "
+                            "interrupted, or two at once)", path=path)
+
+    def table(self, file_name: Any, rows: Any, what: str, optional: tuple[str, ...] = ()):
+        """The table in ``file_name`` as a DataFrame. ``optional`` columns that hold no value at
+        all are left out (the model fills them with nulls far faster than pandas converts them)."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        path = self.table_path(file_name, what)
         try:
             # ParquetFile rather than read_table: read_table imports pyarrow.dataset (~0.5 s).
             # One block per column: no consolidation copy (10⁷ rows: 5× less CPU, ~20% less
@@ -277,7 +290,7 @@ class _Reader:
                 raw = _arrow_owned_bytes(fh, pa)
             table = pq.ParquetFile(pa.BufferReader(raw)).read()
             del raw
-            written = (table.schema.metadata or {}).get(BUNDLE_ID_KEY)
+            metadata = table.schema.metadata
             empty = [c for c in optional if c in table.column_names
                      and table.column(c).null_count == table.num_rows]
             frame = table.drop_columns(empty).to_pandas(split_blocks=True)
@@ -285,9 +298,7 @@ class _Reader:
         except (pa.ArrowException, OSError, ValueError) as exc:
             first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             raise self.fail(f"is not a readable Parquet file ({first})", path=path) from None
-        if self.bundle_id is not None and written is not None and written != self.bundle_id.encode():
-            raise self.fail("belongs to another write of this bundle than its metadata (a write that was "
-                            "interrupted, or two at once)", path=path)
+        self.check_written(metadata, path)
         if isinstance(rows, int) and len(frame) != rows:
             raise self.fail(f"has {len(frame)} rows, the metadata says {rows}", path=path)
         return frame
@@ -300,12 +311,7 @@ class _Reader:
         from popviz.sources.bundle_liveness import read_liveness_file
 
         file_name, rows = live_meta.get("file"), live_meta.get("rows")
-        if not is_safe_component(file_name):
-            raise self.fail(f"names an invalid liveness file {file_name!r}")
-        path = self.directory / file_name
-        if not path.exists() and not path.is_symlink():
-            raise self.fail(f"refers to {file_name}, which is missing", path=path)
-        regular_file_inside(path, self.directory)
+        path = self.table_path(file_name, "liveness")
         try:
             name = os.fspath(path)
             name.encode("utf-8")
@@ -313,10 +319,7 @@ class _Reader:
             return None  # a path Arrow cannot open itself: the frame reader reads it
         try:
             pf = pq.ParquetFile(name)
-            written = (pf.schema_arrow.metadata or {}).get(BUNDLE_ID_KEY)
-            if self.bundle_id is not None and written is not None and written != self.bundle_id.encode():
-                raise self.fail("belongs to another write of this bundle than its metadata (a write that was "
-                                "interrupted, or two at once)", path=path)
+            self.check_written(pf.schema_arrow.metadata, path)
             if isinstance(rows, int) and pf.metadata.num_rows != rows:
                 raise self.fail(f"has {pf.metadata.num_rows} rows, the metadata says {rows}", path=path)
             with self.naming(file_name):
@@ -335,12 +338,7 @@ class _Reader:
         from popviz.sources.parquet_rows import ParquetRows
 
         file_name, rows = exe_meta.get("steps_file"), exe_meta.get("rows")
-        if not is_safe_component(file_name):
-            raise self.fail(f"names an invalid execution file {file_name!r}")
-        path = self.directory / file_name
-        if not path.exists() and not path.is_symlink():
-            raise self.fail(f"refers to {file_name}, which is missing", path=path)
-        regular_file_inside(path, self.directory)
+        path = self.table_path(file_name, "execution")
         try:
             os.fspath(path).encode("utf-8")
         except UnicodeError:  # a path Arrow cannot open itself: read into memory
@@ -354,10 +352,7 @@ class _Reader:
         except (pa.ArrowException, OSError, ValueError) as exc:
             first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             raise self.fail(f"is not a readable Parquet file ({first})", path=path) from None
-        written = (schema.metadata or {}).get(BUNDLE_ID_KEY)
-        if self.bundle_id is not None and written is not None and written != self.bundle_id.encode():
-            raise self.fail("belongs to another write of this bundle than its metadata (a write that was "
-                            "interrupted, or two at once)", path=path)
+        self.check_written(schema.metadata, path)
         if source.num_rows != rows:
             raise self.fail(f"has {source.num_rows} rows, the metadata says {rows}", path=path)
         for name, dtype in EXECUTION_COLUMNS.items():
