@@ -152,7 +152,11 @@ def wrap_command(command: str, width: int | None = None, indent: str = "") -> li
         lines = wrap_command(body, width, indent)
         if len(lines[-1]) + len(sep) + len(comment) <= width:
             return [*lines[:-1], lines[-1] + sep + comment]
-        return [*lines[:-1], lines[-1] + " \\", indent + "    # " + comment]
+        import textwrap  # the comment on lines of its own, each a comment (a long path stays whole)
+
+        parts = textwrap.wrap(comment, max(20, width - len(indent) - 6), break_long_words=False,
+                              break_on_hyphens=False) or [comment]
+        return [*lines[:-1], lines[-1] + " \\", *(indent + "    # " + part for part in parts)]
     lines: list[str] = []
     cur = indent
     words = _shell_words(command)

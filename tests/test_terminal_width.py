@@ -133,6 +133,14 @@ def test_the_continuation_helpers():
                      60, "  ") == ["  IPUConfig(layers_per_ipu=[3, 5], ipus_per_replica=2,",
                                    "      matmul_proportion=[0.05, 0.15])"]
     assert wrap_command("short", 80) == ["short"]
+    # a comment too long for a line of its own goes on comment lines (a recorded directory whose
+    # path does not exist here is named after the command: the line must still fit)
+    long = "popviz capture --emulate -- python examples/bert.py  # from the directory holding examples/bert.py " \
+           "(recorded: /a/rather/long/directory/path)"
+    assert wrap_command(long, 40, "  ") == [
+        "  popviz capture --emulate -- python \\", "      examples/bert.py \\",
+        "      # from the directory holding", "      # examples/bert.py (recorded:",
+        "      # /a/rather/long/directory/path)"]
 
 
 def test_the_emulators_warnings_fit(monkeypatch, capsys):
