@@ -155,6 +155,44 @@ def test_the_boundary_checks_name_the_same_row_out_of_core(monkeypatch, tmp_path
     assert "column 'cycles': cycles must not be negative (row 9: -5; 2 row(s) in all)" in messages[0]
 
 
+def _with_liveness(r):
+    from popviz.model import LivenessTable
+
+    per = np.arange(40, dtype="int64").reshape(20, 2) * 1000
+    return r.replace(liveness=LivenessTable(programs=pd.Categorical([f"p{k % 3}" for k in range(20)]),
+                                            total_bytes=per.sum(axis=1), ipu_bytes=per, ipus=(0, 1),
+                                            always_live_bytes={0: 5, 1: 6}))
+
+
+def test_the_pass_beside_the_liveness_read_gives_the_same_figures_and_errors(monkeypatch, tmp_path):
+    """With a liveness table the bundle reader runs the rows' pass on a thread while it reads
+    the liveness: load waits for it, shares its result (one pass) and raises its errors."""
+    from popviz.model import aggregate
+
+    monkeypatch.setenv("POPVIZ_OUT_OF_CORE_ROWS", "0")
+    monkeypatch.setattr(bundle, "ROW_GROUP_ROWS", 7)
+    r = _with_liveness(_report())
+    write_bundle(r, tmp_path / "good")
+    passes = []
+    real = aggregate.RunCycles.__init__
+
+    def counted(self, *args, **kwargs):
+        passes.append(1)
+        real(self, *args, **kwargs)
+
+    monkeypatch.setattr(aggregate.RunCycles, "__init__", counted)
+    loaded = popviz.load(tmp_path / "good")[0]
+    assert loaded.execution.on_disk and passes == [1]
+    assert _totals(aggregate.cycle_totals(loaded.execution)) == _totals(RunCycles(r.execution.steps))
+    assert passes == [1, 1] and loaded.liveness == r.liveness
+    steps = r.execution.steps.copy()
+    steps.loc[[9, 20], "cycles"] = -5
+    write_bundle(r.replace(execution=ExecutionTable(steps, r.execution.runs)), tmp_path / "bad")
+    with pytest.raises(CorruptReportError, match=r"column 'cycles': cycles must not be negative \(row 9: -5; "
+                       r"2 row\(s\) in all\)"):
+        popviz.load(tmp_path / "bad")
+
+
 def test_a_run_missing_from_the_runs_table_is_refused_out_of_core(monkeypatch, tmp_path):
     monkeypatch.setenv("POPVIZ_OUT_OF_CORE_ROWS", "0")
     r = _report()

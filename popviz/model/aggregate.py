@@ -53,10 +53,38 @@ PASS_COLUMNS = ("run", "ipu", "program", "program_type", "cycles")
 _CACHE_ATTR = "_popviz_run_cycles"
 
 
+_PENDING_ATTR = "_popviz_run_cycles_pending"
+
+
+def start_cycle_totals(execution: ExecutionTable, n_ipus: int | None = None) -> None:
+    """Begin :func:`cycle_totals` on a thread of its own, for a reader that has other work to do
+    meanwhile (the bundle reader reads the liveness table while the pass reduces the rows: Arrow's
+    decoding and NumPy's reductions release the GIL). The first ``cycle_totals`` with the same
+    ``n_ipus`` waits for it and raises what it raised."""
+    import concurrent.futures
+    import threading
+
+    future: concurrent.futures.Future = concurrent.futures.Future()
+
+    def run() -> None:
+        try:
+            future.set_result(RunCycles(execution.rows, run_ids=execution.runs["run"].to_numpy(), n_ipus=n_ipus))
+        except BaseException as exc:  # handed to the thread that waits for it
+            future.set_exception(exc)
+
+    execution.__dict__[_PENDING_ATTR] = (execution.rows, n_ipus, future)
+    threading.Thread(target=run, name="popviz-pass", daemon=True).start()
+
+
 def cycle_totals(execution: ExecutionTable, n_ipus: int | None = None) -> RunCycles:
     """The execution table's :class:`RunCycles`, computed on first use and kept with the table
     so every analysis shares it (``n_ipus``: the target's IPUs, for the boundary check)."""
     rows = execution.rows
+    pending = execution.__dict__.pop(_PENDING_ATTR, None)
+    if pending is not None and pending[0] is rows and (n_ipus is None or pending[1] == n_ipus):
+        totals = pending[2].result()  # the pass started by start_cycle_totals; its error is raised here
+        execution.__dict__[_CACHE_ATTR] = (rows, totals)
+        return totals
     cached = execution.__dict__.get(_CACHE_ATTR)
     if cached is not None and cached[0] is rows and (n_ipus is None or cached[1].n_ipus_checked == n_ipus):
         return cached[1]
