@@ -207,14 +207,16 @@ def _int64(values: Any, what: str) -> np.ndarray:
     return a
 
 
-def liveness_frame(table: LivenessTable, max_points: int | None = None) -> pd.DataFrame:
+def liveness_frame(table: LivenessTable, max_points: int | None = None,
+                   ipus: Sequence[int | None] | None = None) -> pd.DataFrame:
     """``ipu``, ``step``, ``program``, ``not_always_live_bytes``, ``always_live_bytes`` and
     ``live_bytes`` (their sum) per step of every IPU (``ipu`` null: the replica's total, without
-    per-IPU figures), reduced to ``max_points`` steps per IPU as :meth:`LivenessTable.frame` does."""
+    per-IPU figures), reduced to ``max_points`` steps per IPU as :meth:`LivenessTable.frame` does;
+    ``ipus``: only those (in that order; None stands for the replica's total)."""
     import pandas as pd
 
     parts = []
-    for k in (table.ipus if table.per_ipu else (None,)):
+    for k in (ipus if ipus is not None else table.ipus if table.per_ipu else (None,)):
         f = table.frame(k, max_points=max_points)
         al = (table.always_live_bytes.get(k, 0) if k is not None else sum(table.always_live_bytes.values()))
         f.insert(0, "ipu", pd.array([k] * len(f), dtype="Int64"))

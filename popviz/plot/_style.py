@@ -57,6 +57,15 @@ MAX_BARS_PER_IPU = 3000
 """When an IPU has more steps than this, the timeline is drawn from this many time bins per IPU,
 each stacked by the share of its cycles in each category (a 10^6-step trace then draws in seconds,
 and no work vanishes into a bin that mostly waited)."""
+MAX_STEPS_DRAWN = 20_000
+"""Above this many steps in the call (all IPUs together) the timeline is binned as well: a POD64's
+64 IPUs x 1,500 steps as 96,000 rectangles took longer to draw than the rest of the figures."""
+MANY_BARS = 16
+"""Above this many bars (stages, IPUs) the stages and memory figures draw one row per bar,
+horizontally, ROW_INCHES apart (64 IPUs then read down a page instead of across a 75-inch figure),
+and every bar chart draws its bars as one collection per colour series."""
+ROW_INCHES = 0.22
+"""Height of one IPU's or stage's row in a figure of many rows (timeline, breakdown, memory, stages)."""
 MAX_MEMORY_CATEGORIES = 7
 MAX_TILE_PANELS = 16
 MAX_TILE_MARKERS = 300
@@ -139,6 +148,35 @@ def new_figure(size: tuple[float, float]) -> Figure:
 
         _FIGURE_CLASS = PopvizFigure
     return _FIGURE_CLASS(figsize=size, layout="constrained")
+
+
+def many_rows_height(rows: int, extra: float = 1.8) -> float:
+    """Figure height (inches) of ``rows`` rows of ROW_INCHES plus ``extra`` for titles and legend."""
+    return ROW_INCHES * rows + extra
+
+
+def bar_collection(ax: Axes, position: Any, start: Any, length: Any, colours: Any, *, horizontal: bool,
+                   thickness: float = 0.7, **style: Any) -> Any:
+    """Bars as one PolyCollection added to ``ax``: bar ``k`` at ``position[k]`` (its centre, across
+    the value axis), from ``start[k]`` for ``length[k]`` along it (``horizontal``: along x). One
+    collection draws 64 x 9 stacked bars in a few milliseconds, where as many Rectangle patches
+    took most of a POD64 memory figure's time."""
+    import numpy as np
+    from matplotlib.collections import PolyCollection
+
+    p = np.asarray(position, dtype="float64")
+    a = np.asarray(start, dtype="float64")
+    b = a + np.asarray(length, dtype="float64")
+    lo, hi = p - thickness / 2, p + thickness / 2
+    if horizontal:
+        corners = [(a, lo), (a, hi), (b, hi), (b, lo)]
+    else:
+        corners = [(lo, a), (hi, a), (hi, b), (lo, b)]
+    verts = np.stack([np.stack(c, axis=1) for c in corners], axis=1)
+    style.setdefault("linewidths", 0)
+    coll = PolyCollection(verts, facecolors=colours, **style)
+    ax.add_collection(coll)
+    return coll
 
 
 def clean(value: str) -> str:

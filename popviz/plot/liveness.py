@@ -41,12 +41,15 @@ def liveness(report: Report, ax: Axes | None = None) -> Figure:
     peak marked (and named by its operation or program) and the capacity line."""
     from popviz.analysis.memory_liveness import _short, peaks
     from popviz.analysis.thresholds import IPU_FULL_FRAC
+    from popviz.model.liveness import liveness_frame as reduced
 
-    frame = liveness_frame(report)
+    if report.liveness is None:
+        liveness_frame(report)  # the PlotDataError saying why there is none
     rows = {r["ipu"]: r for r in peaks(report) or []}
     lv = report.liveness
     order = sorted(rows, key=lambda k: -(rows[k]["peak_bytes"] or rows[k]["not_always_live_bytes"]))
     shown = order[:MAX_CURVES]
+    frame = reduced(lv, MAX_POINTS, ipus=shown)  # only the curves drawn (8 of a POD64's 64 IPUs)
     own = ax is None
     fig, ax = _figure(ax, (9.5, 4.6))
     mib = 2**20

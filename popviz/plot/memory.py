@@ -12,6 +12,7 @@ if TYPE_CHECKING:
 
 from popviz.model import frames
 from popviz.plot._style import (
+    MANY_BARS,
     MAX_MEMORY_CATEGORIES,
     MAX_TILE_MARKERS,
     MAX_TILE_PANELS,
@@ -21,7 +22,9 @@ from popviz.plot._style import (
     _data,
     _figure,
     _title,
+    bar_collection,
     beside,
+    many_rows_height,
     memory_colours,
     new_figure,
     set_title,
@@ -69,7 +72,9 @@ def memory(report: Report, ax: Axes | None = None) -> Figure:
     if frame.empty:
         raise PlotDataError(f"memory: engine '{report.label}' has no memory rows")
     own = ax is None
-    fig, ax = _figure(ax, (max(7.5, 1.1 * len(frame) + 4.5), 4.6))
+    rows = len(frame) > MANY_BARS  # a POD64's 64 IPUs: one row each, down the page
+    fig, ax = _figure(ax, (10.5, many_rows_height(len(frame), 1.6)) if rows else
+                      (max(7.5, 1.1 * len(frame) + 4.5), 4.6))
     # a category empty on every IPU (an inference engine's optimizer state) is not drawn nor listed
     cats = [c for c in frames.category_columns(frame) if frame[c].fillna(0).sum() > 0]
     totals = frame[cats].sum().sort_values(ascending=False)
@@ -82,7 +87,11 @@ def memory(report: Report, ax: Axes | None = None) -> Figure:
 
     def stack(values, colour, label, **style) -> None:
         nonlocal bottom
-        ax.bar(x, values, bottom=bottom, color=colour, width=0.7, **style)
+        if rows:
+            bar_collection(ax, x, bottom, values, colour, horizontal=True, hatch=style.get("hatch"),
+                           edgecolors=style.get("edgecolor", "face"), linewidths=style.get("linewidth", 0))
+        else:
+            ax.bar(x, values, bottom=bottom, color=colour, width=0.7, **style)
         handles.append(Patch(facecolor=colour, label=label, **style))
         bottom = [b + v for b, v in zip(bottom, values, strict=True)]
 
@@ -99,30 +108,43 @@ def memory(report: Report, ax: Axes | None = None) -> Figure:
     top = max(bottom)
     capacities = frame["capacity_bytes"].dropna()
     capacity = float(capacities.max()) / mib if len(capacities) else None
+    set_limit = ax.set_xlim if rows else ax.set_ylim
     if capacity is not None and top < SMALL_USE_FRAC * capacity:
-        ax.set_ylim(0, top * 1.3)
-        ax.text(0.99, 0.97, f"capacity {capacity:,.0f} MiB per IPU (off the scale)", transform=ax.transAxes,
-                ha="right", va="top", fontsize="small")
+        set_limit(0, top * (1.45 if rows else 1.3))
+        ax.text(0.99, 0.01 if rows else 0.97, f"capacity {capacity:,.0f} MiB per IPU (off the scale)",
+                transform=ax.transAxes, ha="right", va="bottom" if rows else "top", fontsize="small")
     else:
         limit = max(capacity or 0.0, top)
-        ax.set_ylim(0, limit * 1.18)
+        set_limit(0, limit * (1.3 if rows else 1.18))
     capacity_key = []
-    if capacity is not None and capacity <= ax.get_ylim()[1]:
-        line = ax.axhline(capacity, color=PALETTE["capacity"], linestyle="--", linewidth=1, zorder=1,
-                          label=f"capacity {capacity:,.0f} MiB")
+    if capacity is not None and capacity <= (ax.get_xlim() if rows else ax.get_ylim())[1]:
+        line = (ax.axvline if rows else ax.axhline)(capacity, color=PALETTE["capacity"], linestyle="--",
+                                                     linewidth=1, zorder=1, label=f"capacity {capacity:,.0f} MiB")
         capacity_key = [line]
     for i, row in frame.iterrows():
         label, pressed = _pressure(row)
         if not label:
             continue
-        ax.annotate(label, (x[i], bottom[i]), xytext=(0, 3), textcoords="offset points", ha="center",
-                    va="bottom", fontsize="small", fontweight="bold" if pressed else "normal",
-                    color=PALETTE["highlight"] if pressed else "black", zorder=3,
-                    bbox={"boxstyle": "square,pad=0.1", "facecolor": "white", "edgecolor": "none"})
-    ax.set_xticks(x)
-    ax.set_xticklabels([f"IPU{i}" for i in frame["ipu"]])
-    ax.set_ylabel("MiB (including gaps)")
-    handles = capacity_key + handles[::-1]  # the legend reads top to bottom like the stack
+        style = {"fontweight": "bold" if pressed else "normal", "color": PALETTE["highlight"] if pressed else "black",
+                 "zorder": 3}
+        if rows:  # one line at the bar's end
+            ax.annotate(label.replace("\n", " · "), (bottom[i], x[i]), xytext=(3, 0), textcoords="offset points",
+                        ha="left", va="center", fontsize="x-small", **style)
+        else:
+            ax.annotate(label, (x[i], bottom[i]), xytext=(0, 3), textcoords="offset points", ha="center",
+                        va="bottom", fontsize="small", **style,
+                        bbox={"boxstyle": "square,pad=0.1", "facecolor": "white", "edgecolor": "none"})
+    names = [f"IPU{i}" for i in frame["ipu"]]
+    if rows:
+        ax.set_yticks(x)
+        ax.set_yticklabels(names, fontsize="x-small")
+        ax.set_ylim(len(frame) - 0.5, -0.5)
+        ax.set_xlabel("MiB (including gaps)")
+    else:
+        ax.set_xticks(x)
+        ax.set_xticklabels(names)
+        ax.set_ylabel("MiB (including gaps)")
+    handles = capacity_key + (handles if rows else handles[::-1])  # the legend reads like the stack
     if own:
         fig.legend(handles=handles, loc="outside right center", fontsize="small", frameon=False)
     else:
@@ -156,9 +178,8 @@ def tiles(report: Report, ipu: int | None = None, ax: Axes | None = None) -> Fig
         if ipu not in ipus:
             raise PlotDataError(f"tiles: engine '{report.label}' has no IPU {ipu} (IPUs: {ipus})")
         ipus = [ipu]
-    truncated = len(ipus) > MAX_TILE_PANELS and ax is None
-    total_ipus = len(ipus)
-    ipus = ipus[:MAX_TILE_PANELS]
+    if len(ipus) > MAX_TILE_PANELS:  # a POD: one row per IPU, every IPU shown
+        return _tile_matrix(report, frame, ipus, ax)
     n_tiles = int(frame["tile"].max()) + 1
     if report.target:
         n_tiles = max(n_tiles, report.target.tiles_per_ipu)
@@ -209,8 +230,7 @@ def tiles(report: Report, ipu: int | None = None, ax: Axes | None = None) -> Fig
                    label=f"tile above {full_pct:.0f}%")] if marked["circle"] else []
     if marked["cross"]:
         keys.append(Line2D([], [], marker="x", linestyle="", color="black", label="tile overflowing"))
-    shown = f", first {len(ipus)} of {total_ipus} IPUs" if truncated else ""
-    title = _title(report, f"memory per tile ({cols} tiles per row{shown}; above 100% in vermillion)")
+    title = _title(report, f"memory per tile ({cols} tiles per row; above 100% in vermillion)")
     if ax is None:
         if keys:
             fig.legend(handles=keys, loc="outside lower center", ncol=len(keys), frameon=False, fontsize="small")
@@ -219,5 +239,70 @@ def tiles(report: Report, ipu: int | None = None, ax: Axes | None = None) -> Fig
         if keys:
             ax.legend(handles=keys, loc="upper left", bbox_to_anchor=(0.0, -0.02), ncol=len(keys), frameon=False,
                       fontsize="small")
+        set_title(ax, f"{title}\n{ax.get_title()}", fontsize="small")
+    return fig
+
+
+MAX_TILE_COLUMNS = 736
+"""Columns of the one-row-per-IPU tile map: more tiles than this are drawn as the fullest of each
+run of tiles (1,472 tiles: of each pair), so no overflowing tile disappears between pixels."""
+
+
+def _tile_matrix(report: Report, frame, ipus: list[int], ax: Axes | None) -> Figure:
+    """Per-tile memory of many IPUs as one heat map, a row per IPU; each row's fullest tile and
+    its counts of overflowing and nearly full tiles written beside it."""
+    import math
+
+    import numpy as np
+    from matplotlib import colormaps
+
+    from popviz.analysis.thresholds import TILE_FULL_FRAC
+
+    full_pct = 100 * TILE_FULL_FRAC
+    n_tiles = int(frame["tile"].max()) + 1
+    if report.target:
+        n_tiles = max(n_tiles, report.target.tiles_per_ipu)
+    group = max(1, math.ceil(n_tiles / MAX_TILE_COLUMNS))
+    cols = math.ceil(n_tiles / group)
+    pct = frame["used_pct"].to_numpy(dtype="float64")
+    known = ~np.isnan(pct)
+    row = np.searchsorted(ipus, frame["ipu"].to_numpy())
+    grid = np.full(len(ipus) * cols, -np.inf)
+    np.maximum.at(grid, row[known] * cols + frame["tile"].to_numpy()[known] // group, pct[known])
+    grid[np.isneginf(grid)] = np.nan  # no tile there (or no figure for it)
+    over = frame["overflowing"].to_numpy(dtype=bool)
+    n_over = np.bincount(row, weights=over, minlength=len(ipus)).astype("int64")
+    n_full = np.bincount(row, weights=known & (np.where(known, pct, 0) > full_pct), minlength=len(ipus)).astype("int64")
+    worst = np.full(len(ipus), np.nan)
+    np.fmax.at(worst, row[known], pct[known])
+    own = ax is None
+    if own:
+        fig = new_figure((11.5, many_rows_height(len(ipus), 1.9)))
+        ax = fig.add_subplot()
+    else:
+        fig = ax.figure
+    cmap = colormaps["viridis"].with_extremes(over=PALETTE["highlight"], bad="white")
+    image = ax.imshow(grid.reshape(len(ipus), cols), cmap=cmap, vmin=0, vmax=100, aspect="auto",
+                      interpolation="nearest", extent=(0, cols * group, len(ipus) - 0.5, -0.5))
+    ax.set_yticks(range(len(ipus)))
+    ax.set_yticklabels([f"IPU{i}" for i in ipus], fontsize="x-small")
+    ax.set_xlabel("tile")
+    ax.tick_params(axis="x", labelsize="small")
+    for k in range(len(ipus)):
+        bad = n_over[k] > 0
+        ax.annotate(f"fullest {worst[k]:.0f}% · {n_over[k]:,} overflowing · {n_full[k]:,} above {full_pct:.0f}%"
+                    if not np.isnan(worst[k]) else "no figures", (1.0, k), xycoords=("axes fraction", "data"),
+                    xytext=(4, 0), textcoords="offset points", va="center", fontsize="xx-small",
+                    color=PALETTE["highlight"] if bad else "black", fontweight="bold" if bad else "normal")
+    if own:  # under the map: the rows' figures are beside it
+        fig.colorbar(image, ax=ax, extend="max", location="bottom", shrink=0.6, aspect=50, pad=0.01)
+        ax.set_xlabel("tile  ·  colour: tile memory used %")
+    else:
+        fig.colorbar(image, ax=ax, label="tile memory used %", extend="max", shrink=0.8)
+    each = f"; each column the fullest of {group} tiles" if group > 1 else ""
+    title = _title(report, f"memory per tile, a row per IPU ({n_tiles:,} tiles{each}; above 100% in vermillion)")
+    if own:
+        set_title(ax, title)
+    else:
         set_title(ax, f"{title}\n{ax.get_title()}", fontsize="small")
     return fig

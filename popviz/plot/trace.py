@@ -14,13 +14,17 @@ from popviz.model import frames
 from popviz.model.frames import TIMELINE_CATEGORIES
 from popviz.model.numbers import tied_for_most
 from popviz.plot._style import (
+    MANY_BARS,
     MAX_BARS_PER_IPU,
+    MAX_STEPS_DRAWN,
     PALETTE,
     _cycle_axis,
     _data,
     _figure,
     _legend,
     _title,
+    bar_collection,
+    many_rows_height,
     set_title,
     takes_report,
 )
@@ -32,6 +36,9 @@ def steps_frame(report: Report, run: int | None = None):
     return _data("timeline", frames.steps, report, run)
 
 
+POD_TIME_BINS = 1000
+"""Time bins per IPU of a binned timeline of more than MANY_BARS IPUs: about the axes' width in
+pixels at 100 dpi (a finer image is only resampled down, at 64 IPUs most of the figure's time)."""
 BAND_PIXELS = 20
 """Image rows per IPU in a binned timeline: each time bin's column is stacked by the share of its
 cycles in each category (18 pixel rows: a share under about 3% may not show)."""
@@ -66,8 +73,8 @@ def _rgba(colour: str):
 def timeline(report: Report, ax: Axes | None = None, *, run: int | None = None) -> Figure:
     """The execution trace of one executor call per IPU (PopVision's execution view), coloured by
     forward, backward, weight update, exchange, host copy and sync/idle; the IPU with the most
-    compute is marked as the bottleneck. When an IPU has more than MAX_BARS_PER_IPU steps, every
-    row is drawn from that many time bins, each bin's column stacked by the share of its cycles in
+    compute is marked as the bottleneck. When an IPU has more than MAX_BARS_PER_IPU steps, or the
+    call more than MAX_STEPS_DRAWN, every row is drawn from that many time bins, each bin's column stacked by the share of its cycles in
     each category (work at the bottom), so a 10^6-step trace draws in seconds."""
     import numpy as np
     from matplotlib.collections import PolyCollection
@@ -76,7 +83,7 @@ def timeline(report: Report, ax: Axes | None = None, *, run: int | None = None) 
     scale, unit = _cycle_axis(report)
     ipus = sorted(int(i) for i in frame["ipu"].unique())
     own = ax is None
-    fig, ax = _figure(ax, (11, (0.5 if len(ipus) <= 16 else 0.22) * len(ipus) + 1.8))
+    fig, ax = _figure(ax, (11, 0.5 * len(ipus) + 1.8 if len(ipus) <= MANY_BARS else many_rows_height(len(ipus))))
     n_cat = len(TIMELINE_CATEGORIES)
     cat = frame["category"].cat.codes.to_numpy().astype("int64")
     ipu_col = frame["ipu"].to_numpy()
@@ -91,13 +98,14 @@ def timeline(report: Report, ax: Axes | None = None, *, run: int | None = None) 
     order = np.argsort(row_of, kind="stable")  # steps_frame is sorted by IPU already: a no-op copy
     bounds = np.searchsorted(row_of[order], np.arange(len(ipus) + 1))
     colours = np.array([_rgba(PALETTE[c]) for c in TIMELINE_CATEGORIES])
-    binned = int(np.diff(bounds).max()) > MAX_BARS_PER_IPU
+    binned = int(np.diff(bounds).max()) > MAX_BARS_PER_IPU or len(frame) > MAX_STEPS_DRAWN
     seen: set[int] = set()
     if binned:  # one image band per IPU: as fast for 10^6 steps as for 10^3
-        edges = np.linspace(0.0, xmax, MAX_BARS_PER_IPU + 1)
+        bins = MAX_BARS_PER_IPU if len(ipus) <= MANY_BARS else POD_TIME_BINS
+        edges = np.linspace(0.0, xmax, bins + 1)
         width = edges[1] - edges[0]
         rgba = np.vstack([np.rint(colours * 255), [[0, 0, 0, 0]]]).astype("uint8")  # last: nothing ran
-        image = np.zeros((len(ipus) * BAND_PIXELS, MAX_BARS_PER_IPU, 4), dtype="uint8")
+        image = np.zeros((len(ipus) * BAND_PIXELS, bins, 4), dtype="uint8")
         pixels = np.arange(BAND_PIXELS - 2)  # 1 blank pixel row above and below each band
         for row in range(len(ipus)):
             sel = order[bounds[row]:bounds[row + 1]]
@@ -129,7 +137,7 @@ def timeline(report: Report, ax: Axes | None = None, *, run: int | None = None) 
 
     _legend(fig, ax, own, [Patch(color=PALETTE[TIMELINE_CATEGORIES[c]], label=TIMELINE_CATEGORIES[c])
                            for c in sorted(seen)])
-    what = f"{len(frame):,} steps" + (f"; {MAX_BARS_PER_IPU:,} time bins per IPU, each stacked by what it ran"
+    what = f"{len(frame):,} steps" + (f"; {bins:,} time bins per IPU, each stacked by what it ran"
                                       if binned else "")
     set_title(ax, _title(report, f"execution trace of one call, {what}"))
     return fig
@@ -150,18 +158,26 @@ def breakdown(report: Report, ax: Axes | None = None) -> Figure:
     host copies (shares add up to 100%)."""
     frame = time_shares(report)
     own = ax is None
-    fig, ax = _figure(ax, (9, (0.45 if len(frame) <= 16 else 0.22) * len(frame) + 1.8))
+    rows = len(frame) > MANY_BARS
+    fig, ax = _figure(ax, (9, many_rows_height(len(frame)) if rows else 0.45 * len(frame) + 1.8))
     left = [0.0] * len(frame)
     names = [*BREAKDOWN_PARTS, "other"]
+    handles = []
+    from matplotlib.patches import Patch
+
     for name in names:
         col = frames.share_column(name)
         values = frame[col].tolist()
         if not any(values):
             continue
-        bars = ax.barh(range(len(frame)), values, left=left, color=PALETTE[name], label=name)
-        for bar, v in zip(bars, values, strict=True):
+        if rows:  # one collection per part: 64 IPUs x 5 parts as patches cost more than the rest
+            bar_collection(ax, range(len(frame)), left, values, PALETTE[name], horizontal=True, thickness=0.8)
+            handles.append(Patch(color=PALETTE[name], label=name))
+        else:
+            ax.barh(range(len(frame)), values, left=left, color=PALETTE[name], label=name)
+        for k, v in enumerate(values):
             if v >= 6:
-                ax.text(bar.get_x() + v / 2, bar.get_y() + bar.get_height() / 2, f"{v:.0f}%", ha="center",
+                ax.text(left[k] + v / 2, k, f"{v:.0f}%", ha="center",
                         va="center", fontsize="x-small", color="white" if name in ("compute", "host copy") else "black")
         left = [a + b for a, b in zip(left, values, strict=True)]
     ax.set_yticks(range(len(frame)))
@@ -169,6 +185,6 @@ def breakdown(report: Report, ax: Axes | None = None) -> Figure:
     ax.set_ylim(len(frame) - 0.5, -0.5)
     ax.set_xlim(0, 100)
     ax.set_xlabel("share of the call's cycles (%)")
-    _legend(fig, ax, own, ax.get_legend_handles_labels()[0])
+    _legend(fig, ax, own, handles if rows else ax.get_legend_handles_labels()[0])
     set_title(ax, _title(report, "where each IPU's time goes"))
     return fig
