@@ -213,13 +213,15 @@ t2 = time.perf_counter()
 out = {"load": t1 - t0, "analyse": t2 - t1}
 if len(sys.argv) > 2:
     from popviz import plot
-    figs = plot.figures(reports[0])
-    for name, fig in figs.items():
-        if not isinstance(fig, Exception):
-            fig.savefig(sys.argv[2] + "/" + name + ".png")
+    from popviz.plot.files import write_figures
+    jobs = int(sys.argv[3]) if len(sys.argv) > 3 and sys.argv[3] != "0" else None
+    done = write_figures(reports[0], {n: sys.argv[2] + "/" + n + ".png" for n in plot.FIGURE_NAMES}, force=True,
+                         jobs=jobs)  # as popviz plot draws and writes them
     out["plot"] = time.perf_counter() - t2
-    out["figures"] = sorted(n for n, f in figs.items() if not isinstance(f, Exception))
-    out["skipped"] = {n: str(f) for n, f in figs.items() if isinstance(f, Exception)}
+    out["figures"] = sorted(n for n, f in done if f is None)
+    out["skipped"] = {n: str(f) for n, f in done if f is not None}
+    out["children_cpu"] = resource.getrusage(resource.RUSAGE_CHILDREN).ru_utime + resource.getrusage(resource.RUSAGE_CHILDREN).ru_stime
+    out["children_rss"] = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
 e = reports[0].execution
 out.update(on_disk=e.on_disk, materialised=ExecutionTable.materialisations,
            findings=sorted(f.code for eng in result.engines for f in eng.findings),
@@ -247,7 +249,7 @@ def pod64(args: argparse.Namespace) -> int:
     print("bare", bare, flush=True)
     pv = [child(POD_POPVIZ, directory) for _ in range(args.repeat)]
     print("popviz", pv, flush=True)
-    plotted = [child(POD_POPVIZ, directory, str(figs)) for _ in range(args.repeat)]
+    plotted = [child(POD_POPVIZ, directory, str(figs), str(args.plot_jobs)) for _ in range(args.repeat)]
     print("popviz+plot", plotted, flush=True)
     med = statistics.median
     b = med(r["seconds"] for r in bare)
@@ -288,6 +290,8 @@ def main() -> int:
     parser.add_argument("--liveness-steps", type=int, default=1_000_000, help="liveness steps (default 10⁶)")
     parser.add_argument("--dir", default=tempfile.gettempdir(), help="where the POD64 bundle is written")
     parser.add_argument("--keep", action="store_true", help="keep the POD64 bundle afterwards")
+    parser.add_argument("--plot-jobs", type=int, default=0,
+                        help="processes drawing the figures (default 0: as popviz plot, one per usable core)")
     parser.add_argument("--build-only", action="store_true", help="write the POD64 bundle and stop")
     args = parser.parse_args()
     if args.pod64:

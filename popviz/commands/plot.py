@@ -26,8 +26,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--format", choices=("png", "svg"), default="png", help="file format (default png)")
     p.add_argument("--force", action="store_true",
                    help="replace figure files of the same names in DIR (other files are left alone)")
+    p.add_argument("--jobs", metavar="N", type=_jobs, default=None,
+                   help="draw on N processes (default: one per usable core, at most 4; 1: in this process)")
     p.add_argument("--only", metavar="A,B", help="only these figures, comma-separated: timeline, stages, "
                    "memory, tiles, breakdown, host_io, liveness")
+
+
+def _jobs(value: str) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"--jobs takes a whole number of processes, 1 or more, not {value!r}")
+    return n
 
 
 def _safe(name: str) -> str:
@@ -64,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
 
     from popviz import escape, plot
     from popviz.errors import UsageError, shown
-    from popviz.fileio import check_replaceable, write_output
+    from popviz.fileio import check_replaceable
     from popviz.sources.discover import load
     from popviz.ui import status
 
@@ -98,22 +110,26 @@ def run(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise UsageError(f"{shown(out)}: cannot be created ({exc.strerror})") from None
     written = 0
+    from popviz.plot.files import write_figures
+
     for report in reports:
-        with status(f"drawing {report.label}"):
-            figures = plot.figures(report, only)
-        for name, fig in figures.items():
+        def done(name, result, report=report) -> None:
+            nonlocal written
             target = planned[(report.label, name)]
-            if isinstance(fig, plot.PlotDataError):
-                for part in wrap_line(f"skipped {escape.term(fig.message)}"):
+            if isinstance(result, plot.PlotDataError):
+                for part in wrap_line(f"skipped {escape.term(result.message)}"):
                     print(part, file=sys.stderr)
                 if args.force and target in clashes:  # an old figure would outlive the data it showed
                     target.unlink(missing_ok=True)
                     print(f"removed the old {escape.term(shown(target))}", file=sys.stderr)
-                continue
-            # drawn into a temporary file, then linked into place: a figure that fails to draw
-            # leaves no partial file, and a file that appeared since the check is not replaced
-            write_output(target, lambda fh, fig=fig: fig.savefig(fh, format=args.format, dpi=110), args.force)
+                return
             print(escape.term(shown(target)), flush=True)
             written += 1
+
+        # each drawn into a temporary file, then linked into place: a figure that fails to draw
+        # leaves no partial file, and a file that appeared since the check is not replaced
+        with status(f"drawing {report.label}"):
+            write_figures(report, {name: planned[(report.label, name)] for name in only}, fmt=args.format,
+                          dpi=110, force=args.force, jobs=args.jobs, on_done=done)
     print(f"{written} figure(s) written to {shown(out)}", file=sys.stderr)
     return 0
