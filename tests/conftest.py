@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +12,13 @@ ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "sample_reports"
 FAKE_PVA = Path(__file__).resolve().parent / "fake_pva"
 
+
+# A suite started in the background by a non-interactive shell (`nohup ... &`, some CI runners)
+# inherits SIGINT ignored, and an ignored signal stays ignored across exec: the commands the tests
+# start (and their children) would then ignore the Ctrl-C the signal tests send. Python's own
+# handler here is reset to the default action in every process started from this one.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 HANG_GUARD_SECONDS = 900
 """How long a test lets a popviz command run before calling it hung (not a speed limit); scaled

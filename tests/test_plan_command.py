@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+from pathlib import Path
 
 import pytest
 
@@ -251,7 +252,13 @@ def test_the_check_of_a_bundled_sample_is_written_here_not_among_the_samples(tmp
     proc = run_cli("plan", str(SAMPLES / "bert_even_split"), cwd=tmp_path, env={"COLUMNS": "300"})
     assert proc.returncode == 0, proc.stderr
     (line,) = [ln for ln in unwrapped(proc.stdout).splitlines() if "--split layers_per_ipu=" in ln]
-    assert " -o " + str(tmp_path / "bert_even_split-split") + " -- python examples/bert_pipeline.py" in line
+    recorded = json.loads((SAMPLES / "bert_even_split" / "popviz-run.json").read_text())["cwd"]
+    if Path(recorded).is_dir():  # run from there: the output named absolutely, here
+        assert line.startswith(f"  cd {recorded} && ")
+        assert " -o " + str(tmp_path / "bert_even_split-split") + " -- python examples/bert_pipeline.py" in line
+    else:  # the machine the sample was made on: run from the script's directory, the output here
+        assert " -o bert_even_split-split -- python examples/bert_pipeline.py" in line
+        assert line.endswith(f"# from the directory holding examples/bert_pipeline.py (recorded: {recorded})")
     assert "--calls 1 " in line
 
 
