@@ -4,13 +4,15 @@ seconds of drawing and PNG encoding, against the report's load.
 
 Worker processes are forked once the report is read, so they share its tables with the parent
 (copy on write) and read nothing again; each draws whole figures and writes each file as
-``popviz.fileio.write_output`` does (complete, then linked into place). Where ``fork`` is not
-available, or with ``jobs=1``, the figures are drawn in this process, in order.
+``popviz.fileio.write_output`` does (complete, then linked into place). Workers are used on Linux
+only: elsewhere (macOS's system libraries are not safe to use after a fork; Windows has none), and
+with ``jobs=1``, the figures are drawn in this process, in order.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -103,7 +105,7 @@ def write_figures(report: Report, targets: Mapping[str, Path], *, fmt: str = "pn
         if on_done is not None:
             on_done(name, result)
 
-    if jobs == 1 or not hasattr(os, "fork"):
+    if jobs == 1 or not sys.platform.startswith("linux"):  # fork is unsafe on macOS; no fork on Windows
         for name in names:
             done(name, _draw_one(report, name, Path(targets[name]), fmt, dpi, force))
         return results
