@@ -193,6 +193,34 @@ def test_the_pass_beside_the_liveness_read_gives_the_same_figures_and_errors(mon
         popviz.load(tmp_path / "bad")
 
 
+def test_a_bad_liveness_table_beside_the_pass_stops_it_before_the_error(monkeypatch, tmp_path):
+    """The pass begun on its thread is ended (with its reader thread) before a later error is
+    raised: no thread is left decoding while the interpreter exits (which can abort it)."""
+    import threading
+
+    monkeypatch.setenv("POPVIZ_OUT_OF_CORE_ROWS", "0")
+    monkeypatch.setattr(bundle, "ROW_GROUP_ROWS", 7)
+    write_bundle(_with_liveness(_report()), tmp_path / "b")
+    meta_path = tmp_path / "b" / bundle.METADATA_FILE
+    meta = json.loads(meta_path.read_text())
+    meta["liveness"]["ipus"] = [0, 1, 5]  # no column for IPU 5
+    meta_path.write_text(json.dumps(meta))
+    from popviz.model import aggregate
+
+    real = aggregate.RunCycles._block
+
+    def slow(self, b):  # a pass still running when the liveness table is refused
+        import time
+
+        time.sleep(0.2)
+        return real(self, b)
+
+    monkeypatch.setattr(aggregate.RunCycles, "_block", slow)
+    with pytest.raises(CorruptReportError, match="liveness table lacks column ipu5_bytes"):
+        popviz.load(tmp_path / "b")
+    assert [t.name for t in threading.enumerate() if t.name.startswith("popviz")] == []
+
+
 def test_a_run_missing_from_the_runs_table_is_refused_out_of_core(monkeypatch, tmp_path):
     monkeypatch.setenv("POPVIZ_OUT_OF_CORE_ROWS", "0")
     r = _report()

@@ -60,20 +60,36 @@ def start_cycle_totals(execution: ExecutionTable, n_ipus: int | None = None) -> 
     """Begin :func:`cycle_totals` on a thread of its own, for a reader that has other work to do
     meanwhile (the bundle reader reads the liveness table while the pass reduces the rows: Arrow's
     decoding and NumPy's reductions release the GIL). The first ``cycle_totals`` with the same
-    ``n_ipus`` waits for it and raises what it raised."""
+    ``n_ipus`` waits for it and raises what it raised; :func:`stop_cycle_totals` ends it early."""
     import concurrent.futures
     import threading
 
     future: concurrent.futures.Future = concurrent.futures.Future()
+    stop = threading.Event()
 
     def run() -> None:
         try:
-            future.set_result(RunCycles(execution.rows, run_ids=execution.runs["run"].to_numpy(), n_ipus=n_ipus))
+            future.set_result(RunCycles(execution.rows, run_ids=execution.runs["run"].to_numpy(), n_ipus=n_ipus,
+                                        stop=stop))
         except BaseException as exc:  # handed to the thread that waits for it
             future.set_exception(exc)
 
-    execution.__dict__[_PENDING_ATTR] = (execution.rows, n_ipus, future)
+    execution.__dict__[_PENDING_ATTR] = (execution.rows, n_ipus, future, stop)
     threading.Thread(target=run, name="popviz-pass", daemon=True).start()
+
+
+def stop_cycle_totals(execution: ExecutionTable) -> None:
+    """End a pass :func:`start_cycle_totals` began and wait for its thread (it stops at its next
+    block, its reader thread with it): a reader that fails meanwhile must not leave it decoding
+    while the interpreter exits."""
+    pending = execution.__dict__.pop(_PENDING_ATTR, None)
+    if pending is not None:
+        pending[3].set()
+        pending[2].exception()  # waits; what it raised (the stop itself) is not this caller's
+
+
+class PassStopped(Exception):
+    """The pass was ended by :func:`stop_cycle_totals` before its last block."""
 
 
 def cycle_totals(execution: ExecutionTable, n_ipus: int | None = None) -> RunCycles:
@@ -103,11 +119,12 @@ class RunCycles:
 
     def __init__(self, steps: pd.DataFrame | RowSource, max_dense_bins: int = MAX_DENSE_BINS,
                  run_ids: Iterable[int] | None = None, n_ipus: int | None = None,
-                 block_rows: int = ROW_BLOCK) -> None:
+                 block_rows: int = ROW_BLOCK, stop: Any = None) -> None:
         import numpy as np
 
         source = steps if isinstance(steps, RowSource) else FrameRows(steps)
         self._source = source
+        self._stop = stop  # a threading.Event: the pass ends at the next block once it is set
         self._block_rows = max(1, min(block_rows, max_dense_bins))
         self.n_ipus_checked = n_ipus
         self.problems: dict[str, tuple[int, Any, int]] = {}
@@ -253,6 +270,8 @@ class RunCycles:
         if self._check_start:  # start cycles are read only to refuse a negative one
             columns.append("start_cycle")
         for offset, b in self._source.blocks(columns, block_rows=self._block_rows):
+            if self._stop is not None and self._stop.is_set():
+                raise PassStopped("the pass over the execution rows was stopped")
             self._luts.refresh(self._source)
             self._check(offset, b)
             self._block(b)

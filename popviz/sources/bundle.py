@@ -375,7 +375,30 @@ class _Reader:
         with self.naming(file_name):
             return ExecutionTable(runs=runs, rows=source)
 
+    def _read_liveness(self, live_meta: dict[str, Any] | None):  # -> LivenessTable | None
+        if live_meta is None:
+            return None
+        from popviz.sources.bundle_liveness import read_liveness
+
+        liveness = self.liveness(live_meta)
+        if liveness is None:
+            frame = self.table(live_meta.get("file"), live_meta.get("rows"), "liveness")
+            with self.naming(live_meta.get("file")):
+                liveness = read_liveness(frame, live_meta)
+        return liveness
+
     def read(self) -> Report:
+        self._pass_started = None
+        try:
+            return self._read()
+        except BaseException:  # a bad table, Ctrl-C: a pass begun on its thread ends first
+            if self._pass_started is not None:
+                from popviz.model.aggregate import stop_cycle_totals
+
+                stop_cycle_totals(self._pass_started)
+            raise
+
+    def _read(self) -> Report:
         meta = self.load_meta()
         bundle_id = meta.get("bundle_id")
         self.bundle_id = bundle_id if isinstance(bundle_id, str) and bundle_id else None
@@ -427,14 +450,8 @@ class _Reader:
 
                 start_cycle_totals(execution, n_ipus=(Target(**target).ipus_per_replica if target is not None
                                                       else None) or 0)  # as the boundary check asks
-            if live_meta is not None:
-                from popviz.sources.bundle_liveness import read_liveness
-
-                liveness = self.liveness(live_meta)
-                if liveness is None:
-                    frame = self.table(live_meta.get("file"), live_meta.get("rows"), "liveness")
-                    with self.naming(live_meta.get("file")):
-                        liveness = read_liveness(frame, live_meta)
+                self._pass_started = execution
+            liveness = self._read_liveness(live_meta)
             return Report(
                 **extra,
                 name=name,

@@ -68,6 +68,17 @@ def check_report(report: Report, where: Path | str,
     model does not use (a script written for 16 IPUs run on 1; PopTorch accepts it). Those
     entries are dropped and kept, as ``IPU<n>`` keys, in ``config.options
     ["available_memory_proportion_ignored"]``, which the memory analysis reports."""
+    try:
+        return _check_report(report, where, files)
+    except BaseException:  # the pass the bundle reader began (if any) must not outlive the error
+        if report.execution is not None:
+            from popviz.model.aggregate import stop_cycle_totals
+
+            stop_cycle_totals(report.execution)
+        raise
+
+
+def _check_report(report: Report, where: Path | str, files: Mapping[str, Path | str] | None) -> Report:
     c = _Check(report, where, files or {})
     p = report.provenance
     if not isinstance(p.estimated, bool):
