@@ -116,6 +116,16 @@ def test_a_numpy_1_client_gets_a_report(tmp_path):
         subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True,
                        timeout=300)
         python = str(venv / "bin" / "python")
+        # "--system-site-packages" from inside a venv (CI's) gives the base interpreter's packages,
+        # not this environment's torch and pyarrow: add this environment's site directories after
+        # the new venv's own (so its numpy 1 comes first), their .pth files processed too
+        import sysconfig
+
+        here = sorted({sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]})
+        own = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                             capture_output=True, text=True, check=True, timeout=120).stdout.strip()
+        Path(own, "zz_popviz_test_parent.pth").write_text(
+            "import site; " + "; ".join(f"site.addsitedir({d!r})" for d in here) + "\n", encoding="utf-8")
         pip = subprocess.run([python, "-m", "pip", "install", "-q", "numpy<2", "pandas<2.3"], capture_output=True,
                              text=True, timeout=900)
         if pip.returncode != 0:
