@@ -178,11 +178,11 @@ def tiles(report: Report, ipu: int | None = None, ax: Axes | None = None) -> Fig
         if ipu not in ipus:
             raise PlotDataError(f"tiles: engine '{report.label}' has no IPU {ipu} (IPUs: {ipus})")
         ipus = [ipu]
-    if len(ipus) > MAX_TILE_PANELS:  # a POD: one row per IPU, every IPU shown
-        return _tile_matrix(report, frame, ipus, ax)
     n_tiles = int(frame["tile"].max()) + 1
     if report.target:
         n_tiles = max(n_tiles, report.target.tiles_per_ipu)
+    if len(ipus) > MAX_TILE_PANELS:  # a POD: one row per IPU, every IPU shown
+        return _tile_matrix(report, frame, ipus, n_tiles, ax)
     cols = int(math.ceil(math.sqrt(n_tiles * 2)))
     rows = int(math.ceil(n_tiles / cols))
     if ax is not None:
@@ -248,7 +248,7 @@ MAX_TILE_COLUMNS = 736
 run of tiles (1,472 tiles: of each pair), so no overflowing tile disappears between pixels."""
 
 
-def _tile_matrix(report: Report, frame, ipus: list[int], ax: Axes | None) -> Figure:
+def _tile_matrix(report: Report, frame, ipus: list[int], n_tiles: int, ax: Axes | None) -> Figure:
     """Per-tile memory of many IPUs as one heat map, a row per IPU; each row's fullest tile and
     its counts of overflowing and nearly full tiles written beside it."""
     import math
@@ -259,9 +259,6 @@ def _tile_matrix(report: Report, frame, ipus: list[int], ax: Axes | None) -> Fig
     from popviz.analysis.thresholds import TILE_FULL_FRAC
 
     full_pct = 100 * TILE_FULL_FRAC
-    n_tiles = int(frame["tile"].max()) + 1
-    if report.target:
-        n_tiles = max(n_tiles, report.target.tiles_per_ipu)
     group = max(1, math.ceil(n_tiles / MAX_TILE_COLUMNS))
     cols = math.ceil(n_tiles / group)
     pct = frame["used_pct"].to_numpy(dtype="float64")

@@ -77,7 +77,6 @@ def timeline(report: Report, ax: Axes | None = None, *, run: int | None = None) 
     call more than MAX_STEPS_DRAWN, every row is drawn from that many time bins, each bin's column stacked by the share of its cycles in
     each category (work at the bottom), so a 10^6-step trace draws in seconds."""
     import numpy as np
-    from matplotlib.collections import PolyCollection
 
     frame = steps_frame(report, run)
     scale, unit = _cycle_axis(report)
@@ -118,11 +117,8 @@ def timeline(report: Report, ax: Axes | None = None, *, run: int | None = None) 
             seen.update(int(c) for c in np.unique(which) if c < n_cat)
         ax.imshow(image, extent=(0.0, xmax * scale, len(ipus) - 0.5, -0.5), aspect="auto", interpolation="nearest")
     else:
-        x0, x1 = start * scale, end * scale
-        y0, y1 = row_of - 0.4, row_of + 0.4
-        verts = np.stack([np.stack([x0, y0], 1), np.stack([x0, y1], 1), np.stack([x1, y1], 1),
-                          np.stack([x1, y0], 1)], axis=1)
-        ax.add_collection(PolyCollection(verts, facecolors=colours[cat], linewidths=0))
+        bar_collection(ax, row_of, start * scale, (end - start) * scale, colours[cat], horizontal=True,
+                       thickness=0.8)
         seen.update(int(c) for c in np.unique(cat))
     ax.set_yticks(range(len(ipus)))
     ax.set_yticklabels([f"IPU{i}" + ("  bottleneck" if i in bottleneck else "") for i in ipus])
